@@ -1,0 +1,23 @@
+"""Verifiers: ``get_verifier(name)`` -> callable ``(completion: str, example: Mapping) -> float``.
+
+Registered lazily by dotted path so optional dependencies (math-verify) load on use.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from rlvr_core.registry import Registry
+
+Verifier = Callable[[str, Mapping], float]
+
+VERIFIERS: Registry[Verifier] = Registry("verifier")
+VERIFIERS.register_lazy("arithmetic", "rlvr_core.rewards.arithmetic:verify_arithmetic")
+VERIFIERS.register_lazy("countdown", "rlvr_core.rewards.countdown:verify_countdown")
+VERIFIERS.register_lazy("math", "rlvr_core.rewards.math:verify_math")
+VERIFIERS.register_lazy("code", "rlvr_core.rewards.code:verify_code")
+
+
+def get_verifier(name: str) -> Verifier:
+    """Return the verifier registered as ``name`` (unknown names list the valid ones)."""
+    return VERIFIERS.get(name)

@@ -1,0 +1,320 @@
+"""Math benchmark loaders (GSM8K, MATH, MATH-500, AIME 2024) normalised to one row schema.
+
+Every loader returns a ``datasets.Dataset`` with the columns
+
+    id: str          unique within the dataset
+    prompt: str      the problem text (templates.py wraps it for the model)
+    difficulty: int  the source's level (MATH: "Level 3" -> 3), 0 where there is none
+    answer: str      reference answer (GSM8K: after "####", commas removed;
+                     MATH: content of the last \\boxed{...}/\\fbox{...})
+    source: str      "gsm8k", "math", "math500" or "aime2024"
+
+Sources and the fields read from them:
+
+- GSM8K ``openai/gsm8k`` config ``main``: ``question``, ``answer`` ("... #### 72");
+  splits train/test.
+- MATH ``DigitalLearningGmbH/MATH-lighteval`` (also ``EleutherAI/hendrycks_math``,
+  one config per subject, see ``MATH_SUBJECTS``): ``problem``, ``level``
+  ("Level 1".."Level 5", sometimes "Level ?"), ``type``, ``solution`` with the
+  answer in ``\\boxed{}``; splits train/test.
+- MATH-500 ``HuggingFaceH4/MATH-500``: ``problem``, ``solution``, ``answer``,
+  ``subject``, ``level`` (int), ``unique_id``; split test.
+- AIME 2024 ``HuggingFaceH4/aime_2024``: ``id`` (int), ``problem``, ``solution``,
+  ``answer`` (str), ``url``, ``year``; split train. ``Maxwell-Jia/AIME_2024`` is
+  read too: ``ID`` ("2024-I-1"), ``Problem``, ``Solution``, ``Answer`` (int).
+
+``path_or_name`` is a hub name (the default), a local directory (a checkout of the
+hub repository or a folder of split files such as ``test.jsonl``) or a single
+local ``.json``/``.jsonl``/``.parquet``/``.csv`` file in the source's format.
+Every loader also takes ``limit`` (first N rows) and ``cache_dir`` (the
+``datasets`` cache, default ``~/.cache/huggingface/datasets``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from rlvr_core.registry import Registry
+
+COLUMNS: tuple[str, ...] = ("id", "prompt", "difficulty", "answer", "source")
+
+GSM8K_NAME = "openai/gsm8k"
+MATH_NAME = "DigitalLearningGmbH/MATH-lighteval"
+MATH500_NAME = "HuggingFaceH4/MATH-500"
+AIME2024_NAME = "HuggingFaceH4/aime_2024"
+MATH_SUBJECTS: tuple[str, ...] = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_LEVEL = re.compile(r"(\d+)")
+
+Loader = Callable[..., Any]
+DATASETS: Registry[Loader] = Registry("dataset")
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def _braced(text: str, start: int) -> str | None:
+    """Content of the balanced ``{...}`` opening at ``text[start]``; None if never closed.
+
+    Escaped braces ``\\{`` and ``\\}`` are literal and do not count.
+    """
+    depth = 0
+    i = start
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+        i += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last well-formed ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``.
+
+    Handles nested braces (``\\boxed{\\frac{1}{2}}`` -> ``\\frac{1}{2}``), the
+    brace-less form ``\\boxed 5`` (the next token, up to whitespace or ``$``), and
+    skips an unclosed last box in favour of an earlier complete one; math-mode
+    dollars around the whole content (``\fbox{$x$}``) are dropped. None if there
+    is no box.
+    """
+    if not isinstance(text, str):
+        return None
+    positions = sorted(
+        (m.start(), m.end()) for cmd in _BOX_COMMANDS for m in re.finditer(re.escape(cmd) + r"(?![A-Za-z])", text)
+    )
+    for _, end in reversed(positions):
+        j = end
+        while j < len(text) and text[j] in " \t\n":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            inner = _braced(text, j)
+            if inner is not None:
+                inner = inner.strip()
+                if len(inner) > 1 and inner[0] == "$" and inner[-1] == "$":  # \fbox{$x$}
+                    inner = inner.strip("$").strip()
+                if inner:
+                    return inner
+            continue
+        if j > end:  # "\boxed 5": one token after the space
+            token = re.match(r"[^\s$]+", text[j:])
+            if token:
+                return token.group(0).rstrip(".")
+    return None
+
+
+def gsm8k_answer(solution: str) -> str | None:
+    """The final answer of a GSM8K solution: text after the last ``####``, commas removed."""
+    if not isinstance(solution, str) or "####" not in solution:
+        return None
+    answer = solution.rsplit("####", 1)[1].strip().replace(",", "").replace("$", "").strip()
+    return answer.rstrip(".") or None
+
+
+def parse_level(level: Any) -> int:
+    """``"Level 3"`` -> 3, ``4`` -> 4, unknown (``"Level ?"``, None) -> 0."""
+    if isinstance(level, bool) or level is None:
+        return 0
+    if isinstance(level, int):
+        return level
+    m = _LEVEL.search(str(level))
+    return int(m.group(1)) if m else 0
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load_raw(path_or_name: str, split: str, config: str | None, cache_dir: str | None = None) -> Any:
+    """``datasets.load_dataset`` for a hub name, a local directory or a local file."""
+    import datasets
+
+    kw: dict[str, Any] = {"split": split, "cache_dir": cache_dir}
+
+    if os.path.isfile(path_or_name):
+        ext = os.path.splitext(path_or_name)[1].lower()
+        if ext not in _FILE_BUILDERS:
+            raise ValueError(
+                f"path_or_name {path_or_name!r}: unsupported file type {ext!r}; use one of {sorted(_FILE_BUILDERS)}"
+            )
+        return datasets.load_dataset(_FILE_BUILDERS[ext], data_files={split: path_or_name}, **kw)
+    if os.path.isdir(path_or_name):
+        has_card = os.path.isfile(os.path.join(path_or_name, "README.md"))
+        if config and has_card:
+            return datasets.load_dataset(path_or_name, config, **kw)
+        return datasets.load_dataset(path_or_name, **kw)
+    return datasets.load_dataset(path_or_name, config, **kw)
+
+
+def _field(row: Mapping[str, Any], names: Sequence[str], source: str, index: int) -> Any:
+    for name in names:
+        if name in row and row[name] is not None:
+            return row[name]
+    raise ValueError(
+        f"{source} row {index}: missing field {' / '.join(repr(n) for n in names)} "
+        f"(row has {sorted(row)}); is this a {source} dataset in its hub format?"
+    )
+
+
+def _to_dataset(rows: Iterable[Mapping[str, Any]], source: str) -> Any:
+    import datasets
+
+    rows = list(rows)
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        if row["id"] in seen:
+            raise ValueError(f"{source}: rows {seen[row['id']]} and {i} share id {row['id']!r}; ids must be unique")
+        seen[row["id"]] = i
+    features = datasets.Features(
+        {
+            "id": datasets.Value("string"),
+            "prompt": datasets.Value("string"),
+            "difficulty": datasets.Value("int64"),
+            "answer": datasets.Value("string"),
+            "source": datasets.Value("string"),
+        }
+    )
+    return datasets.Dataset.from_dict({c: [r[c] for r in rows] for c in COLUMNS}, features=features)
+
+
+def _limited(raw: Any, limit: int | None) -> Any:
+    if limit is None:
+        return raw
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    return raw.select(range(min(limit, len(raw))))
+
+
+@DATASETS.register("gsm8k")
+def load_gsm8k(path_or_name: str = GSM8K_NAME, split: str = "test", *, config: str = "main", limit: int | None = None, cache_dir: str | None = None
+) -> Any:
+    """GSM8K as normalised rows; ``answer`` is the number after ``####`` without commas."""
+    raw = _limited(_load_raw(path_or_name, split, config, cache_dir), limit)
+    rows = []
+    for i, row in enumerate(raw):
+        question = _field(row, ("question",), "gsm8k", i)
+        answer = gsm8k_answer(_field(row, ("answer",), "gsm8k", i))
+        if answer is None:
+            raise ValueError(f"gsm8k row {i}: 'answer' has no '#### <final answer>' line")
+        rows.append({"id": f"gsm8k-{split}-{i:05d}", "prompt": question, "difficulty": 0, "answer": answer, "source": "gsm8k"})
+    return _to_dataset(rows, "gsm8k")
+
+
+@DATASETS.register("math")
+def load_math(
+    path_or_name: str = MATH_NAME,
+    split: str = "test",
+    *,
+    config: str | Sequence[str] | None = None,
+    limit: int | None = None,
+    cache_dir: str | None = None,
+) -> Any:
+    """MATH (Hendrycks) as normalised rows; ``answer`` is the last ``\\boxed{}`` of ``solution``.
+
+    ``config``: one config name, or several (``MATH_SUBJECTS`` for
+    ``EleutherAI/hendrycks_math``) loaded and concatenated in order; ``limit``
+    applies per config.
+    """
+    configs: list[str | None] = [config] if config is None or isinstance(config, str) else list(config)
+    if not configs:
+        raise ValueError("config: an empty list of MATH configs loads nothing")
+    rows = []
+    for cfg in configs:
+        raw = _limited(_load_raw(path_or_name, split, cfg, cache_dir), limit)
+        tag = f"{cfg}-" if len(configs) > 1 else ""
+        for i, row in enumerate(raw):
+            solution = _field(row, ("solution",), "math", i)
+            answer = last_boxed(solution)
+            if answer is None:
+                raise ValueError(f"math row {i} ({cfg or 'default'}): 'solution' has no \\boxed{{...}} answer")
+            rows.append(
+                {
+                    "id": f"math-{split}-{tag}{i:05d}",
+                    "prompt": _field(row, ("problem",), "math", i),
+                    "difficulty": parse_level(row.get("level")),
+                    "answer": answer,
+                    "source": "math",
+                }
+            )
+    return _to_dataset(rows, "math")
+
+
+@DATASETS.register("math500")
+def load_math500(path_or_name: str = MATH500_NAME, split: str = "test", *, limit: int | None = None, cache_dir: str | None = None
+) -> Any:
+    """MATH-500 as normalised rows; ``id`` is the source's ``unique_id``."""
+    raw = _limited(_load_raw(path_or_name, split, None, cache_dir), limit)
+    rows = []
+    for i, row in enumerate(raw):
+        answer = row.get("answer")
+        if answer is None or not str(answer).strip():
+            answer = last_boxed(_field(row, ("solution",), "math500", i))
+            if answer is None:
+                raise ValueError(f"math500 row {i}: no 'answer' and no \\boxed{{...}} in 'solution'")
+        rows.append(
+            {
+                "id": str(_field(row, ("unique_id",), "math500", i)),
+                "prompt": _field(row, ("problem",), "math500", i),
+                "difficulty": parse_level(row.get("level")),
+                "answer": str(answer).strip(),
+                "source": "math500",
+            }
+        )
+    return _to_dataset(rows, "math500")
+
+
+@DATASETS.register("aime2024")
+def load_aime2024(path_or_name: str = AIME2024_NAME, split: str = "train", *, limit: int | None = None, cache_dir: str | None = None
+) -> Any:
+    """AIME 2024 as normalised rows (HuggingFaceH4 lower-case or Maxwell-Jia capitalised fields)."""
+    raw = _limited(_load_raw(path_or_name, split, None, cache_dir), limit)
+    rows = []
+    for i, row in enumerate(raw):
+        answer = row.get("answer", row.get("Answer"))
+        if answer is None or not str(answer).strip():
+            answer = last_boxed(str(row.get("solution", row.get("Solution", ""))))
+            if answer is None:
+                raise ValueError(f"aime2024 row {i}: no 'answer'/'Answer' and no \\boxed{{...}} in the solution")
+        ident = row.get("id", row.get("ID"))
+        rows.append(
+            {
+                "id": f"aime2024-{ident if ident is not None else i}",
+                "prompt": _field(row, ("problem", "Problem"), "aime2024", i),
+                "difficulty": 0,
+                "answer": str(answer).strip(),
+                "source": "aime2024",
+            }
+        )
+    return _to_dataset(rows, "aime2024")
+
+
+def load_hub_dataset(name: str, split: str | None = None, path_or_name: str | None = None, **kwargs: Any) -> Any:
+    """Load the registered dataset ``name`` ("gsm8k", "math", "math500", "aime2024").
+
+    ``split`` None uses the loader's default (test; train for aime2024);
+    ``path_or_name`` None uses the hub name; other keyword arguments go to the loader.
+    """
+    loader = DATASETS.get(name)
+    if split is not None:
+        kwargs["split"] = split
+    if path_or_name is not None:
+        kwargs["path_or_name"] = path_or_name
+    return loader(**kwargs)

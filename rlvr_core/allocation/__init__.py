@@ -1,0 +1,17 @@
+"""Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
+
+Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps.
+"""
+
+from rlvr_core.allocation import greso, pods, sara, uniform, vigor  # noqa: F401  (registration)
+from rlvr_core.allocation.base import Allocator, AllocatorParams
+from rlvr_core.allocation.beta_binomial import p_effective
+from rlvr_core.allocation.loop import run_allocation_step
+from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
+from rlvr_core.allocation.registry import ALLOCATORS, make_allocator
+from rlvr_core.allocation.source import PromptSource
+
+__all__ = [
+    "ALLOCATORS", "Allocator", "AllocatorParams", "PriorConfig", "PromptPosterior", "PromptSource",
+    "make_allocator", "p_effective", "run_allocation_step",
+]

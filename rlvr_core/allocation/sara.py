@@ -1,0 +1,318 @@
+"""SARA: sequential adaptive rollout allocation (seed 001, DESIGN 2.1).
+
+Every live prompt carries a Beta posterior on its pass rate. After each
+synchronous round SARA computes p_eff, the probability that the prompt's full
+group of k ends mixed, and decides per prompt:
+
+- COMMIT when the prefix is mixed (or p_eff >= tau_high): complete it to k
+  rollouts; it goes into the training batch;
+- ABANDON when p_eff < tau_low: stop sampling; its reserved budget returns to
+  the pool and is spent on fresh prompts;
+- CONTINUE otherwise: probe to the next size of the schedule.
+
+Rounds follow a probe schedule (default k/2, k), so the engine always
+sees large batches and a step takes a handful of rounds. Two budget modes:
+
+- ``mode="rollouts"``: a fixed rollout budget per step (compare with grpo).
+  Each live prompt reserves the rollouts it could still need (k - n), so the
+  budget is never exceeded and every committed group can be completed.
+- ``mode="groups"``: stop once ``batch_size`` groups are committed (compare
+  with dapo), under a rollout cap ``max_rollouts``.
+
+Guarantee (under the prior SARA assumes): an abandoned prompt would have
+ended mixed with probability p_eff < tau_low.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlvr_core.allocation.base import Allocator, AllocatorParams
+from rlvr_core.allocation.beta_binomial import group_mixed_probability, p_effective
+from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
+from rlvr_core.allocation.registry import ALLOCATORS
+from rlvr_core.errors import require
+from rlvr_core.types import Rollouts
+
+LIVE, COMMITTED, ABANDONED, DROPPED, SATURATED = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class SARAParams(AllocatorParams):
+    """SARA's knobs (paper defaults where the paper gives them).
+
+    mode: "groups" (stop at batch_size committed groups) or "rollouts" (fixed budget)
+    budget: rollouts per step in "rollouts" mode (default batch_size * k)
+    max_rollouts: rollout cap per step in "groups" mode (default 8 * batch_size * k)
+    probe_schedule: cumulative probe sizes; floats in (0, 1] are fractions of k,
+        ints are absolute counts; k is always the last size. The default
+        (k/2, k) suits the uniform prior, under which a shorter all-fail prefix
+        never falls below tau_low = 0.5 ((k - n)/(k + 1) >= 0.5 for n <= (k - 1)/2),
+        so an earlier probe would only add a round; informative priors
+        (carry, eb) can act on an earlier probe such as (0.25, 0.5, 1.0).
+    tau_low: abandon when p_eff < tau_low, in [0, 1)
+    tau_high: commit when p_eff >= tau_high (a mixed prefix always commits), in (tau_low, 1]
+    max_rounds: cap on synchronous rounds per step
+    max_new_prompts_per_round: cap on fresh prompts started in one round (default 8 * batch_size)
+    prior: how each prompt's Beta prior is formed (PriorConfig or its kind as a string);
+        default "uniform" in groups mode and "eb" (empirical Bayes) in rollouts mode
+    """
+
+    mode: str = "groups"
+    budget: int | None = None
+    max_rollouts: int | None = None
+    probe_schedule: tuple = (0.5, 1.0)
+    tau_low: float = 0.5
+    tau_high: float = 1.0
+    max_rounds: int = 6
+    max_new_prompts_per_round: int | None = None
+    prior: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.prior is None:
+            # the uniform prior is the paper's; under a fixed budget its abandonments
+            # never pay for themselves (see _on_observe), so that mode learns the population
+            object.__setattr__(self, "prior", PriorConfig(kind="eb" if self.mode == "rollouts" else "uniform"))
+        if isinstance(self.prior, str):
+            object.__setattr__(self, "prior", PriorConfig(kind=self.prior))
+        elif isinstance(self.prior, dict):
+            object.__setattr__(self, "prior", PriorConfig(**self.prior))
+        require(isinstance(self.prior, PriorConfig), "prior", "give a PriorConfig, its kind or a dict of its fields")
+        require(self.mode in ("groups", "rollouts"), "mode", f"got {self.mode!r}; use 'groups' or 'rollouts'")
+        require(0.0 <= self.tau_low < 1.0, "tau_low", f"got {self.tau_low}; it must lie in [0, 1)")
+        require(self.tau_low < self.tau_high <= 1.0, "tau_high", f"got {self.tau_high}; it must lie in (tau_low, 1]")
+        require(self.max_rounds >= 1, "max_rounds", f"got {self.max_rounds}; set it >= 1")
+        sizes = self.schedule
+        require(len(sizes) <= self.max_rounds, "max_rounds",
+                f"{self.max_rounds} rounds cannot fit the {len(sizes)}-size probe schedule {sizes}; raise max_rounds")
+        require(self.step_budget >= self.k, "budget",
+                f"{self.step_budget} rollouts cannot hold one group of k={self.k}; set it >= k")
+        require(self.max_new_prompts_per_round is None or self.max_new_prompts_per_round >= 1,
+                "max_new_prompts_per_round", "set it >= 1 or leave it unset")
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """Cumulative probe sizes in rollouts, strictly increasing, ending at k."""
+        sizes = []
+        for x in tuple(self.probe_schedule):
+            if isinstance(x, float):
+                require(0.0 < x <= 1.0, "probe_schedule", f"fraction {x} must lie in (0, 1]")
+                sizes.append(max(1, int(round(x * self.k))))
+            else:
+                require(1 <= int(x) <= self.k, "probe_schedule", f"size {x} must lie in [1, k={self.k}]")
+                sizes.append(int(x))
+        sizes = sorted(set(sizes) | {self.k})
+        return tuple(sizes)
+
+    @property
+    def step_budget(self) -> int:
+        if self.mode == "rollouts":
+            return int(self.budget if self.budget is not None else self.batch_size * self.k)
+        return int(self.max_rollouts if self.max_rollouts is not None else 8 * self.batch_size * self.k)
+
+
+@ALLOCATORS.register("sara")
+class SARAAllocator(Allocator):
+    """Sequential adaptive rollout allocation; see the module docstring."""
+
+    name = "sara"
+    Params = SARAParams
+
+    def __init__(self, params: SARAParams) -> None:
+        super().__init__(params)
+        self.posterior = PromptPosterior(params.prior)
+        self._sizes = np.asarray(params.schedule, np.int64)
+
+    @property
+    def max_rollouts_per_step(self) -> int:
+        return self.params.step_budget
+
+    # ----- per-step state ------------------------------------------------------
+    def _on_start(self) -> None:
+        self.status = np.zeros(0, np.int8)
+        self.stage = np.zeros(0, np.int64)  # index into the schedule of the size being probed
+        self.a = np.zeros(0)
+        self.b = np.zeros(0)
+        self.peff = np.zeros(0)
+        self._counters.update(dropped=0, resolved=0)
+
+    def _start_prompts(self, ids: np.ndarray) -> dict[int, int]:
+        self.ledger.add_prompts(ids)
+        a, b = self.posterior.prior(ids)
+        m = len(ids)
+        self.status = np.concatenate([self.status, np.full(m, LIVE, np.int8)])
+        self.stage = np.concatenate([self.stage, np.zeros(m, np.int64)])
+        self.a = np.concatenate([self.a, a])
+        self.b = np.concatenate([self.b, b])
+        self.peff = np.concatenate([self.peff, p_effective(0, 0, self.params.k, a, b)])
+        return dict.fromkeys(ids.tolist(), int(self._sizes[0]))
+
+    def _select_fresh(self, n: int) -> np.ndarray:
+        """Fresh prompts to start (sara+dps ranks candidates here).
+
+        With carried evidence the stopping rule already applies before the
+        first probe: a prompt whose own history gives p_eff(0, 0) < tau_low
+        is abandoned for this step without spending a rollout (``skipped``).
+        """
+        if not self.params.prior.carry:
+            return self._fresh(n)
+        out: list[np.ndarray] = []
+        got = 0
+        for _ in range(4):
+            cand = self._fresh(n - got)
+            cand = cand[~np.isin(cand, np.concatenate(out))] if out else cand
+            if len(cand) == 0:
+                break
+            a, b = self.posterior.prior(cand)
+            known = self.posterior.has_evidence(cand)
+            keep = ~known | (p_effective(0, 0, self.params.k, a, b) >= self.params.tau_low)
+            self._counters["skipped"] += int((~keep).sum())
+            out.append(cand[keep])
+            got += int(keep.sum())
+            if got >= n:
+                break
+        return np.concatenate(out)[:n] if out else np.zeros(0, np.int64)
+
+    def _num_fresh(self) -> int:
+        p, led = self.params, self.ledger
+        live = self.status == LIVE
+        open_ = live | ((self.status == COMMITTED) & (led.n < p.k))
+        reserved = int((p.k - led.n[open_]).sum())
+        free = p.step_budget - led.total_rollouts - reserved
+        n = free // p.k
+        if p.mode == "groups":
+            committed = int((self.status == COMMITTED).sum())
+            need = p.batch_size - committed - float(self.peff[live].sum())
+            if need <= 0:
+                return 0
+            # expected commit rate of a fresh prompt: the prior's, updated by this step's outcomes
+            prior_rate = float(p_effective(0, 0, p.k, self.posterior.a_pop, self.posterior.b_pop))
+            resolved = self._counters["resolved"]
+            rate = (committed + 4 * prior_rate) / (resolved + 4)
+            n = min(n, math.ceil(need / max(rate, 0.02)))
+        cap = p.max_new_prompts_per_round or 8 * p.batch_size
+        return int(max(0, min(n, cap)))
+
+    def _propose(self) -> dict[int, int]:
+        p, led = self.params, self.ledger
+        req: dict[int, int] = {}
+        # complete committed groups, advance continuing probes
+        grow = ((self.status == COMMITTED) | (self.status == LIVE)) & (led.n < p.k)
+        for slot in np.flatnonzero(grow).tolist():
+            target = p.k if self.status[slot] == COMMITTED else int(self._sizes[self.stage[slot]])
+            req[int(led.prompt[slot])] = target - int(led.n[slot])
+        # fresh prompts only while they can still finish within the round cap
+        if led.rounds + len(self._sizes) <= p.max_rounds:
+            n_fresh = self._num_fresh()
+            if n_fresh > 0:
+                req.update(self._start_prompts(self._select_fresh(n_fresh)))
+        if not req and (p.mode == "groups") and int((self.status == COMMITTED).sum()) < p.batch_size:
+            self._counters["hit_cap"] = 1
+        return req
+
+    def _on_observe(self, slots: np.ndarray) -> None:
+        p, led = self.params, self.ledger
+        live = np.flatnonzero(self.status == LIVE)
+        if len(live) == 0:
+            return
+        n, s = led.n[live], led.s[live]
+        arrived = n >= self._sizes[self.stage[live]]  # this round's probe is in
+        live, n, s = live[arrived], n[arrived], s[arrived]
+        peff = p_effective(n, np.rint(s), p.k, self.a[live], self.b[live])
+        self.peff[live] = peff
+        mixed = (s > 0) & (s < n)
+        commit = mixed | (peff >= p.tau_high)
+        abandon = ~commit & (peff < p.tau_low)
+        if p.mode == "rollouts":
+            # Under a fixed budget an abandoned prompt is worth dropping only if the
+            # k - n rollouts it frees buy more expected effective groups elsewhere:
+            # a fresh prompt yields p_eff(0, 0) / k effective groups per rollout.
+            fresh_yield = p_effective(0, 0, p.k, self.posterior.a_pop, self.posterior.b_pop) / p.k
+            abandon &= peff < (p.k - n) * fresh_yield
+        full = ~commit & ~abandon & (n >= p.k)  # probed to k and still saturated
+        cont = ~commit & ~abandon & ~full
+        commit_slots = live[commit]
+        if p.mode == "groups":  # commit no more than needed, cheapest (largest prefix) first
+            room = max(0, p.batch_size - int((self.status == COMMITTED).sum()))
+            order = commit_slots[np.argsort(-n[commit], kind="stable")]
+            self.status[order[room:]] = DROPPED
+            self._counters["dropped"] += len(order[room:])
+            commit_slots = order[:room]
+        self.status[commit_slots] = COMMITTED
+        self.status[live[abandon]] = ABANDONED
+        self.status[live[full]] = SATURATED
+        self.stage[live[cont]] += 1
+        self._counters["committed"] += len(commit_slots)
+        self._counters["abandoned"] += int(abandon.sum())
+        self._counters["resolved"] += len(commit_slots) + int(abandon.sum()) + int(full.sum())
+        if p.mode == "groups" and int((self.status == COMMITTED).sum()) >= p.batch_size:
+            rest = np.flatnonzero(self.status == LIVE)
+            self.status[rest] = DROPPED
+            self._counters["dropped"] += len(rest)
+
+    def _batch_rows(self, rows: Rollouts, row_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keep = np.flatnonzero(self.status == COMMITTED)
+        idx = np.flatnonzero(np.isin(row_slot, keep))
+        return idx, row_slot[idx]
+
+    def _on_finish(self) -> None:
+        led = self.ledger
+        self.posterior.record(led.prompt, np.rint(led.s), led.n)
+        self.posterior.end_step()
+
+    def _extra_state(self) -> dict[str, Any]:
+        st = {"posterior": self.posterior.state_dict()}
+        if hasattr(self, "status"):
+            st.update(status=self.status, stage=self.stage, a=self.a, b=self.b, peff=self.peff)
+        return st
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        self.posterior.load_state_dict(state["posterior"])
+        for k in ("status", "stage", "a", "b", "peff"):
+            if k in state:
+                setattr(self, k, np.asarray(state[k]).copy())
+
+
+@dataclass(frozen=True)
+class SARADPSParams(SARAParams):
+    """SARA with predictive prompt selection (seed 001's SARA+DPS).
+
+    candidates_factor: fresh prompts are chosen among this many times more
+        candidates, ranked by a Thompson draw of their predicted effectiveness;
+        candidates not chosen are skipped for this pass over the pool
+    """
+
+    prior: Any = field(default_factory=lambda: PriorConfig(kind="carry+eb"))
+    probe_schedule: tuple = (0.25, 0.5, 1.0)
+    max_rounds: int = 8
+    candidates_factor: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.candidates_factor >= 1, "candidates_factor", f"got {self.candidates_factor}; set it >= 1")
+
+
+@ALLOCATORS.register("sara+dps")
+class SARADPSAllocator(SARAAllocator):
+    """SARA inside; fresh prompts chosen by Thompson-sampled predicted effectiveness.
+
+    For each candidate q a pass rate is drawn from its Beta prior (population
+    prior plus carried evidence) and scored by P(group of k mixed | p); the
+    best-scoring candidates are started.
+    """
+
+    name = "sara+dps"
+    Params = SARADPSParams
+
+    def _select_fresh(self, n: int) -> np.ndarray:
+        cand = self._fresh(n * self.params.candidates_factor)
+        a, b = self.posterior.prior(cand)
+        score = group_mixed_probability(self.rng.beta(a, b), self.params.k)
+        keep = np.sort(np.argsort(-score, kind="stable")[:n])
+        self._counters["skipped"] += len(cand) - len(keep)
+        return cand[keep]

@@ -1,0 +1,166 @@
+"""What the allocators promise, checked by simulation."""
+
+import numpy as np
+import pytest
+
+from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
+from rlvr_core.allocation.pods import max_variance_subset
+from rlvr_core.allocation.sara import ABANDONED
+from rlvr_core.rollout.simulated import SimulatedEngine
+
+
+@pytest.mark.parametrize("k,tau_low", [(8, 0.5), (16, 0.5), (8, 0.7)])
+def test_sara_abandonment_reliability_under_its_prior(k, tau_low):
+    """Pass rates drawn from SARA's own uniform prior: of the prompts SARA abandons,
+    the share whose full group of k would have been mixed stays under tau_low."""
+    eng = SimulatedEngine("uniform", seed=1, pool_size=20000)
+    src = PromptSource(eng.pool_size, seed=1)
+    alloc = make_allocator("sara", k=k, batch_size=64, tau_low=tau_low, prior="uniform", seed=1)
+    rng = np.random.default_rng(0)
+    would_mix = []
+    for _ in range(40):
+        alloc.start_step(src)
+        while req := alloc.propose():
+            alloc.observe(eng.generate(req))
+        led = alloc.ledger
+        ab = np.flatnonzero(alloc.status == ABANDONED)
+        p = eng.pass_rate(led.prompt[ab])
+        s = np.rint(led.s[ab]) + rng.binomial(k - led.n[ab], p)  # the rollouts SARA saved, drawn now
+        would_mix.extend(((s > 0) & (s < k)).tolist())
+        alloc.finish_step()
+    would_mix = np.asarray(would_mix)
+    assert len(would_mix) > 500
+    tol = 3 * np.sqrt(tau_low * (1 - tau_low) / len(would_mix))
+    assert would_mix.mean() < tau_low + tol
+
+
+@pytest.mark.parametrize("scenario,strict", [("early", True), ("late", True), ("ushape", True),
+                                             ("uniform", False), ("drift", False)])
+def test_sara_fixed_budget_yields_at_least_uniform(scenario, strict):
+    """Same rollout budget per step: SARA's effective groups >= uniform GRPO's.
+
+    On skewed populations SARA must win outright; where pass rates are spread
+    evenly (uniform, drift) abandonment gains little and the two may tie, so
+    there SARA must stay within sampling noise (2 sigma) of GRPO.
+    """
+    def effective(name, **kw):
+        tot = 0
+        for seed in range(4):
+            eng = SimulatedEngine(scenario, seed=seed)
+            src = PromptSource(eng.pool_size, seed=seed)
+            alloc = make_allocator(name, k=8, batch_size=32, seed=seed, **kw)
+            for _ in range(25):
+                _, st = run_allocation_step(alloc, eng, src)
+                assert st.rollouts <= 32 * 8
+                eng.update_weights()
+                tot += st.effective_groups
+        return tot
+
+    sara, grpo = effective("sara", mode="rollouts"), effective("grpo")
+    if strict:
+        assert sara > grpo
+    else:
+        assert sara >= grpo - 2 * np.sqrt(grpo)
+
+
+def test_sara_spends_fewer_rollouts_per_prompt_than_k():
+    eng = SimulatedEngine("ushape", seed=0)
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("sara", k=16, batch_size=32, seed=0)
+    rollouts = prompts = 0
+    for _ in range(10):
+        _, st = run_allocation_step(alloc, eng, src)
+        rollouts += st.rollouts
+        prompts += st.prompts
+    assert rollouts / prompts < 16
+
+
+def test_sara_groups_mode_commits_exactly_the_batch():
+    eng = SimulatedEngine("uniform", seed=0)
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("sara", k=8, batch_size=32, seed=0)
+    batch, st = run_allocation_step(alloc, eng, src)
+    assert st.effective_groups == st.groups == 32
+    assert (batch.group_sizes() == 8).all()
+    assert 2 <= st.rounds <= 6
+    assert st.committed == 32
+
+
+def test_dapo_cap_ends_step_without_error():
+    eng = SimulatedEngine("early", seed=0)  # few mixed groups
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("dapo", k=8, batch_size=64, gen_batch_size=8, max_gen_batches=2, seed=0)
+    batch, st = run_allocation_step(alloc, eng, src)
+    assert st.hit_cap == 1
+    assert st.rollouts == 2 * 8 * 8
+    assert st.effective_groups < 64 and batch.effective.all()
+
+
+def test_vigor_groups_are_ragged_and_grow_high_variance_prompts():
+    eng = SimulatedEngine("uniform", seed=0)
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("vigor", k=8, batch_size=32, seed=0)
+    batch, st = run_allocation_step(alloc, eng, src)
+    sizes = batch.group_sizes()
+    assert set(sizes.tolist()) >= {4, 8}
+    assert sizes.max() <= 32
+    grown = sizes > 4
+    assert batch.effective[grown].all()  # only mixed prompts are grown
+    assert st.rollouts <= 256 and st.rounds == 4  # m0, then T = 3 refinements
+
+
+def test_pods_keeps_max_variance_subset():
+    r = np.array([1, 1, 1, 1, 1, 1, 0, 0], float)
+    idx = max_variance_subset(r, 4)
+    assert sorted(r[idx].tolist()) == [0, 0, 1, 1]
+    rng = np.random.default_rng(0)
+    from itertools import combinations
+    for _ in range(20):
+        x = rng.normal(size=7)
+        best = max(np.var(x[list(c)]) for c in combinations(range(7), 3))
+        assert np.var(x[max_variance_subset(x, 3)]) == pytest.approx(best)
+
+
+def test_greso_skips_prompts_with_zero_variance_history():
+    eng = SimulatedEngine("ushape", seed=0, pool_size=200)
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("greso", k=8, batch_size=16, seed=0)
+    skipped = 0
+    for _ in range(30):
+        _, st = run_allocation_step(alloc, eng, src)
+        skipped += st.skipped
+    assert skipped > 0
+    assert max(alloc.streak.values()) >= 2
+
+
+def test_carried_prior_learns_saturated_prompts():
+    eng = SimulatedEngine("drift", seed=0)
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("sara", k=8, batch_size=32, prior="carry", seed=0)
+    for _ in range(15):
+        run_allocation_step(alloc, eng, src)
+        eng.update_weights()
+    ids = eng.prompt_ids
+    a, b = alloc.posterior.prior(ids)
+    known = alloc.posterior.has_evidence(ids)
+    assert known.sum() > 100
+    rate = eng.pass_rate(ids)
+    mean = a / (a + b)
+    assert np.corrcoef(mean[known], rate[known])[0, 1] > 0.5
+
+
+def test_sara_dps_prefers_predicted_effective_prompts():
+    eng = SimulatedEngine("ushape", seed=0, pool_size=400)
+    src = PromptSource(eng.pool_size, seed=0)
+    dps = make_allocator("sara+dps", k=8, batch_size=16, seed=0)
+    sara = make_allocator("sara", k=8, batch_size=16, seed=0)
+    def cost(alloc):
+        e = SimulatedEngine("ushape", seed=0, pool_size=400)
+        s = PromptSource(e.pool_size, seed=0)
+        R = E = 0
+        for _ in range(40):
+            _, st = run_allocation_step(alloc, e, s)
+            R += st.rollouts
+            E += st.effective_groups
+        return R / E
+    assert cost(dps) < cost(sara)

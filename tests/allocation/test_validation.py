@@ -1,0 +1,50 @@
+import pytest
+
+from rlvr_core.allocation import PromptSource, make_allocator
+from rlvr_core.errors import ConfigError
+from rlvr_core.registry import UnknownNameError
+
+
+def test_unknown_allocator_lists_valid_names():
+    with pytest.raises(UnknownNameError) as e:
+        make_allocator("sarah")
+    msg = str(e.value)
+    for name in ("grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps"):
+        assert name in msg
+    assert "did you mean 'sara'" in msg
+
+
+@pytest.mark.parametrize("name,kw,field", [
+    ("grpo", {"k": 1}, "k"),
+    ("sara", {"k": 1}, "k"),
+    ("sara", {"tau_low": 1.0}, "tau_low"),
+    ("sara", {"tau_low": -0.1}, "tau_low"),
+    ("sara", {"mode": "rollouts", "budget": 7}, "budget"),
+    ("sara", {"probe_schedule": (0.0, 1.0)}, "probe_schedule"),
+    ("sara", {"mode": "fixed"}, "mode"),
+    ("sara", {"prior": "magic"}, "prior.kind"),
+    ("vigor", {"alpha": 0.0}, "alpha"),
+    ("vigor", {"alpha": 1.5}, "alpha"),
+    ("vigor", {"gamma": 1.0}, "gamma"),
+    ("vigor", {"budget": 3}, "budget"),
+    ("dapo", {"max_gen_batches": 0}, "max_gen_batches"),
+    ("pods", {"n_generate": 4}, "n_generate"),
+    ("greso", {"p_explore": 0.0}, "p_explore"),
+    ("grpo", {"batch_size": 0}, "batch_size"),
+])
+def test_impossible_parameters_name_the_field(name, kw, field):
+    with pytest.raises(ConfigError) as e:
+        make_allocator(name, **kw)
+    assert str(e.value).startswith(field)
+
+
+def test_unknown_parameter_suggests_closest():
+    with pytest.raises(ConfigError, match="did you mean 'tau_low'"):
+        make_allocator("sara", tau_lo=0.3)
+
+
+def test_empty_prompt_pool_is_refused():
+    with pytest.raises(ConfigError, match="empty"):
+        PromptSource([])
+    with pytest.raises(ConfigError, match="duplicated"):
+        PromptSource([1, 1, 2])

@@ -1,0 +1,288 @@
+"""Allocation benchmark on the simulated engine.
+
+Runs every allocator on every scenario for k in {8, 16} over several seeds and
+writes, under benchmarks/results/:
+
+- allocation.csv          one row per (allocator, scenario, k) with means and 95% intervals
+- allocation_runs.csv     one row per seed
+- allocation.md           the markdown table (also pasted into the README)
+- allocation.png          rollouts per effective group and useful share, per scenario
+- allocation_timing.csv   milliseconds per decision round with 1,024 live prompts
+- allocation_targets.json the README targets, measured
+
+Usage: python -m benchmarks.allocation [--quick] [--json PATH] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
+from rlvr_core.rollout.simulated import SimulatedEngine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SCENARIOS = ("early", "late", "ushape", "uniform", "drift")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One benchmarked configuration: a label, an allocator name and its parameters."""
+
+    label: str
+    allocator: str
+    params: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+VARIANTS = (
+    Variant("grpo", "grpo", {}, "B prompts x k, train on all"),
+    Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)"),
+    Variant("sara", "sara", {}, "uniform prior, B committed groups per step"),
+    Variant("sara[carry]", "sara", {"prior": "carry+eb", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8},
+            "carried per-prompt evidence + empirical-Bayes prior, probes k/4, k/2, k"),
+    Variant("sara[budget]", "sara", {"mode": "rollouts"}, "fixed budget B*k per step (empirical-Bayes prior)"),
+    Variant("vigor", "vigor", {}, "budget B*k, m0=k/2, T=3, alpha=0.5, gamma=2"),
+    Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt"),
+    Variant("greso", "greso", {}, "DAPO + pre-rollout skipping"),
+    Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection"),
+)
+
+
+def run_one(variant: Variant, scenario: str, k: int, seed: int, steps: int, batch_size: int) -> dict[str, Any]:
+    """Train-free allocation run: ``steps`` steps on one simulated scenario."""
+    engine = SimulatedEngine(scenario, seed=seed)
+    source = PromptSource(engine.pool_size, seed=seed)
+    alloc = make_allocator(variant.allocator, k=k, batch_size=batch_size, seed=seed, **variant.params)
+    tot: dict[str, float] = {}
+    for _ in range(steps):
+        _, st = run_allocation_step(alloc, engine, source)
+        engine.update_weights()
+        for key in ("rollouts", "tokens", "effective_groups", "useful_rollouts", "rounds", "hit_cap"):
+            tot[key] = tot.get(key, 0) + getattr(st, key)
+    eff = max(tot["effective_groups"], 1)
+    return {
+        "allocator": variant.label, "scenario": scenario, "k": k, "seed": seed,
+        "rollouts_per_effective_group": tot["rollouts"] / eff,
+        "tokens_per_effective_group": tot["tokens"] / eff,
+        "useful_share": tot["useful_rollouts"] / max(tot["rollouts"], 1),
+        "effective_groups_per_step": tot["effective_groups"] / steps,
+        "rounds_per_step": tot["rounds"] / steps,
+        "rollouts_per_step": tot["rollouts"] / steps,
+        "capped_steps": tot["hit_cap"] / steps,
+    }
+
+
+def ci95(x: np.ndarray) -> tuple[float, float]:
+    """Two-sided 95% t-interval of the mean."""
+    if len(x) < 2:
+        return float(x.mean()), float(x.mean())
+    half = float(sps.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (alloc, scen, k), g in runs.groupby(["allocator", "scenario", "k"], sort=False):
+        r = g["rollouts_per_effective_group"].to_numpy()
+        lo, hi = ci95(r)
+        rows.append({
+            "allocator": alloc, "scenario": scen, "k": int(k), "seeds": len(g),
+            "rollouts_per_effective_group": float(r.mean()), "rpeg_ci_low": lo, "rpeg_ci_high": hi,
+            "tokens_per_effective_group": float(g["tokens_per_effective_group"].mean()),
+            "useful_share": float(g["useful_share"].mean()),
+            "effective_groups_per_step": float(g["effective_groups_per_step"].mean()),
+            "rounds_per_step": float(g["rounds_per_step"].mean()),
+            "rollouts_per_step": float(g["rollouts_per_step"].mean()),
+            "capped_steps": float(g["capped_steps"].mean()),
+        })
+    for scen in runs["scenario"].unique():  # the oracle limit: every rollout lands in an effective group
+        for k in sorted(runs["k"].unique()):
+            rows.append({"allocator": "oracle", "scenario": scen, "k": int(k), "seeds": 0,
+                         "rollouts_per_effective_group": float(k), "rpeg_ci_low": float(k), "rpeg_ci_high": float(k),
+                         "tokens_per_effective_group": float("nan"), "useful_share": 1.0,
+                         "effective_groups_per_step": float("nan"), "rounds_per_step": 1.0,
+                         "rollouts_per_step": float("nan"), "capped_steps": 0.0})
+    return pd.DataFrame(rows)
+
+
+def time_decision_rounds(k: int = 8, live: int = 1024, repeats: int = 30) -> pd.DataFrame:
+    """Median ms of one propose+observe round with ``live`` live prompts (engine time excluded)."""
+    out = []
+    for v in VARIANTS:
+        engine = SimulatedEngine("uniform", seed=0, pool_size=64 * live)
+        samples = []
+        for rep in range(repeats):
+            source = PromptSource(engine.pool_size, seed=rep)
+            params = dict(v.params)
+            if v.allocator in ("sara", "sara+dps"):
+                params.setdefault("max_new_prompts_per_round", live)
+            alloc = make_allocator(v.allocator, k=k, batch_size=live, seed=rep, **params)
+            alloc.start_step(source)
+            req = alloc.propose()
+            ro = engine.generate(req)
+            alloc.observe(ro)  # first round done: `live` prompts are now live
+            t0 = time.perf_counter()
+            req = alloc.propose()
+            t_prop = time.perf_counter() - t0
+            if not req:
+                continue
+            ro = engine.generate(req)
+            t1 = time.perf_counter()
+            alloc.observe(ro)
+            samples.append((t_prop + time.perf_counter() - t1) * 1e3)
+        if samples:
+            out.append({"allocator": v.label, "live_prompts": live, "k": k,
+                        "median_ms": float(np.median(samples)), "p90_ms": float(np.percentile(samples, 90)),
+                        "repeats": len(samples)})
+    return pd.DataFrame(out)
+
+
+def targets(summary: pd.DataFrame) -> dict[str, Any]:
+    """The README's allocation targets, computed from the summary table."""
+    def rpeg(alloc: str, scen: str, k: int = 8) -> float:
+        row = summary[(summary.allocator == alloc) & (summary.scenario == scen) & (summary.k == k)]
+        return float(row["rollouts_per_effective_group"].iloc[0]) if len(row) else float("nan")
+
+    def share(alloc: str, scen: str, k: int) -> float:
+        row = summary[(summary.allocator == alloc) & (summary.scenario == scen) & (summary.k == k)]
+        return float(row["useful_share"].iloc[0]) if len(row) else float("nan")
+
+    res: dict[str, Any] = {}
+    for scen in ("early", "ushape"):
+        saving = 1 - rpeg("sara", scen) / rpeg("dapo", scen)
+        res[f"sara_vs_dapo_saving_{scen}_k8"] = {"value": saving, "target": 0.22, "met": bool(saving >= 0.22)}
+    saving = 1 - rpeg("sara[carry]", "drift") / rpeg("dapo", "drift")
+    res["sara_carry_vs_dapo_saving_drift_k8"] = {"value": saving, "target": 0.35, "met": bool(saving >= 0.35)}
+    ok = [(s, k, share("vigor", s, k), share("grpo", s, k)) for s in summary.scenario.unique()
+          for k in sorted(summary.k.unique())]
+    res["vigor_useful_share_above_grpo"] = {
+        "value": {f"{s}/k{k}": [round(v, 4), round(g, 4)] for s, k, v, g in ok},
+        "met": bool(all(v > g for _, _, v, g in ok)),
+    }
+    return res
+
+
+def markdown_table(summary: pd.DataFrame, timing: pd.DataFrame | None) -> str:
+    lines = [
+        "Rollouts per effective group (mean over seeds, 95% interval), tokens per effective group (thousands),",
+        "useful share (rollouts inside effective training groups / all rollouts), effective groups and sync",
+        "rounds per step; B = 32. The oracle spends exactly k rollouts per effective group.",
+        "",
+    ]
+    for k in sorted(summary.k.unique()):
+        lines += [f"**k = {k}**", "",
+                  "| allocator | scenario | rollouts / eff. group | tokens / eff. group (k) | useful share | eff. groups / step | rounds / step |",
+                  "|---|---|---|---|---|---|---|"]
+        sub = summary[summary.k == k]
+        for scen in sub.scenario.unique():
+            for _, r in sub[sub.scenario == scen].iterrows():
+                tok = "-" if np.isnan(r.tokens_per_effective_group) else f"{r.tokens_per_effective_group / 1e3:.2f}"
+                egs = "-" if np.isnan(r.effective_groups_per_step) else f"{r.effective_groups_per_step:.1f}"
+                lines.append(
+                    f"| {r.allocator} | {scen} | {r.rollouts_per_effective_group:.2f} "
+                    f"[{r.rpeg_ci_low:.2f}, {r.rpeg_ci_high:.2f}] | {tok} | {r.useful_share:.3f} | {egs} | "
+                    f"{r.rounds_per_step:.1f} |")
+        lines.append("")
+    if timing is not None and len(timing):
+        lines += ["Decision round with 1,024 live prompts (propose + observe, engine excluded):", "",
+                  "| allocator | median ms | p90 ms |", "|---|---|---|"]
+        lines += [f"| {r.allocator} | {r.median_ms:.2f} | {r.p90_ms:.2f} |" for _, r in timing.iterrows()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(summary: pd.DataFrame, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    ks = sorted(summary.k.unique())
+    scens = list(summary.scenario.unique())
+    labels = [v.label for v in VARIANTS]
+    fig, axes = plt.subplots(2, len(ks), figsize=(7 * len(ks), 8), squeeze=False)
+    width = 0.8 / len(labels)
+    for j, k in enumerate(ks):
+        sub = summary[summary.k == k]
+        for i, lab in enumerate(labels):
+            s = sub[sub.allocator == lab].set_index("scenario").reindex(scens)
+            x = np.arange(len(scens)) + (i - len(labels) / 2) * width + width / 2
+            err = np.vstack([s.rollouts_per_effective_group - s.rpeg_ci_low, s.rpeg_ci_high - s.rollouts_per_effective_group])
+            axes[0, j].bar(x, s.rollouts_per_effective_group, width, yerr=err, label=lab, capsize=1.5)
+            axes[1, j].bar(x, s.useful_share, width, label=lab)
+        axes[0, j].axhline(k, color="k", ls="--", lw=1, label="oracle (k)")
+        axes[1, j].axhline(1.0, color="k", ls="--", lw=1)
+        for ax, ttl in ((axes[0, j], f"rollouts per effective group, k={k} (lower is better)"),
+                        (axes[1, j], f"useful share, k={k} (higher is better)")):
+            ax.set_xticks(np.arange(len(scens)), scens)
+            ax.set_title(ttl, fontsize=10)
+            ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer steps (finishes in well under a minute)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (default 60, quick 15)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures as a JSON list here")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    args = ap.parse_args(argv)
+    if args.seeds < 1 or args.batch_size < 1:
+        ap.error("--seeds and --batch-size must be >= 1")
+    steps = args.steps or (15 if args.quick else 60)
+    args.out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    runs = []
+    combos = [(v, s, k) for k in (8, 16) for s in SCENARIOS for v in VARIANTS]
+    for i, (v, scen, k) in enumerate(combos, 1):
+        for seed in range(args.seeds):
+            runs.append(run_one(v, scen, k, seed, steps, args.batch_size))
+        print(f"[{i:3d}/{len(combos)}] k={k:2d} {scen:8s} {v.label:13s} "
+              f"rollouts/eff.group={np.mean([r['rollouts_per_effective_group'] for r in runs[-args.seeds:]]):6.2f}",
+              flush=True)
+    runs_df = pd.DataFrame(runs)
+    summary = summarise(runs_df)
+    timing = time_decision_rounds(repeats=10 if args.quick else 30)
+    tgt = targets(summary)
+    runs_df.to_csv(args.out / "allocation_runs.csv", index=False)
+    summary.to_csv(args.out / "allocation.csv", index=False)
+    timing.to_csv(args.out / "allocation_timing.csv", index=False)
+    tgt["decision_round_ms_1024_live"] = {
+        "value": {r.allocator: round(r.median_ms, 3) for _, r in timing.iterrows()},
+        "target": 5.0, "met": bool((timing.median_ms < 5.0).all()),
+    }
+    meta = {"steps": steps, "seeds": args.seeds, "batch_size": args.batch_size, "quick": args.quick,
+            "seconds": round(time.perf_counter() - t_start, 1)}
+    (args.out / "allocation_targets.json").write_text(json.dumps({"run": meta, "targets": tgt}, indent=2) + "\n")
+    (args.out / "allocation.md").write_text(markdown_table(summary, timing))
+    plot(summary, args.out / "allocation.png")
+    if args.json:
+        keys = ["allocator", "scenario", "k", "rollouts_per_effective_group", "tokens_per_effective_group",
+                "useful_share", "rounds_per_step", "effective_groups_per_step", "rpeg_ci_low", "rpeg_ci_high"]
+        recs = summary[keys].replace({np.nan: None}).to_dict(orient="records")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(recs, indent=2) + "\n")
+    print(f"wrote {args.out}/allocation.{{csv,md,png}} in {meta['seconds']} s")
+    for name, t in tgt.items():
+        print(f"  target {name}: {'met' if t['met'] else 'MISSED'} ({t['value']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -317,7 +317,11 @@ class GRPOTrainer:
         return tot
 
     def _reduce(self, values: list[float], grads: bool) -> tuple[list[float], list[torch.Tensor] | None]:
-        """Sum ``values`` (and, with ``grads``, every parameter's gradient) over ranks in one all_reduce."""
+        """Sum ``values`` (float64) and, with ``grads``, every parameter's gradient over ranks.
+
+        Gradients travel as one flat float32 buffer (4 bytes per parameter of
+        extra memory); ranks whose shard is empty contribute zeros.
+        """
         flat_grads = None
         if grads:
             for p in self.params:
@@ -326,18 +330,16 @@ class GRPOTrainer:
             flat_grads = [p.grad for p in self.params]
         if self.world == 1:
             return values, flat_grads
-        parts = [torch.tensor(values, dtype=torch.float64, device=self.device)]
+        vals = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(vals, op=dist.ReduceOp.SUM)
         if flat_grads is not None:
-            parts.append(torch.cat([g.reshape(-1).to(torch.float64) for g in flat_grads]))
-        buf = torch.cat(parts)
-        dist.all_reduce(buf, op=dist.ReduceOp.SUM)
-        out_vals = buf[: len(values)].tolist()
-        if flat_grads is not None:
-            off = len(values)
+            buf = torch.cat([g.reshape(-1).float() for g in flat_grads])
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            off = 0
             for g in flat_grads:
-                g.copy_(buf[off : off + g.numel()].view_as(g).to(g.dtype))
+                g.copy_(buf[off : off + g.numel()].view_as(g))
                 off += g.numel()
-        return out_vals, flat_grads
+        return vals.tolist(), flat_grads
 
     def _run(self, train_batch: TrainBatch, update: bool) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -371,7 +373,7 @@ class GRPOTrainer:
                 vals = [tot.loss, tot.pg_loss, *(tot.token_sums[k] for k in _TOKEN_METRICS)]
                 vals, grads = self._reduce(vals, grads=update)
                 if self.world > 1:
-                    rmax = torch.tensor([tot.ratio_max], dtype=torch.float64)
+                    rmax = torch.tensor([tot.ratio_max], dtype=torch.float64, device=self.device)
                     dist.all_reduce(rmax, op=dist.ReduceOp.MAX)
                     tot.ratio_max = float(rmax)
                 loss, pg = vals[0], vals[1]

@@ -1,0 +1,196 @@
+"""Typed, frozen configuration per params.yaml section, validated on load.
+
+Each stage reads only its own section: ``prepare``, ``warmstart``, ``train``,
+``evaluate``. Unknown keys are rejected with the closest valid key; impossible
+values raise ConfigError naming ``section.key`` and how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+import yaml
+
+from rlvr_core.errors import ConfigError, require
+from rlvr_core.models.warmstart import WarmStartConfig
+
+C = TypeVar("C")
+
+
+def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> C:
+    """Build dataclass ``cls`` from ``data``; unknown keys name the closest valid one."""
+    data = dict(data or {})
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{section}.{key}: unknown key{hint}; valid keys: {', '.join(names)}")
+    try:
+        return cls(**data)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(section + ".") else f"{section}.{msg}") from None
+    except TypeError as e:
+        raise ConfigError(f"{section}: {e}") from None
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Synthetic task generation.
+
+    task: "arithmetic" or "countdown"
+    n_train, n_test: problems per split (disjoint)
+    seed: generator seed
+    digit_weights: arithmetic only, relative weight of 1..4-digit problems
+    ops: arithmetic only, operators to draw from
+    """
+
+    task: str = "arithmetic"
+    n_train: int = 20000
+    n_test: int = 1000
+    seed: int = 0
+    digit_weights: tuple[float, ...] | None = None
+    ops: tuple[str, ...] = ("+", "-", "*")
+
+    def __post_init__(self) -> None:
+        require(self.task in ("arithmetic", "countdown"), "task", f"got {self.task!r}; use 'arithmetic' or 'countdown'")
+        require(_is_int(self.n_train) and self.n_train >= 1, "n_train", f"got {self.n_train!r}; need an int >= 1")
+        require(_is_int(self.n_test) and self.n_test >= 1, "n_test", f"got {self.n_test!r}; need an int >= 1")
+        require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")
+        if self.digit_weights is not None:
+            object.__setattr__(self, "digit_weights", tuple(float(w) for w in self.digit_weights))
+            require(len(self.digit_weights) == 4 and min(self.digit_weights) >= 0 and sum(self.digit_weights) > 0,
+                    "digit_weights", "give 4 non-negative weights (1- to 4-digit problems), not all zero")
+        object.__setattr__(self, "ops", tuple(self.ops))
+        require(len(self.ops) > 0 and set(self.ops) <= {"+", "-", "*"}, "ops", "choose among '+', '-', '*'")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One GRPO training run with an allocator (the ``train`` section).
+
+    allocator: registered allocator name (grpo, dapo, sara, vigor, pods, greso, sara+dps)
+    allocators: the allocators ``dvc repro`` and the report compare
+    allocator_params: per-allocator parameter overrides, {name: {param: value}}
+    k: rollouts per full group; batch_size: prompts (or effective groups) per step
+    steps: training steps; seed: seeds allocator, sampler and prompt order
+    lr, clip_eps, grad_clip, kl_coef, advantage, aggregation: the GRPO update
+    temperature, top_p, max_new_tokens: sampling
+    eval_every: steps between held-out evaluations (0: only at the end)
+    eval_size: held-out problems per evaluation; eval_samples: samples each for pass@k
+    checkpoint_every: steps between checkpoints; keep_last: checkpoints kept
+    max_nonfinite: consecutive non-finite updates that stop the run
+    """
+
+    allocator: str = "sara"
+    allocators: tuple[str, ...] = ("grpo", "dapo", "sara", "vigor")
+    allocator_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    k: int = 8
+    batch_size: int = 32
+    steps: int = 300
+    seed: int = 0
+    lr: float = 2e-4
+    clip_eps: float = 0.2
+    grad_clip: float = 1.0
+    kl_coef: float = 0.0
+    advantage: str = "grpo"
+    aggregation: str = "token_mean"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 8
+    eval_every: int = 50
+    eval_size: int = 500
+    eval_samples: int = 8
+    checkpoint_every: int = 50
+    keep_last: int = 3
+    max_nonfinite: int = 5
+
+    def __post_init__(self) -> None:
+        from rlvr_core.allocation import ALLOCATORS
+
+        object.__setattr__(self, "allocators", tuple(self.allocators))
+        for name in (self.allocator, *self.allocators):
+            if name not in ALLOCATORS:
+                raise ConfigError(f"allocator: unknown {name!r}; valid names: {', '.join(ALLOCATORS.names())}")
+        require(isinstance(self.allocator_params, Mapping), "allocator_params", "give a mapping {allocator: {param: value}}")
+        for name in self.allocator_params:
+            require(name in ALLOCATORS, "allocator_params", f"unknown allocator {name!r}")
+        for key, lo in (("k", 2), ("batch_size", 1), ("steps", 0), ("max_new_tokens", 1), ("eval_every", 0),
+                        ("eval_size", 1), ("eval_samples", 0), ("checkpoint_every", 1), ("keep_last", 1),
+                        ("max_nonfinite", 1)):
+            v = getattr(self, key)
+            require(_is_int(v) and v >= lo, key, f"got {v!r}; need an int >= {lo}")
+        require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")
+        require(0 < self.lr < 1, "lr", f"got {self.lr!r}; need 0 < lr < 1 (2e-4 is the tested default)")
+        require(self.temperature > 0, "temperature", f"got {self.temperature!r}; need > 0")
+        require(0 < self.top_p <= 1, "top_p", f"got {self.top_p!r}; need 0 < top_p <= 1")
+        require(self.eval_samples == 0 or self.eval_samples >= self.k, "eval_samples",
+                f"got {self.eval_samples}; need 0 or >= k={self.k} for pass@k")
+
+    def allocator_kwargs(self, name: str | None = None) -> dict[str, Any]:
+        """Parameters for ``make_allocator``: k, batch_size, seed plus the overrides."""
+        name = name or self.allocator
+        return {"k": self.k, "batch_size": self.batch_size, "seed": self.seed, **self.allocator_params.get(name, {})}
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Held-out evaluation: greedy accuracy and pass@k from ``n_samples`` samples."""
+
+    k: int = 8
+    n_samples: int = 16
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+
+    def __post_init__(self) -> None:
+        require(_is_int(self.k) and self.k >= 1, "k", f"got {self.k!r}; need an int >= 1")
+        require(_is_int(self.n_samples) and (self.n_samples == 0 or self.n_samples >= self.k), "n_samples",
+                f"got {self.n_samples!r}; need 0 or an int >= k")
+        require(self.temperature > 0, "temperature", "need > 0")
+
+
+@dataclass(frozen=True)
+class Params:
+    prepare: PrepareConfig
+    warmstart: WarmStartConfig
+    train: TrainConfig
+    evaluate: EvaluateConfig
+
+
+SECTIONS = {"prepare": PrepareConfig, "warmstart": WarmStartConfig, "train": TrainConfig, "evaluate": EvaluateConfig}
+
+
+def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
+    """Read and validate params.yaml; ``overrides`` {section: {key: value}} win over the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file; run from the project root or pass the params file")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
+    for sec in raw:
+        if sec not in SECTIONS and sec != "report":
+            close = difflib.get_close_matches(str(sec), list(SECTIONS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{path}: unknown section {sec!r}{hint}; valid: {', '.join(SECTIONS)}, report")
+    merged = {sec: dict(raw.get(sec) or {}) for sec in SECTIONS}
+    for sec, vals in (overrides or {}).items():
+        if sec not in SECTIONS:
+            raise ConfigError(f"overrides: unknown section {sec!r}; valid: {', '.join(SECTIONS)}")
+        merged[sec].update(vals)
+    try:
+        return Params(**{sec: from_mapping(cls, merged[sec], sec) for sec, cls in SECTIONS.items()})
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

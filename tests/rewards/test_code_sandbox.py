@@ -1,0 +1,257 @@
+"""Sandboxed code verifier: correct, partly correct and hostile programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+if not sys.platform.startswith("linux"):
+    pytest.skip("the sandbox relies on Linux rlimits, sessions and /proc", allow_module_level=True)
+
+from rlvr_core.rewards import get_verifier  # noqa: E402
+from rlvr_core.rewards.code import CodeResult, extract_code, normalize_output, parse_tests, run_tests, verify_code  # noqa: E402
+from rlvr_core.rewards.sandbox import (  # noqa: E402
+    MEMORY_LIMIT,
+    OK,
+    OUTPUT_LIMIT,
+    SANDBOX_VIOLATION,
+    TIMEOUT,
+    SandboxLimits,
+    run_python,
+)
+
+LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20)
+ADD_TESTS = [
+    {"input": "1 2\n", "output": "3\n"},
+    {"input": "10 -4\n", "output": "6"},
+    {"input": "100 200\n", "output": "300   \n\n"},
+]
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+@pytest.fixture(autouse=True)
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Sandbox work dirs go under a test-owned folder so leftovers can be counted."""
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def _group_or_session_members(pid: int) -> list[int]:
+    """Live, non-zombie processes whose process group or session is ``pid`` (independent of the sandbox code)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        p = int(entry)
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z" and (os.getpgid(p) == pid or os.getsid(p) == pid):
+                found.append(p)
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def _assert_clean(result, private_tmp: Path) -> None:
+    assert result.pid is not None
+    assert _group_or_session_members(result.pid) == []
+    assert list(private_tmp.iterdir()) == []
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def test_correct_program_scores_one() -> None:
+    completion = f"Here is my solution:\n```python\n{ADD}```\nIt reads two ints."
+    assert verify_code(completion, {"tests": ADD_TESTS}, LIMITS) == 1.0
+    result = run_tests(extract_code(completion), ADD_TESTS, LIMITS)
+    assert isinstance(result, CodeResult)
+    assert (result.passed, result.total, result.pass_fraction) == (3, 3, 1.0)
+    assert result.statuses == ("passed",) * 3
+    assert get_verifier("code") is verify_code
+
+
+def test_partly_correct_program_gives_fraction_and_zero_reward() -> None:
+    code = "a, b = map(int, input().split())\nprint(a + b if a < 50 else a - b)\n"
+    completion = f"```python\n{code}```"
+    result = run_tests(code, ADD_TESTS, LIMITS)
+    assert (result.passed, result.total) == (2, 3)
+    assert result.pass_fraction == pytest.approx(2 / 3)
+    assert result.statuses == ("passed", "passed", "wrong_answer")
+    assert verify_code(completion, {"tests": ADD_TESTS}, LIMITS) == 0.0
+    early = run_tests("print('nope')", ADD_TESTS, LIMITS, stop_on_failure=True)
+    assert early.statuses == ("wrong_answer", "skipped", "skipped") and early.pass_fraction == 0.0
+
+
+def test_livecodebench_test_case_format() -> None:
+    public = json.dumps([{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}])
+    private = [{"input": "4 4\n", "output": "8\n", "testtype": "stdin"}]
+    example = {"public_test_cases": public, "private_test_cases": private}
+    assert [t.output for t in parse_tests(example)] == ["5\n", "8\n"]
+    assert verify_code(f"```python\n{ADD}```", example, LIMITS) == 1.0
+    with pytest.raises(ValueError, match="testtype 'functional'"):
+        parse_tests({"public_test_cases": json.dumps([{"input": "x", "output": "y", "testtype": "functional"}])})
+    with pytest.raises(ValueError, match="has no tests"):
+        verify_code("print(1)", {"answer": "1"})
+    with pytest.raises(ValueError, match=r"example\['tests'\]\[0\]"):
+        parse_tests({"tests": [{"in": "1"}]})
+
+
+def test_code_extraction_and_output_normalisation() -> None:
+    text = "```\nplain\n```\n```python\nfirst\n```\nthen\n```py\nsecond\n```\n```text\nout\n```"
+    assert extract_code(text) == "second\n"
+    assert extract_code("```\nonly\n```") == "only\n"
+    assert extract_code("print(1)") == "print(1)"
+    assert normalize_output("a  \r\nb\t\n\n\n") == "a\nb"
+    assert normalize_output("a\n b") != normalize_output("a\nb")  # leading spaces matter
+
+
+def test_program_may_use_its_own_directory(private_tmp: Path) -> None:
+    code = "open('scratch.txt', 'w').write('hi')\nimport os\nprint(open('scratch.txt').read(), os.path.exists('main.py'))"
+    result = run_python(code, "", LIMITS)
+    assert result.status == OK and result.stdout == "hi True\n"
+    _assert_clean(result, private_tmp)
+
+
+def test_typical_contest_program_runs(private_tmp: Path) -> None:
+    code = (
+        "import sys, gc, heapq, bisect, math, itertools, functools, re, random, string\n"
+        "from collections import deque, Counter\nfrom fractions import Fraction\nfrom decimal import Decimal\n"
+        "sys.setrecursionlimit(10**6)\ngc.disable()\n"
+        "data = sys.stdin.buffer.read().split()\nn = int(data[0])\nxs = sorted(map(int, data[1:1 + n]))\n"
+        "@functools.lru_cache(None)\ndef f(k):\n    return k if k < 2 else f(k - 1) + f(k - 2)\n"
+        "print(sum(xs), f(30), Fraction(1, 3) + Fraction(1, 6), math.isqrt(10**12))\n"
+    )
+    result = run_python(code, "3\n5 1 4\n", LIMITS)
+    assert result.status == OK, result.stderr[-500:]
+    assert result.stdout == "10 832040 1/2 1000000\n"
+    _assert_clean(result, private_tmp)
+
+
+# ---------------------------------------------------------------- hostile programs
+
+HOSTILE = {
+    # (program, expected status, bound on wall seconds: the wall limit plus 1 s of slack)
+    "infinite_loop": ("while True:\n    pass\n", TIMEOUT, 3.5),
+    "sleeping": ("import time\ntime.sleep(60)\n", TIMEOUT, 3.5),
+    "memory_bomb": ("x = []\nwhile True:\n    x.append(bytearray(50 * 2**20))\n", MEMORY_LIMIT, 3.5),
+    "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", SANDBOX_VIOLATION, 1.5),
+    "subprocess": ("import subprocess\nsubprocess.run(['sh', '-c', 'sleep 30 &'])\n", SANDBOX_VIOLATION, 1.5),
+    "socket": ("import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 80))\n", SANDBOX_VIOLATION, 1.5),
+    "ctypes": ("import ctypes\nctypes.CDLL(None).fork()\n", SANDBOX_VIOLATION, 1.5),
+    "introspect_gc": ("import gc\nprint(len(gc.get_objects()))\n", SANDBOX_VIOLATION, 1.5),
+    "profile_hook": ("import sys\nsys.setprofile(lambda *a: None)\nopen('x', 'w')\n", SANDBOX_VIOLATION, 1.5),
+    "print_gigabytes": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", OUTPUT_LIMIT, 1.5),
+    "stderr_flood": ("import sys\nwhile True:\n    sys.stderr.write('x' * 65536)\n", OUTPUT_LIMIT, 1.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_program_is_contained(name: str, private_tmp: Path) -> None:
+    code, expected_status, max_wall = HOSTILE[name]
+    t0 = time.monotonic()
+    result = run_python(code, "1 2\n", LIMITS)
+    elapsed = time.monotonic() - t0
+    assert result.status == expected_status, (result.status, result.stderr[-300:])
+    assert elapsed < max_wall
+    assert len(result.stdout.encode()) <= LIMITS.max_output_bytes
+    _assert_clean(result, private_tmp)
+    assert verify_code(f"```python\n{code}```", {"tests": ADD_TESTS[:1]}, LIMITS) == 0.0
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_writing_outside_its_directory_is_blocked(private_tmp: Path) -> None:
+    target = Path("/tmp") / f"sandbox_escape_{uuid.uuid4().hex}"
+    attempts = [
+        f"open({str(target)!r}, 'w').write('escaped')",
+        f"import os\nfd = os.open({str(target)!r}, os.O_CREAT | os.O_WRONLY)\nos.write(fd, b'x')",
+        f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w').write('escaped')",
+        f"import os\nd = os.open('/tmp', os.O_RDONLY)\nos.open({target.name!r}, os.O_CREAT | os.O_WRONLY, dir_fd=d)",
+        "import os\nos.chdir('/tmp')\nopen('relative_escape_" + target.name + "', 'w').write('x')",
+        f"import shutil\nopen('f', 'w').write('x')\nshutil.copy('f', {str(target)!r})",
+        f"import os\nopen('f', 'w').write('x')\nos.rename('f', {str(target)!r})",
+        # tampering with what a naive hook would rely on
+        "import builtins, posixpath, os\nbuiltins.any = lambda *a: False\nbuiltins.isinstance = lambda *a: False\n"
+        f"posixpath.realpath = os.path.realpath = lambda p, **k: os.getcwd()\nopen({str(target)!r}, 'w')",
+        f"class S(str):\n    def startswith(self, *a):\n        return True\nopen(S({str(target)!r}), 'w')",
+        f"import pathlib\npathlib.Path({str(target)!r}).write_text('x')",
+    ]
+    try:
+        for code in attempts:
+            result = run_python(code + "\nprint('done')", "", LIMITS)
+            assert result.status == SANDBOX_VIOLATION, (code, result.status, result.stderr[-300:])
+            assert "done" not in result.stdout
+            assert not target.exists(), code
+            assert not (Path("/tmp") / f"relative_escape_{target.name}").exists()
+            _assert_clean(result, private_tmp)
+    finally:
+        for leftover in (target, Path("/tmp") / f"relative_escape_{target.name}"):
+            if leftover.exists() or leftover.is_symlink():
+                leftover.unlink()
+
+
+def test_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch, private_tmp: Path) -> None:
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    monkeypatch.setenv("RLVR_TEST_SECRET", secret)
+    result = run_python("import os\nprint(sorted(os.environ.items()))", "", LIMITS)
+    assert result.status == OK
+    assert secret not in result.stdout and "RLVR_TEST_SECRET" not in result.stdout
+    env = dict(eval(result.stdout))  # noqa: S307 - our own program's repr output
+    assert set(env) <= {"PATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "LANG", "HOME", "TMPDIR", "LC_CTYPE"}
+    # reading the parent's environment through /proc is blocked too
+    leak = run_python("import os\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read())", "", LIMITS)
+    assert leak.status == SANDBOX_VIOLATION and secret not in leak.stdout
+    _assert_clean(leak, private_tmp)
+
+
+def test_limits_reject_impossible_settings() -> None:
+    from rlvr_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SandboxLimits.memory_bytes"):
+        SandboxLimits(memory_bytes=1000)
+    with pytest.raises(ConfigError, match="SandboxLimits.wall_seconds"):
+        SandboxLimits(wall_seconds=0)
+
+
+def test_unprivileged_uid_where_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root with an interpreter the unprivileged uid can execute, the program runs as nobody."""
+    if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs root and /usr/bin/python3")
+    # pytest's tmp_path is private to root; the unprivileged uid needs a searchable parent
+    private_tmp = Path(tempfile.mkdtemp(prefix="rlvr_sandbox_test_", dir="/tmp"))
+    private_tmp.chmod(0o711)
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    try:
+        _run_as_nobody(private_tmp)
+    finally:
+        private_tmp.rmdir()  # fails loudly if a sandbox directory was left behind
+
+
+def _run_as_nobody(private_tmp: Path) -> None:
+    limits = SandboxLimits(cpu_seconds=1, wall_seconds=5, python="/usr/bin/python3")
+    result = run_python("import os\nprint(os.getuid(), os.getgid(), os.getgroups())", "", limits)
+    if "unprivileged" not in result.isolation:
+        pytest.skip(f"unprivileged uid cannot run /usr/bin/python3 here (isolation={result.isolation})")
+    assert result.status == OK and result.stdout.split()[:2] == ["65534", "65534"]
+    assert verify_code(f"```python\n{ADD}```", {"tests": ADD_TESTS}, limits) == 1.0
+    _assert_clean(result, private_tmp)
+
+
+def test_unreachable_tmpdir_falls_back_to_current_user(private_tmp: Path) -> None:
+    """pytest's 0700 tmp_path is not searchable by nobody: the run still works, without that layer."""
+    if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs root and /usr/bin/python3")
+    private_tmp.chmod(0o700)
+    result = run_python("print(6 * 7)", "", SandboxLimits(python="/usr/bin/python3"))
+    assert result.status == OK and result.stdout == "42\n"
+    assert "unprivileged" not in result.isolation
+    _assert_clean(result, private_tmp)

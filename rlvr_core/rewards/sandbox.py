@@ -37,7 +37,6 @@ verifier inside a container as well. Programs get the standard library only.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import selectors
@@ -137,15 +136,17 @@ class RunResult:
 
 
 # The prelude runs in the child before the program: limits, then the audit hook,
-# then the program's code as __main__. argv: [-c, config_json, program_path].
+# then the program's code as __main__.
+# argv: [-c, workdir, cpu_seconds, "RLIMIT_X=value,...", program_path].
 _PRELUDE = r"""
-import json as _json, os as _os, sys as _sys, resource as _resource
-_cfg = _json.loads(_sys.argv[1])
-with open(_sys.argv[2], "rb") as _f:
+import os as _os, sys as _sys, resource as _resource
+_root, _cpu, _limits, _prog = _sys.argv[1:5]
+with open(_prog, "rb") as _f:
     _src = _f.read()
-for _name, _value in _cfg["rlimits"]:
-    _resource.setrlimit(getattr(_resource, _name), (_value, _value))
-_resource.setrlimit(_resource.RLIMIT_CPU, (_cfg["cpu_soft"], _cfg["cpu_hard"]))
+for _item in _limits.split(","):
+    _name, _value = _item.split("=")
+    _resource.setrlimit(getattr(_resource, _name), (int(_value), int(_value)))
+_resource.setrlimit(_resource.RLIMIT_CPU, (int(_cpu), int(_cpu) + 1))
 
 
 def _make_hook(root, pid):
@@ -294,8 +295,8 @@ def _make_hook(root, pid):
     return hook
 
 
-_sys.addaudithook(_make_hook(_os.path.realpath(_cfg["root"]), str(_os.getpid())))
-del _make_hook, _cfg, _name, _value, _f
+_sys.addaudithook(_make_hook(_os.path.realpath(_root), str(_os.getpid())))
+del _make_hook, _root, _cpu, _limits, _prog, _item, _name, _value, _f
 _sys.argv = ["main.py"]
 _code = compile(_src, "main.py", "exec")
 del _src
@@ -459,8 +460,8 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
         ]
         if unprivileged:
             rlimits.append(("RLIMIT_NPROC", int(limits.max_processes)))
-        config = {"root": workdir, "rlimits": rlimits, "cpu_soft": cpu, "cpu_hard": cpu + 1}
-        argv = [*prefix, limits.python, "-S", "-s", "-B", "-P", "-c", _PRELUDE, json.dumps(config), program]
+        rlimit_arg = ",".join(f"{name}={value}" for name, value in rlimits)
+        argv = [*prefix, limits.python, "-S", "-s", "-B", "-P", "-c", _PRELUDE, workdir, str(cpu), rlimit_arg, program]
         env = {
             "PATH": "/usr/bin:/bin",
             "PYTHONHASHSEED": "0",

@@ -83,6 +83,8 @@ class TrainConfig:
     allocator_params: per-allocator parameter overrides, {name: {param: value}}
     k: rollouts per full group; batch_size: prompts (or effective groups) per step
     steps: training steps; seed: seeds allocator, sampler and prompt order
+    max_rollouts: stop early once this many rollouts were generated (a fixed
+        compute budget, for comparing allocators on rollouts rather than steps)
     lr, clip_eps, grad_clip, kl_coef, advantage, aggregation: the GRPO update
     temperature, top_p, max_new_tokens: sampling
     eval_every: steps between held-out evaluations (0: only at the end)
@@ -98,6 +100,7 @@ class TrainConfig:
     batch_size: int = 32
     steps: int = 300
     seed: int = 0
+    max_rollouts: int | None = None
     lr: float = 2e-4
     clip_eps: float = 0.2
     grad_clip: float = 1.0
@@ -130,6 +133,8 @@ class TrainConfig:
             v = getattr(self, key)
             require(_is_int(v) and v >= lo, key, f"got {v!r}; need an int >= {lo}")
         require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")
+        require(self.max_rollouts is None or (_is_int(self.max_rollouts) and self.max_rollouts >= 1), "max_rollouts",
+                f"got {self.max_rollouts!r}; need an int >= 1 or null")
         require(0 < self.lr < 1, "lr", f"got {self.lr!r}; need 0 < lr < 1 (2e-4 is the tested default)")
         require(self.temperature > 0, "temperature", f"got {self.temperature!r}; need > 0")
         require(0 < self.top_p <= 1, "top_p", f"got {self.top_p!r}; need 0 < top_p <= 1")

@@ -159,6 +159,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             on_step(rec)
 
     for step in range(start + 1, cfg.steps + 1):
+        if cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts:
+            break  # a resumed run whose budget was already spent
         t0 = time.perf_counter()
         batch, stats = run_allocation_step(allocator, engine, source, score=scorer)
         t1 = time.perf_counter()
@@ -183,7 +185,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             "allocate_s": (t1 - t0) - stats.extra["generate_seconds"] - stats.extra["verify_seconds"],
             "update_s": t2 - t1, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
         }
-        if (cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps:
+        last = step == cfg.steps or (cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts)
+        if (cfg.eval_every and step % cfg.eval_every == 0) or last:
             te = time.perf_counter()
             rec.update({f"eval/{k}": v for k, v in evaluate().items()})
             rec["eval_s"] = time.perf_counter() - te
@@ -195,15 +198,18 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         if nonfinite_run >= cfg.max_nonfinite:
             raise TrainingStopped(f"step {step}: {nonfinite_run} consecutive non-finite losses or gradients; "
                                   f"lower train.lr (now {cfg.lr}) or check the data")
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        if step % cfg.checkpoint_every == 0 or last:
             save_checkpoint(ckpt_dir, step, {
                 "step": step, "trainer": trainer.state_dict(), "allocator": allocator.state_dict(),
                 "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
                 "verifier_errors": scorer.errors, "nonfinite_run": nonfinite_run, "cum": dict(cum),
                 "config": asdict(cfg),
             }, keep_last=cfg.keep_last)
+        if last:
+            break
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
-    return TrainResult(run_dir, cfg.steps, resumed_from, history, final)
+    steps_done = history[-1]["step"] if history else 0
+    return TrainResult(run_dir, steps_done, resumed_from, history, final)
 
 
 def _frozen_copy(policy_dir: str | os.PathLike, device: str) -> torch.nn.Module:

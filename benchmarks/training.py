@@ -1,0 +1,170 @@
+"""Training benchmark: every allocator trains the same warm-started tiny policy.
+
+Each (allocator, seed) run gets the same rollout budget (``--rollouts``) and
+is compared on cumulative rollouts and tokens, not steps. Writes, under
+benchmarks/results/:
+
+- training.csv              every evaluation point: allocator, seed, step, cum rollouts/tokens, accuracy
+- training_summary.csv      per run: start/final accuracy, rollouts and tokens to the target accuracy
+- training.md               the comparison table (pasted into the README)
+- training_rollouts.png     held-out greedy accuracy vs cumulative rollouts (seed spread shaded)
+- training_tokens.png       the same vs cumulative tokens
+- training_timings.json     wall-clock seconds per run and per step phase
+
+Usage: python -m benchmarks.training [--quick] [--allocators a,b] [--seeds N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pandas as pd
+
+from rlvr_core.config import TrainConfig
+from rlvr_core.data.arithmetic import make_arithmetic
+from rlvr_core.models.warmstart import WarmStartConfig, warm_start
+from rlvr_core.training import train
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ALL = ("grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps")
+
+
+def first_reach(xs: np.ndarray, acc: np.ndarray, target: float) -> float:
+    """The first x at which accuracy reaches ``target`` (NaN if never)."""
+    hit = np.flatnonzero(acc >= target)
+    return float(xs[hit[0]]) if len(hit) else float("nan")
+
+
+def plot(curves: pd.DataFrame, x: str, path: Path, target: float) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for alloc, g in curves.groupby("allocator", sort=False):
+        grid = np.linspace(0, g[x].max(), 60)
+        ys = np.vstack([np.interp(grid, s[x], s["greedy_acc"]) for _, s in g.groupby("seed")])
+        ax.plot(grid, ys.mean(0), label=alloc)
+        ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2)
+    ax.axhline(target, color="k", ls=":", lw=1, label=f"target {target:.2f}")
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_title("tiny policy, arithmetic: accuracy vs " + x.replace("cum_", "cumulative "))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one allocator, a few steps, a short warm start")
+    ap.add_argument("--allocators", default=",".join(ALL))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--rollouts", type=int, default=60000, help="rollout budget per run")
+    ap.add_argument("--target", type=float, default=None,
+                    help="target held-out accuracy (default: warm start + 10 points)")
+    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--eval-size", type=int, default=400)
+    ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    allocators = ["sara"] if args.quick else [a.strip() for a in args.allocators.split(",") if a.strip()]
+    for a in allocators:
+        if a not in ALL:
+            ap.error(f"unknown allocator {a!r}; valid: {', '.join(ALL)}")
+    seeds = 1 if args.quick else args.seeds
+    budget = 2000 if args.quick else args.rollouts
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    ds = make_arithmetic(20000, 1000, seed=0)
+    ws = WarmStartConfig(steps=60) if args.quick else WarmStartConfig()
+    policy = args.work / ("policy_quick" if args.quick else "policy")
+    t0 = time.perf_counter()
+    if not (policy / "config.json").exists():
+        print(f"warm start: {ws.steps} steps ...", flush=True)
+        warm_start(ds["train"], **{k: v for k, v in ws.to_dict().items()}, out_dir=policy)
+    timings: dict[str, Any] = {"warm_start_s": time.perf_counter() - t0, "runs": {}}
+
+    points = []
+    for alloc in allocators:
+        for seed in range(seeds):
+            cfg = TrainConfig(allocator=alloc, steps=100000, max_rollouts=budget, seed=seed,
+                              eval_every=args.eval_every, eval_size=args.eval_size, eval_samples=8,
+                              checkpoint_every=100000)
+            run_dir = args.work / f"{alloc}-s{seed}"
+            t1 = time.perf_counter()
+            res = train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"], run_dir=run_dir,
+                        resume=False)
+            secs = time.perf_counter() - t1
+            steps = [r for r in res.metrics if r["step"] > 0]
+            timings["runs"][f"{alloc}/{seed}"] = {
+                "seconds": secs, "steps": len(steps),
+                "generate_s": float(sum(r["generate_s"] for r in steps)),
+                "update_s": float(sum(r["update_s"] for r in steps)),
+            }
+            for r in res.metrics:
+                if "eval/greedy_acc" in r:
+                    points.append({"allocator": alloc, "seed": seed, "step": r["step"],
+                                   "cum_rollouts": r["cum_rollouts"], "cum_tokens": r["cum_tokens"],
+                                   "greedy_acc": r["eval/greedy_acc"], "pass_at_1": r.get("eval/pass_at_1"),
+                                   "pass_at_8": r.get("eval/pass_at_8")})
+            last = points[-1]
+            print(f"{alloc:9s} seed {seed}: {len(steps)} steps, {last['cum_rollouts']} rollouts, "
+                  f"acc {points[-len([1 for r in res.metrics if 'eval/greedy_acc' in r])]['greedy_acc']:.3f}"
+                  f" -> {last['greedy_acc']:.3f} in {secs:.0f} s", flush=True)
+
+    curves = pd.DataFrame(points)
+    start_acc = float(curves[curves.step == 0].greedy_acc.mean())
+    target = args.target if args.target is not None else start_acc + 0.10
+    rows = []
+    for (alloc, seed), g in curves.groupby(["allocator", "seed"], sort=False):
+        g = g.sort_values("step")
+        rows.append({
+            "allocator": alloc, "seed": int(seed), "start_accuracy": float(g.greedy_acc.iloc[0]),
+            "final_accuracy": float(g.greedy_acc.iloc[-1]), "best_accuracy": float(g.greedy_acc.max()),
+            "rollouts": int(g.cum_rollouts.iloc[-1]), "tokens": int(g.cum_tokens.iloc[-1]),
+            "rollouts_to_target": first_reach(g.cum_rollouts.to_numpy(), g.greedy_acc.to_numpy(), target),
+            "tokens_to_target": first_reach(g.cum_tokens.to_numpy(), g.greedy_acc.to_numpy(), target),
+        })
+    summary = pd.DataFrame(rows)
+    curves.to_csv(args.out / "training.csv", index=False)
+    summary.to_csv(args.out / "training_summary.csv", index=False)
+    (args.out / "training_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    plot(curves, "cum_rollouts", args.out / "training_rollouts.png", target)
+    plot(curves, "cum_tokens", args.out / "training_tokens.png", target)
+    lines = [f"Held-out greedy accuracy of the tiny policy (arithmetic), {seeds} seed(s), {budget:,} rollouts per run;",
+             f"target = warm start + 10 points = {target:.3f}. Rollouts/tokens to target: median over seeds",
+             "(runs that never reached it are counted as not reaching; 'reached' says how many did).", "",
+             "| allocator | start acc | final acc (mean) | best acc (mean) | reached | rollouts to target | tokens to target |",
+             "|---|---|---|---|---|---|---|"]
+    for alloc, g in summary.groupby("allocator", sort=False):
+        reached = g.rollouts_to_target.notna()
+        r2t = f"{np.median(g.rollouts_to_target[reached]):,.0f}" if reached.any() else "-"
+        t2t = f"{np.median(g.tokens_to_target[reached]):,.0f}" if reached.any() else "-"
+        lines.append(f"| {alloc} | {g.start_accuracy.mean():.3f} | {g.final_accuracy.mean():.3f} | "
+                     f"{g.best_accuracy.mean():.3f} | {int(reached.sum())}/{len(g)} | {r2t} | {t2t} |")
+    (args.out / "training.md").write_text("\n".join(lines) + "\n")
+    if args.json:
+        keys = ["allocator", "seed", "start_accuracy", "final_accuracy", "rollouts", "tokens", "rollouts_to_target"]
+        recs = summary[keys].astype(object).where(summary[keys].notna(), None).to_dict(orient="records")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(recs, indent=2) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Shared flow helpers: params loading with overrides, JSON writing, Prefect run id."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from rlvr_core.config import Params, load_params
+from tasks.paths import params_path
+
+
+def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
+    """Validated params (file from ``params_file`` / $RLVR_PARAMS / params.yaml); raises ConfigError on bad values."""
+    return load_params(params_path(params_file), overrides=overrides)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as sorted, indented JSON atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
+    os.replace(tmp, path)
+
+
+def flow_run_id() -> str:
+    """The current Prefect flow run id ('' outside a flow run)."""
+    from prefect.runtime import flow_run
+
+    return str(flow_run.id or "")

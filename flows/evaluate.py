@@ -1,0 +1,106 @@
+"""Flow `evaluate`: held-out greedy accuracy and pass@k of checkpoints (reads params `evaluate`, `train.allocators`,
+`train.seed`, `prepare.task`).
+
+    python -m flows.evaluate                      # newest checkpoint of every train.allocators run -> reports/evaluation.json
+    python -m flows.evaluate --run sara           # every kept checkpoint of runs/sara
+    python -m flows.evaluate --checkpoint runs/sara/checkpoints/step_000040
+    python -m flows.evaluate --nightly            # newest checkpoint of every run not yet evaluated, logged to MLflow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.common import load, write_json
+from rlvr_core.checkpoint import list_checkpoints, verify
+from rlvr_core.config import Params
+from rlvr_core.errors import ConfigError
+from tasks import tracking
+from tasks.evaluation import checkpoint_id, evaluate_checkpoint
+from tasks.paths import data_dir, reports_dir, root, run_dir, warmstart_dir
+
+INDEX = "evaluated.json"
+
+
+def _eval(params: Params, ckpt: Path) -> dict[str, Any]:
+    return evaluate_checkpoint(str(ckpt), checkpoint_id(str(ckpt)), str(warmstart_dir()),
+                               str(data_dir(params.prepare.task)), params.prepare.task, params.evaluate,
+                               seed=params.train.seed)
+
+
+def newest_intact(run: Path) -> Path | None:
+    """Newest checkpoint folder of a run that passes its manifest check."""
+    for ckpt in reversed(list_checkpoints(run / "checkpoints")):
+        if verify(ckpt) is None:
+            return ckpt
+    return None
+
+
+def nightly_pass(params: Params) -> dict[str, Any]:
+    """Evaluate every run's newest checkpoint not yet evaluated at that step; one MLflow run each."""
+    index_path = root() / "runs" / INDEX
+    index: dict[str, list[int]] = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    done: dict[str, Any] = {}
+    for run in sorted(p for p in (root() / "runs").glob("*") if p.is_dir()):
+        ckpt = newest_intact(run)
+        if ckpt is None:
+            continue
+        step = int(ckpt.name.split("_")[-1])
+        if step in index.get(run.name, []):
+            continue
+        result = _eval(params, ckpt)
+        parent = json.loads((run / "tracking.json").read_text())["run_id"] if (run / "tracking.json").is_file() else ""
+        tags = {"mlflow.parentRunId": parent, "training_run_id": parent, "allocator": run.name,
+                "checkpoint": str(ckpt), "kind": "nightly-eval"}
+        run_id = tracking.start_run(f"eval-{run.name}-step{step}", {"evaluate": asdict(params.evaluate)}, tags)
+        tracking.log_metrics(run_id, {f"heldout/{k}": v for k, v in result.items() if k != "step"}, step=step)
+        tracking.end_run(run_id)
+        index.setdefault(run.name, []).append(step)
+        write_json(index_path, index)  # after each run: a crash never loses finished evaluations
+        done[run.name] = {"step": step, "mlflow_run_id": run_id, **result}
+        print(f"nightly: {run.name} step {step} greedy_acc {result.get('greedy_acc', float('nan')):.3f}")
+    return done
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: bool = False,
+             params_file: str | None = None) -> dict[str, Any]:
+    """Evaluate one checkpoint, every checkpoint of one run, the nightly pass, or (default) every final checkpoint."""
+    params = load(params_file)
+    if nightly:
+        return nightly_pass(params)
+    if checkpoint:
+        return _eval(params, Path(checkpoint))
+    if run:
+        ckpts = list_checkpoints(run_dir(run) / "checkpoints")
+        if not ckpts:
+            raise ConfigError(f"run {run!r}: no checkpoints under {run_dir(run)}; train it first")
+        return {c.name: _eval(params, c) for c in ckpts}
+    results: dict[str, Any] = {}
+    for alloc in params.train.allocators:
+        ckpt = newest_intact(run_dir(alloc))
+        if ckpt is None:
+            raise ConfigError(f"train.allocators lists {alloc!r} but {run_dir(alloc)} has no intact checkpoint; "
+                              f"run `python -m flows.train --allocator {alloc}`")
+        results[alloc] = _eval(params, ckpt)
+        print(f"evaluate: {alloc} {ckpt.name} greedy_acc {results[alloc]['greedy_acc']:.3f}")
+    write_json(reports_dir() / "evaluation.json", results)
+    return results
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--checkpoint", default=None)
+    g.add_argument("--run", default=None, help="allocator name of a run under runs/")
+    g.add_argument("--nightly", action="store_true")
+    ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
+    a = ap.parse_args()
+    out = evaluate(checkpoint=a.checkpoint, run=a.run, nightly=a.nightly, params_file=a.params)
+    print(json.dumps(out, indent=1, sort_keys=True, default=float))

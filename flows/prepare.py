@@ -1,0 +1,26 @@
+"""Flow `prepare`: generate the synthetic dataset into data/<task>/ (reads params `prepare`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from prefect import flow
+
+from flows.common import load
+from tasks.data import generate_dataset
+from tasks.paths import data_dir
+
+
+@flow(name="prepare", log_prints=True)
+def prepare(params_file: str | None = None) -> dict[str, int]:
+    """Build the dataset named by prepare.task and save it; returns rows per split."""
+    cfg = load(params_file).prepare
+    counts = generate_dataset(cfg, str(data_dir(cfg.task)))
+    print(f"prepare: {cfg.task} {counts} -> {data_dir(cfg.task)}")
+    return counts
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
+    prepare(params_file=ap.parse_args().params)

@@ -1,0 +1,31 @@
+"""Flow `warmstart`: supervised warm start -> models/warmstart/ + metrics (reads params `warmstart`, `prepare.task`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from prefect import flow
+
+from flows.common import load, write_json
+from tasks.models import run_warm_start
+from tasks.paths import data_dir, reports_dir, warmstart_dir
+
+TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds")
+
+
+@flow(name="warmstart", log_prints=True)
+def warmstart(params_file: str | None = None) -> dict[str, Any]:
+    """Warm start the tiny policy on the prepared train split; writes reports/warmstart.json (+ _timings)."""
+    params = load(params_file)
+    metrics = run_warm_start(params.warmstart, str(data_dir(params.prepare.task)), str(warmstart_dir()))
+    write_json(reports_dir() / "warmstart.json", {k: v for k, v in metrics.items() if k not in TIMING_KEYS})
+    write_json(reports_dir() / "warmstart_timings.json", {k: metrics[k] for k in TIMING_KEYS if k in metrics})
+    print(f"warmstart: final loss {metrics['final_loss']:.4f} in {metrics['seconds']:.1f}s -> {warmstart_dir()}")
+    return metrics
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
+    warmstart(params_file=ap.parse_args().params)

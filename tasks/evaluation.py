@@ -1,0 +1,37 @@
+"""Task: evaluate one checkpoint on the held-out split (greedy accuracy and pass@k)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import INPUTS
+
+from rlvr_core.config import EvaluateConfig
+from rlvr_core.evaluation import evaluate_policy
+from tasks.data import load_split
+from tasks.models import checkpoint_policy
+
+
+# cached on its inputs (paths, config and seed): a checkpoint folder is immutable once written
+@task(retries=1, retry_delay_seconds=2, cache_policy=INPUTS)
+def evaluate_checkpoint(checkpoint: str, checkpoint_id: str, base_policy_dir: str, data_dir: str, task_name: str,
+                        cfg: EvaluateConfig, seed: int = 0) -> dict[str, Any]:
+    """Greedy accuracy and pass@k of ``checkpoint`` on the test split; adds the checkpoint's step.
+
+    ``checkpoint_id`` is the state hash from the checkpoint manifest (see ``checkpoint_id``), so the
+    cache key changes whenever a checkpoint folder is rewritten with new content.
+    """
+    model, tok, step = checkpoint_policy(checkpoint, base_policy_dir)
+    ev = evaluate_policy((model, tok), load_split(data_dir, "test"), task_name, k=cfg.k, n_samples=cfg.n_samples,
+                         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+    return {"step": step, **ev}
+
+
+def checkpoint_id(checkpoint: str) -> str:
+    """sha256 of the checkpoint's state file, read from its manifest."""
+    import json
+    from pathlib import Path
+
+    manifest = json.loads((Path(checkpoint) / "manifest.json").read_text())
+    return "".join(meta["sha256"] for meta in manifest["files"].values())

@@ -1,0 +1,40 @@
+"""Where the pipeline's files live: one root (RLVR_ROOT, default the working directory) and one params file.
+
+Layout under the root: data/<task>/ (DatasetDict), models/warmstart/ (policy folder),
+runs/<allocator>/ (checkpoints, metrics.jsonl, summary.json, tracking.json), reports/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def root() -> Path:
+    """Project root for pipeline files: $RLVR_ROOT or the current directory."""
+    return Path(os.environ.get("RLVR_ROOT", ".")).resolve()
+
+
+def params_path(explicit: str | None = None) -> Path:
+    """The params file: ``explicit``, else $RLVR_PARAMS, else params.yaml under the root."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("RLVR_PARAMS")
+    return Path(env) if env else root() / "params.yaml"
+
+
+def data_dir(task: str) -> Path:
+    return root() / "data" / task
+
+
+def warmstart_dir() -> Path:
+    return root() / "models" / "warmstart"
+
+
+def run_dir(allocator: str) -> Path:
+    """Run folder of one allocator; '+' in names (sara+dps) becomes '-' (sara-dps)."""
+    return root() / "runs" / allocator.replace("+", "-")
+
+
+def reports_dir() -> Path:
+    return root() / "reports"

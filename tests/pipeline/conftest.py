@@ -1,0 +1,104 @@
+"""Fixtures for the pipeline tests: isolated env (tmp Prefect home, MLflow sqlite, run root) and a Prefect server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
+TINY = Path(__file__).with_name("tiny_params.yaml")
+PY = sys.executable
+
+
+def base_env(tmp: Path) -> dict[str, str]:
+    """Environment for flows in ``tmp``: own PREFECT_HOME, MLflow sqlite file, run root, tiny params."""
+    env = dict(os.environ)
+    env.update(PREFECT_HOME=str(tmp / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'mlflow.db'}", RLVR_ROOT=str(tmp), RLVR_PARAMS=str(TINY),
+               OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PREFECT_LOGGING_LEVEL="INFO")
+    env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a process started with start_new_session=True and its whole group, by pid."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local Prefect server on a free port with a temporary home; yields its API URL."""
+    home = tmp_path_factory.mktemp("prefect_server")
+    env = base_env(home)
+    port = free_port()
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([str(Path(PY).with_name("prefect")), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.time() + 150
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"prefect server did not start:\n{(home / 'server.log').read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        stop(proc)
+        log.close()
+
+
+@pytest.fixture
+def pipeline_env(tmp_path: Path, prefect_server: str) -> dict[str, str]:
+    """Env for one test: isolated files, flows talking to the shared test server (no ephemeral server per flow)."""
+    env = base_env(tmp_path)
+    env["PREFECT_API_URL"] = prefect_server
+    return env
+
+
+@pytest.fixture
+def in_env(pipeline_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Apply pipeline_env to this process (for in-process flow calls)."""
+    for k, v in pipeline_env.items():
+        monkeypatch.setenv(k, v)
+    return pipeline_env
+
+
+def copy_project(dest: Path) -> None:
+    """Copy what the pipeline needs to run from ``dest`` (flows, tasks, dvc.yaml, params.yaml)."""
+    for name in ("flows", "tasks"):
+        shutil.copytree(PROJECT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
+        shutil.copy(PROJECT / name, dest / name)

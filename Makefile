@@ -14,7 +14,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MPLBACKEND := Agg
 
-.PHONY: install test run bench clean
+.PHONY: install test run serve bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,8 +29,19 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# the whole pipeline (prepare -> warmstart -> train x allocators -> evaluate -> report) with DVC;
+# `dvc init` once if the repository has no .dvc/ yet
 run: $(STAMP)
-	$(BIN)/python -m benchmarks.allocation
+	test -d .dvc || $(BIN)/dvc init -q
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+
+# a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) and the served deployments;
+# then `prefect deployment run train/sara` from another shell (PREFECT_API_URL=http://127.0.0.1:4200/api)
+serve: $(STAMP)
+	PREFECT_HOME=$(CURDIR)/.prefect $(BIN)/prefect server start --host 127.0.0.1 --port 4200 & \
+	  trap "kill $$!" EXIT INT TERM; \
+	  until curl -sf http://127.0.0.1:4200/api/health >/dev/null; do sleep 1; done; \
+	  PREFECT_HOME=$(CURDIR)/.prefect PREFECT_API_URL=http://127.0.0.1:4200/api $(BIN)/python -m flows.serve
 
 clean:
 	rm -rf $(VENV) .pytest_cache

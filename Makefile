@@ -43,5 +43,10 @@ serve: $(STAMP)
 	  until curl -sf http://127.0.0.1:4200/api/health >/dev/null; do sleep 1; done; \
 	  PREFECT_HOME=$(CURDIR)/.prefect PREFECT_API_URL=http://127.0.0.1:4200/api $(BIN)/python -m flows.serve
 
+# the benchmarks behind the README tables (allocation: ~1 min; training: tens of minutes)
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.allocation
+	$(BIN)/python -m benchmarks.readme
+
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
 
-    ds = make_arithmetic(20000, 1000, seed=0)
+    ds = make_arithmetic(20000, 1000, seed=0, digits=(1, 2, 3))
     ws = WarmStartConfig(steps=60) if args.quick else WarmStartConfig()
     policy = args.work / ("policy_quick" if args.quick else "policy")
     t0 = time.perf_counter()

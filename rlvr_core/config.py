@@ -50,7 +50,9 @@ class PrepareConfig:
     task: "arithmetic" or "countdown"
     n_train, n_test: problems per split (disjoint)
     seed: generator seed
-    digit_weights: arithmetic only, relative weight of 1..4-digit problems
+    digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-3;
+        the tiny policy does not learn 4-digit problems in its warm-start budget)
+    digit_weights: arithmetic only, relative weight of each entry of ``digits``
     ops: arithmetic only, operators to draw from
     """
 
@@ -58,6 +60,7 @@ class PrepareConfig:
     n_train: int = 20000
     n_test: int = 1000
     seed: int = 0
+    digits: tuple[int, ...] = (1, 2, 3)
     digit_weights: tuple[float, ...] | None = None
     ops: tuple[str, ...] = ("+", "-", "*")
 
@@ -66,10 +69,14 @@ class PrepareConfig:
         require(_is_int(self.n_train) and self.n_train >= 1, "n_train", f"got {self.n_train!r}; need an int >= 1")
         require(_is_int(self.n_test) and self.n_test >= 1, "n_test", f"got {self.n_test!r}; need an int >= 1")
         require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")
+        object.__setattr__(self, "digits", tuple(self.digits))
+        require(len(self.digits) > 0 and all(_is_int(d) and 1 <= d <= 4 for d in self.digits)
+                and len(set(self.digits)) == len(self.digits), "digits", "give distinct digit counts in 1..4")
         if self.digit_weights is not None:
             object.__setattr__(self, "digit_weights", tuple(float(w) for w in self.digit_weights))
-            require(len(self.digit_weights) == 4 and min(self.digit_weights) >= 0 and sum(self.digit_weights) > 0,
-                    "digit_weights", "give 4 non-negative weights (1- to 4-digit problems), not all zero")
+            require(len(self.digit_weights) == len(self.digits) and min(self.digit_weights) >= 0
+                    and sum(self.digit_weights) > 0, "digit_weights",
+                    "give one non-negative weight per entry of digits, not all zero")
         object.__setattr__(self, "ops", tuple(self.ops))
         require(len(self.ops) > 0 and set(self.ops) <= {"+", "-", "*"}, "ops", "choose among '+', '-', '*'")
 

@@ -18,7 +18,8 @@ def generate_dataset(cfg: PrepareConfig, out_dir: str) -> dict[str, int]:
     if cfg.task == "arithmetic":
         from rlvr_core.data.arithmetic import make_arithmetic
 
-        ds = make_arithmetic(cfg.n_train, cfg.n_test, cfg.seed, ops=cfg.ops, digit_weights=cfg.digit_weights)
+        ds = make_arithmetic(cfg.n_train, cfg.n_test, cfg.seed, digits=cfg.digits, ops=cfg.ops,
+                             digit_weights=cfg.digit_weights)
     else:
         from rlvr_core.data.countdown import make_countdown
 

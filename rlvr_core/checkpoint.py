@@ -7,6 +7,10 @@ written to temporary names, fsynced and renamed; the manifest is written last,
 so a folder without a valid manifest is incomplete. ``load_latest`` verifies
 the hash and falls back to the previous checkpoint when the newest is
 truncated or corrupted.
+
+``fault_point`` is a test aid: the crash tests (tests/reliability) set
+``$RLVR_FAULT_KILL_AT`` to make a training process SIGKILL itself at a chosen
+point (``"checkpoint:4"`` dies half-way through writing checkpoint 4).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,22 @@ import torch
 
 MANIFEST = "manifest.json"
 STATE = "state.pt"
+FAULT_ENV = "RLVR_FAULT_KILL_AT"
+
+
+def fault_point(point: str, step: int) -> None:
+    """Test aid: SIGKILL this process when ``$RLVR_FAULT_KILL_AT`` lists ``"<point>:<step>"``.
+
+    The variable is a comma-separated list such as ``"update:3"`` or
+    ``"generate:2,checkpoint:4"``. Points: ``generate`` (after a round's rollouts
+    are generated, before they are scored), ``update`` (after the policy update,
+    before the step's metrics are written), ``metrics`` (after the metrics line,
+    before the checkpoint), ``checkpoint`` (state.pt written, manifest not yet).
+    Unset (every normal run) this is one environment lookup.
+    """
+    spec = os.environ.get(FAULT_ENV)
+    if spec and f"{point}:{step}" in (s.strip() for s in spec.split(",")):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -55,6 +76,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *
     torch.save(state, buf)
     data = buf.getvalue()
     _fsync_write(tmp_folder / STATE, data)
+    fault_point("checkpoint", step)
     manifest = {"step": step, "files": {STATE: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}}
     _fsync_write(tmp_folder / MANIFEST, json.dumps(manifest, indent=1).encode())
     shutil.rmtree(folder, ignore_errors=True)

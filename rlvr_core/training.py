@@ -13,13 +13,33 @@ Pure library code (no orchestration imports). Per step:
 A run directory holds ``checkpoints/`` and ``metrics.jsonl`` (one JSON object
 per step). Starting again on the same directory resumes from the newest intact
 checkpoint and continues exactly as an uninterrupted run would.
+
+Faults (see tests/reliability):
+
+- the data is validated before anything is generated (``validate_splits``); a
+  checkpoint written with other trajectory settings or other data is refused;
+- a failing ``engine.generate`` is retried inside the round (``engine_retries``),
+  then the step raises ``EngineError`` before its metrics or checkpoint are
+  written, so a restart resumes from the last checkpoint;
+- a verifier that raises, returns a non-finite value or runs past
+  ``verifier_timeout_s`` scores 0.0 and is counted (``verifier_errors``,
+  ``verifier_timeouts``);
+- a non-finite loss or gradient skips the update; ``max_nonfinite`` in a row
+  raise ``TrainingStopped``; a step without any effective group skips the update.
+  Both are logged (``rlvr_core.training`` logger) and recorded in the metrics;
+- ``rlvr_core.checkpoint.fault_point`` lets the crash tests SIGKILL the process
+  at chosen points (``$RLVR_FAULT_KILL_AT``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import os
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,8 +49,10 @@ import numpy as np
 import torch
 
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
-from rlvr_core.checkpoint import load_latest, save_checkpoint
+from rlvr_core.allocation.loop import EngineError
+from rlvr_core.checkpoint import fault_point, load_latest, save_checkpoint
 from rlvr_core.config import TrainConfig
+from rlvr_core.data.validate import validate_splits
 from rlvr_core.errors import ConfigError
 from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig
@@ -40,6 +62,14 @@ from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.types import Rollouts
 
 StepCallback = Callable[[dict[str, Any]], None]
+log = logging.getLogger(__name__)
+
+__all__ = ["EngineError", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "train"]
+
+# train-section keys that shape the trajectory: a checkpoint only resumes under the same values
+TRAJECTORY_KEYS: tuple[str, ...] = ("allocator", "allocator_params", "k", "batch_size", "seed", "lr", "clip_eps",
+                                    "grad_clip", "kl_coef", "advantage", "aggregation", "temperature", "top_p",
+                                    "max_new_tokens")
 
 
 class TrainingStopped(RuntimeError):
@@ -55,22 +85,87 @@ class TrainResult:
     final_eval: dict[str, float]
 
 
-class Scorer:
-    """Fills rollouts.reward with the verifier; a verifier that raises scores 0.0 and is counted."""
+class VerifierTimeout(Exception):
+    """A verifier call ran past the Scorer's ``timeout_s``."""
 
-    def __init__(self, verifier_name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+
+class Scorer:
+    """Fills rollouts.reward with the verifier; a failed call scores 0.0 and is counted.
+
+    ``errors`` counts calls that raised or returned a non-finite value,
+    ``timeouts`` calls that ran past ``timeout_s`` seconds (None: no limit).
+    The limit uses ``signal.setitimer`` on the main thread when no other
+    interval timer is running (it interrupts pure-Python loops); elsewhere the
+    call runs on a daemon thread that is abandoned when it overruns. Verifiers
+    that arm SIGALRM themselves (``math``) bring their own limits: leave
+    ``timeout_s`` None for them.
+    """
+
+    def __init__(self, verifier_name: str, rows: Sequence[Mapping[str, Any]], *,
+                 timeout_s: float | None = None) -> None:
+        if timeout_s is not None and not timeout_s > 0:
+            raise ConfigError(f"verifier timeout_s: need a positive number of seconds or None, got {timeout_s!r}")
         self.verify = get_verifier(verifier_name)
         self.rows = rows
+        self.timeout_s = timeout_s
         self.errors = 0
+        self.timeouts = 0
 
     def __call__(self, rollouts: Rollouts) -> None:
         rewards = np.zeros(len(rollouts))
         for i, (pid, pl) in enumerate(zip(rollouts.prompt_id.tolist(), rollouts.payload or [])):
             try:
-                rewards[i] = float(self.verify(pl["text"], self.rows[pid]))
+                r = self._call(pl["text"], self.rows[pid])
+            except VerifierTimeout:
+                self.timeouts += 1
+                continue
             except Exception:  # noqa: BLE001 - a broken verifier must not stop training
                 self.errors += 1
+                continue
+            if math.isfinite(r):
+                rewards[i] = r
+            else:
+                self.errors += 1
         rollouts.reward[:] = rewards
+
+    def _call(self, text: str, row: Mapping[str, Any]) -> float:
+        if self.timeout_s is None:
+            return float(self.verify(text, row))
+        if threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+            return self._call_with_alarm(text, row)
+        return self._call_on_thread(text, row)
+
+    def _call_with_alarm(self, text: str, row: Mapping[str, Any]) -> float:
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise VerifierTimeout()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        try:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, float(self.timeout_s))  # type: ignore[arg-type]
+                return float(self.verify(text, row))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+
+    def _call_on_thread(self, text: str, row: Mapping[str, Any]) -> float:
+        out: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                out["value"] = float(self.verify(text, row))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                out["error"] = e
+
+        worker = threading.Thread(target=work, name="verifier", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if worker.is_alive():
+            raise VerifierTimeout()  # the daemon thread is abandoned
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
 
 
 def _rng_state() -> dict[str, Any]:
@@ -82,33 +177,66 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
-def _validate_rows(rows: Sequence[Mapping[str, Any]], split: str, needed: Sequence[str]) -> None:
-    if len(rows) == 0:
-        raise ConfigError(f"{split} split: it is empty; prepare the data first")
-    missing = [f for f in needed if f not in rows[0]]
-    if missing:
-        raise ConfigError(f"{split} split: rows lack field(s) {missing}")
+def data_digest(rows: Sequence[Mapping[str, Any]]) -> str:
+    """sha256 over the prompts in order: identifies the training split a checkpoint belongs to."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(r["prompt"].encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, where: str) -> None:
+    """Raise ConfigError unless a checkpoint's state was written under ``cfg``'s trajectory settings and data."""
+    old, new = saved.get("config") or {}, asdict(cfg)
+    changed = [k for k in TRAJECTORY_KEYS if k in old and _plain(old[k]) != _plain(new[k])]
+    if changed:
+        diffs = ", ".join(f"train.{k}={old[k]!r} there, {new[k]!r} now" for k in changed)
+        raise ConfigError(f"{where}: cannot resume, the run was started with other settings ({diffs}); "
+                          "use the same settings, or start a fresh run folder")
+    if saved.get("data_digest") not in (None, digest):
+        raise ConfigError(f"{where}: cannot resume, the run was trained on a different training split "
+                          "(prompt digest differs); use the same data, or start a fresh run folder")
+
+
+def _plain(v: Any) -> Any:
+    """Tuples and lists compare alike (a config read back from a checkpoint or YAML)."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
 
 
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
-          resume: bool = True, on_step: StepCallback | None = None, device: str = "cpu") -> TrainResult:
+          resume: bool = True, on_step: StepCallback | None = None, device: str = "cpu",
+          engine_retries: int = 2, engine_retry_delay_s: float = 1.0,
+          verifier_timeout_s: float | None = None) -> TrainResult:
     """Train the policy in ``policy_dir`` with ``cfg.allocator``; see the module docstring.
 
     Args:
         cfg: the ``train`` section
         policy_dir: the warm-started policy folder (``save_policy`` layout)
-        train_rows, test_rows: task rows with "prompt" and the verifier's fields
+        train_rows, test_rows: task rows with the verifier's fields (``rlvr_core.data.validate``)
         run_dir: where checkpoints and metrics.jsonl go (resumed if present)
         task: verifier name
         on_step: called with each step's metrics dict (progress, tracking)
+        engine_retries, engine_retry_delay_s: retries of a failing generation round
+            (``rlvr_core.allocation.loop.generate_with_retry``)
+        verifier_timeout_s: per-call verifier time limit (None: none)
     Returns:
         TrainResult with every step's metrics (earlier ones read back on resume)
+    Raises:
+        ConfigError (DataError, PolicyLoadError) before any rollout for bad data,
+        a bad policy folder or a checkpoint of another configuration;
+        EngineError when generation keeps failing; TrainingStopped after
+        ``cfg.max_nonfinite`` non-finite updates in a row.
     """
     train_rows = list(train_rows) if not isinstance(train_rows, list) else train_rows
     test_rows = list(test_rows) if not isinstance(test_rows, list) else test_rows
-    _validate_rows(train_rows, "train", ("prompt",))
-    _validate_rows(test_rows, "test", ("prompt",))
+    validate_splits(train_rows, test_rows, task)
+    digest = data_digest(train_rows)
     run_dir = Path(run_dir)
     ckpt_dir = run_dir / "checkpoints"
     metrics_path = run_dir / "metrics.jsonl"
@@ -125,7 +253,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
                                                aggregation=cfg.aggregation, temperature=cfg.temperature),
                           ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
                           pad_id=tok.pad_token_id, device=device)
-    scorer = Scorer(task, train_rows)
+    scorer = Scorer(task, train_rows, timeout_s=verifier_timeout_s)
     rng = np.random.default_rng(cfg.seed)
     eval_idx = np.sort(rng.choice(len(test_rows), size=min(cfg.eval_size, len(test_rows)), replace=False))
     eval_rows = [test_rows[i] for i in eval_idx]
@@ -134,11 +262,13 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     cum = {"rollouts": 0, "tokens": 0}
     if resume and (latest := load_latest(ckpt_dir)) is not None:
         step0, state = latest
+        check_resumable(state, cfg, digest, str(ckpt_dir / f"step_{step0:06d}"))
         trainer.load_state_dict(state["trainer"])
         allocator.load_state_dict(state["allocator"])
         source.load_state_dict(state["source"])
         engine.load_state_dict(state["engine"])
         scorer.errors = state["verifier_errors"]
+        scorer.timeouts = state.get("verifier_timeouts", 0)
         _set_rng_state(state["rng"])
         start, resumed_from, nonfinite_run, cum = step0, step0, state["nonfinite_run"], dict(state["cum"])
         history = _read_metrics(metrics_path, upto=step0)
@@ -158,16 +288,27 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         if on_step:
             on_step(rec)
 
+    step = start
+
+    def score(rollouts: Rollouts) -> None:
+        fault_point("generate", step)
+        scorer(rollouts)
+
     for step in range(start + 1, cfg.steps + 1):
         if cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts:
             break  # a resumed run whose budget was already spent
         t0 = time.perf_counter()
-        batch, stats = run_allocation_step(allocator, engine, source, score=scorer)
+        errors0, timeouts0 = scorer.errors, scorer.timeouts
+        batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=engine_retries,
+                                           retry_delay_s=engine_retry_delay_s)
         t1 = time.perf_counter()
         upd = trainer.step(batch)
         engine.update_weights()  # shared model object: already current
         t2 = time.perf_counter()
+        fault_point("update", step)
         nonfinite_run = nonfinite_run + 1 if upd.get("nonfinite", 0) else 0
+        _log_step_faults(step, stats.effective_groups, stats.groups, stats.hit_cap, upd, nonfinite_run,
+                         cfg.max_nonfinite, scorer.errors - errors0, scorer.timeouts - timeouts0)
         cum["rollouts"] += stats.rollouts
         cum["tokens"] += stats.tokens
         rec = {
@@ -181,6 +322,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             "loss": upd.get("loss", 0.0), "kl": upd.get("kl", 0.0), "grad_norm": upd.get("grad_norm", 0.0),
             "clip_frac": upd.get("clip_frac", 0.0), "update_skipped": upd.get("skipped", 0.0),
             "nonfinite": upd.get("nonfinite", 0.0), "verifier_errors": scorer.errors,
+            "verifier_timeouts": scorer.timeouts, "engine_retries": stats.extra.get("engine_retries", 0),
             "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
             "allocate_s": (t1 - t0) - stats.extra["generate_seconds"] - stats.extra["verify_seconds"],
             "update_s": t2 - t1, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
@@ -193,6 +335,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         rec["step_s"] = time.perf_counter() - t0
         history.append(rec)
         _append_metrics(metrics_path, rec)
+        fault_point("metrics", step)
         if on_step:
             on_step(rec)
         if nonfinite_run >= cfg.max_nonfinite:
@@ -202,14 +345,28 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             save_checkpoint(ckpt_dir, step, {
                 "step": step, "trainer": trainer.state_dict(), "allocator": allocator.state_dict(),
                 "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
-                "verifier_errors": scorer.errors, "nonfinite_run": nonfinite_run, "cum": dict(cum),
-                "config": asdict(cfg),
+                "verifier_errors": scorer.errors, "verifier_timeouts": scorer.timeouts,
+                "nonfinite_run": nonfinite_run, "cum": dict(cum), "config": asdict(cfg), "data_digest": digest,
             }, keep_last=cfg.keep_last)
         if last:
             break
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     steps_done = history[-1]["step"] if history else 0
     return TrainResult(run_dir, steps_done, resumed_from, history, final)
+
+
+def _log_step_faults(step: int, effective: int, groups: int, hit_cap: Any, upd: Mapping[str, float],
+                     nonfinite_run: int, max_nonfinite: int, new_errors: int, new_timeouts: int) -> None:
+    """Warn about what went wrong in a step (the same facts are in its metrics record)."""
+    if upd.get("nonfinite", 0):
+        log.warning("step %d: non-finite loss or gradient (loss=%s, grad_norm=%s); update skipped "
+                    "(%d in a row, the run stops at %d)", step, upd.get("loss"), upd.get("grad_norm"),
+                    nonfinite_run, max_nonfinite)
+    elif upd.get("skipped", 0):
+        log.warning("step %d: no effective group (%d of %d groups mixed%s); no update this step", step, effective,
+                    groups, ", generation cap reached" if hit_cap else "")
+    if new_errors or new_timeouts:
+        log.warning("step %d: %d verifier error(s) and %d timeout(s) scored 0.0", step, new_errors, new_timeouts)
 
 
 def _frozen_copy(policy_dir: str | os.PathLike, device: str) -> torch.nn.Module:
@@ -228,6 +385,8 @@ def _write_metrics(path: Path, recs: list[dict[str, Any]]) -> None:
     with open(tmp, "w") as f:
         for r in recs:
             f.write(json.dumps(r, default=float) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

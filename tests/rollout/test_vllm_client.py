@@ -1,0 +1,471 @@
+"""VLLMEngine client logic against a fake server that speaks the rollout-server protocol.
+
+The fake runs either in this process (a thread; the client connects by url) or
+as a child process started by the client itself (this file run as a script,
+with the same command line as scripts/vllm_server.py), so restarts after a
+server death are real process deaths. No vllm is needed.
+
+The fake "generates" deterministically from (seed + child index, weights digest):
+the same seeds give the same completions, different weights give different ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VOCAB = 22
+EOS = 2
+
+
+# ----------------------------------------------------------------------------- the fake server
+class FakeState:
+    """What the fake holds: a weights digest and counters; fault switches come from the environment."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.weights_version = 0
+        self.digest = self._digest_file(Path(model) / "model.safetensors")
+        self.generate_calls = 0
+        self.bodies: list[dict[str, Any]] = []
+        self.sleeping = False
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _digest_file(path: Path) -> float:
+        from safetensors.numpy import load_file
+
+        arrays = load_file(str(path))
+        return float(sum(float(np.asarray(a, dtype=np.float64).sum()) for a in arrays.values()))
+
+    def _fault(self, name: str) -> bool:
+        """Fault ``name`` fires on the generate call number given in FAKE_<NAME> (1-based), once per marker."""
+        at = os.environ.get(f"FAKE_{name}")
+        if at is None or self.generate_calls != int(at):
+            return False
+        marker = os.environ.get("FAKE_MARKER")
+        if marker:  # fire in the first process only: a restarted server is healthy
+            if os.path.exists(marker) and not os.environ.get("FAKE_ALWAYS"):
+                return False
+            Path(marker).touch()
+        return True
+
+    def generate(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.sleeping:
+            return 400, {"error": "asleep"}
+        self.generate_calls += 1
+        self.bodies.append(body)
+        if self._fault("DIE_ON_GENERATE"):
+            os._exit(9)  # mid-request: the client sees a dropped connection
+        if self._fault("ENGINE_DEAD_ON_GENERATE"):
+            threading.Timer(0.1, lambda: os._exit(3)).start()
+            return 503, {"error": "engine died: EngineDeadError"}
+        if self._fault("HANG_ON_GENERATE"):
+            time.sleep(30)
+        samp = body["sampling"]
+        results = []
+        wrong = os.environ.get("FAKE_WRONG_COUNT")
+        for r in body["requests"]:
+            comps = []
+            for j in range(r["n"] - (1 if wrong else 0)):
+                rng = np.random.default_rng([r["seed"] + j, int(abs(self.digest) * 1e6) % 2**32])
+                length = int(rng.integers(1, samp["max_tokens"] + 1))
+                ids = [int(t) for t in rng.integers(3, VOCAB, size=length)]
+                stop = length < samp["max_tokens"] or rng.random() < 0.3
+                if stop:
+                    ids[-1] = EOS
+                lps = [float(-np.log(VOCAB) - 0.01 * t) for t in ids]
+                comps.append({"token_ids": ids, "logprobs": lps, "finish_reason": "stop" if stop else "length"})
+            results.append({"completions": comps})
+        return 200, {"results": results, "weights_version": self.weights_version, "seconds": 0.0,
+                     "tokens": sum(len(c["token_ids"]) for r in results for c in r["completions"])}
+
+    def score(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return 200, {"logprobs": [[-0.5 * (i + 1)] * len(s["completion_token_ids"])
+                                  for i, s in enumerate(body["sequences"])]}
+
+    def load_weights(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.sleeping:
+            return 400, {"error": "asleep"}
+        self.digest = self._digest_file(Path(body["path"]))
+        self.weights_version = body["version"]
+        return 200, {"weights_version": self.weights_version, "tensors": [1], "seconds": 0.0}
+
+    def sleep(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.sleeping = True
+        return 200, {"sleeping": True}
+
+    def wake_up(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.sleeping = False
+        return 200, {"sleeping": False}
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "model": self.model, "weights_version": self.weights_version, "digest": self.digest,
+                "sleeping": self.sleeping, "busy": False, "pid": os.getpid(), "engine_pids": [], "vllm": "fake",
+                "generate_calls": self.generate_calls}
+
+
+def fake_httpd(state: FakeState, port: int = 0) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def _send(self, code: int, obj: dict[str, Any]) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/health":
+                self._send(200, state.health())
+            else:
+                self._send(404, {"error": "no such path"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path == "/shutdown":
+                self._send(200, {"status": "stopping"})
+                threading.Thread(target=httpd.shutdown, daemon=True).start()
+                return
+            fn = {"/generate": state.generate, "/score": state.score, "/load_weights": state.load_weights,
+                  "/sleep": state.sleep, "/wake_up": state.wake_up}.get(self.path)
+            if fn is None:
+                self._send(404, {"error": "no such path"})
+                return
+            with state.lock:
+                code, obj = fn(body)
+            self._send(code, obj)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd.daemon_threads = True
+    return httpd
+
+
+def _serve_main() -> None:
+    """This file as a server program: the command line of scripts/vllm_server.py (unknown flags ignored)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--ready-file", default=None)
+    args, _ = ap.parse_known_args()
+    if os.environ.get("FAKE_FAIL_START"):
+        print("fake: refusing to start (FAKE_FAIL_START)", file=sys.stderr, flush=True)
+        sys.exit(4)
+    with open(os.environ.get("FAKE_ARGV_LOG", os.devnull), "a") as f:
+        f.write(json.dumps(sys.argv[1:]) + "\n")
+    state = FakeState(args.model)
+    httpd = fake_httpd(state, args.port)
+    if args.ready_file:
+        Path(args.ready_file + ".tmp").write_text(json.dumps({"port": httpd.server_address[1], "pid": os.getpid()}))
+        os.replace(args.ready_file + ".tmp", args.ready_file)
+    httpd.serve_forever(poll_interval=0.05)
+
+
+if __name__ == "__main__":
+    _serve_main()
+    sys.exit(0)
+
+
+# ----------------------------------------------------------------------------- tests
+import pytest  # noqa: E402
+
+from rlvr_core.errors import ConfigError  # noqa: E402
+from rlvr_core.rollout import RolloutEngine, make_engine  # noqa: E402
+from rlvr_core.rollout.vllm import VLLMEngine, VLLMServerError, round_seed  # noqa: E402
+
+PROMPTS = ["0047+0083=", "0009*0007=", "0100-0099=", "3,7,25,50>125=", "1,2>3="]
+THIS = Path(__file__).resolve()
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    from rlvr_core.models.tiny import build_tiny_policy, save_policy
+
+    model, tok = build_tiny_policy(hidden=32, layers=1, heads=2, intermediate=64, seed=3)
+    folder = save_policy(model, tok, tmp_path_factory.mktemp("policy") / "p")
+    return model, tok, folder
+
+
+def _owned(policy, tmp_path, **kw) -> VLLMEngine:
+    """An engine that starts this file's fake server as its child process."""
+    model, tok, folder = policy
+    args = dict(policy_dir=folder, server_python=sys.executable, server_script=THIS, max_new_tokens=6, seed=11,
+                weights_dir=tmp_path / "shm", log_path=tmp_path / "server.log", start_timeout=30, request_timeout=10)
+    args.update(kw)
+    return VLLMEngine(model, tok, PROMPTS, **args)
+
+
+@pytest.fixture
+def inproc(policy):
+    """A fake server in this process; yields (state, url)."""
+    state = FakeState(str(policy[2]))
+    httpd = fake_httpd(state)
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield state, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _rows(ro) -> list[tuple]:
+    return [(int(p), tuple(pl["completion_ids"]), tuple(pl["logprobs"])) for p, pl in zip(ro.prompt_id, ro.payload)]
+
+
+def test_import_needs_no_vllm_and_is_registered():
+    code = ("import sys, rlvr_core, rlvr_core.rollout, rlvr_core.rollout.vllm as v; "
+            "from rlvr_core.rollout import ENGINES; "
+            "assert ENGINES.get('vllm') is v.VLLMEngine; "
+            "assert not any(m == 'vllm' or m.startswith('vllm.') for m in sys.modules), 'vllm imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=THIS.parents[2])
+
+
+def test_one_batched_request_per_round_with_exact_counts(policy, inproc):
+    model, tok, _ = policy
+    state, url = inproc
+    eng = make_engine("vllm", model=model, tokenizer=tok, prompts=PROMPTS, url=url, max_new_tokens=6, seed=5,
+                      temperature=0.7, top_p=0.9)
+    assert isinstance(eng, VLLMEngine) and isinstance(eng, RolloutEngine)
+    ro = eng.generate({3: 5, 0: 2, 4: 0, 1: 9})
+    assert state.generate_calls == 1  # the whole round is one request
+    body = state.bodies[0]
+    assert [r["n"] for r in body["requests"]] == [5, 2, 9]  # zero-count prompts are not sent
+    assert [r["prompt_token_ids"] for r in body["requests"]] == [tok(PROMPTS[p]).input_ids for p in (3, 0, 1)]
+    assert body["requests"][0]["prompt_token_ids"][0] == tok.bos_token_id
+    assert [r["seed"] for r in body["requests"]] == [round_seed(5, 0, p) for p in (3, 0, 1)]
+    assert body["sampling"] == {"temperature": 0.7, "top_p": 0.9, "max_tokens": 6}
+    assert len(ro) == 16 and ro.prompt_id.tolist() == [3] * 5 + [0] * 2 + [1] * 9
+    assert np.all(ro.reward == 0.0)
+    for pid, n_tok, pl in zip(ro.prompt_id, ro.tokens, ro.payload):
+        assert pl["prompt_id"] == pid and pl["prompt_ids"] == tok(PROMPTS[pid]).input_ids
+        assert n_tok == len(pl["completion_ids"]) == len(pl["logprobs"]) >= 1
+        assert pl["text"] == tok.decode(pl["completion_ids"], skip_special_tokens=True)
+        assert (pl["finish_reason"] == "stop") == (pl["completion_ids"][-1] == tok.eos_token_id)
+    assert len({tuple(pl["completion_ids"]) for pl in ro.payload}) > 12  # children of one prompt differ
+    assert len(eng.generate({})) == 0 and state.generate_calls == 1  # empty round: no request
+
+
+def test_seeds_advance_per_call_and_resume_from_state(policy, inproc):
+    model, tok, _ = policy
+    _, url = inproc
+    a = VLLMEngine(model, tok, PROMPTS, url=url, seed=1)
+    first, second = a.generate({0: 4, 2: 3}), a.generate({0: 4, 2: 3})
+    assert _rows(first) != _rows(second)
+    b = VLLMEngine(model, tok, PROMPTS, url=url, seed=1)
+    assert _rows(b.generate({0: 4, 2: 3})) == _rows(first)  # same seed, same call: same rollouts
+    c = VLLMEngine(model, tok, PROMPTS, url=url, seed=1)
+    c.load_state_dict(a.state_dict() | {"calls": 1})
+    assert _rows(c.generate({0: 4, 2: 3})) == _rows(second)
+    assert round_seed(1, 0, 0) != round_seed(1, 0, 1) != round_seed(1, 1, 0) != round_seed(2, 0, 0)
+    assert all(0 <= round_seed(s, c_, p) < 2**63 for s in (0, -1, 2**40) for c_ in (0, 9) for p in (0, 7))
+
+
+def test_bad_requests_and_settings_are_refused(policy, inproc, tmp_path):
+    model, tok, folder = policy
+    _, url = inproc
+    eng = VLLMEngine(model, tok, PROMPTS, url=url)
+    with pytest.raises(ValueError, match="outside the prompt pool"):
+        eng.generate({5: 1})
+    with pytest.raises(ValueError, match=r"requests\[0\]"):
+        eng.generate({0: -1})
+    with pytest.raises(ConfigError, match="url"):
+        VLLMEngine(model, tok, PROMPTS, url="http://10.1.2.3:8000")
+    with pytest.raises(ConfigError, match="policy_dir"):
+        VLLMEngine(model, tok, PROMPTS)
+    with pytest.raises(ConfigError, match="temperature"):
+        VLLMEngine(model, tok, PROMPTS, url=url, temperature=0)
+    with pytest.raises(ConfigError, match="max_model_len"):
+        VLLMEngine(model, tok, PROMPTS, url=url, max_new_tokens=8, max_model_len=8)
+    with pytest.raises(VLLMServerError, match="make vllm-cpu-env"):
+        VLLMEngine(model, tok, PROMPTS, policy_dir=folder, server_python=tmp_path / "nope" / "python")
+    with pytest.raises(ConfigError, match="enable_sleep_mode"):
+        eng.sleep()
+
+
+def test_update_weights_pushes_a_shared_memory_file(policy, inproc, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    model, tok, _ = policy
+    state, url = inproc
+    eng = VLLMEngine(model, tok, PROMPTS, url=url, weights_dir=tmp_path)
+    before = _rows(eng.generate({1: 4}))
+    eng.load_state_dict({"seed": 0, "calls": 0})
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+    eng.update_weights()  # pushes model.state_dict()
+    files = list(tmp_path.glob("*.safetensors"))
+    assert len(files) == 1 and state.weights_version == 1 == eng.weights_version
+    pushed = load_file(str(files[0]))
+    sd = model.state_dict()
+    assert "lm_head.weight" not in pushed  # tied to embed_tokens: written once
+    for name, t in pushed.items():
+        assert torch.equal(t, sd[name])
+    assert set(pushed) == set(sd) - {"lm_head.weight"}
+    assert state.digest == pytest.approx(float(sum(t.double().sum() for t in pushed.values())), rel=1e-9)
+    after = _rows(eng.generate({1: 4}))
+    assert after != before  # same seeds, new weights
+    eng.update_weights({k: v.clone() for k, v in sd.items()})  # an explicit state dict
+    assert state.weights_version == 2 and len(list(tmp_path.glob("*.safetensors"))) == 1  # old file removed
+    bare = VLLMEngine(None, tok, PROMPTS, url=url, weights_dir=tmp_path)
+    with pytest.raises(ValueError, match="holds no model"):
+        bare.update_weights()
+    with pytest.raises(TypeError, match="state"):
+        bare.update_weights({"w": [1.0]})
+
+
+def test_sleep_then_generate_wakes_the_server(policy, inproc):
+    model, tok, _ = policy
+    state, url = inproc
+    eng = VLLMEngine(model, tok, PROMPTS, url=url, enable_sleep_mode=True)
+    eng.sleep(level=2)
+    assert state.sleeping and eng.sleeping
+    eng.update_weights()  # wakes first, then loads
+    assert not state.sleeping and state.weights_version == 1
+    eng.sleep()
+    assert len(eng.generate({0: 2})) == 2 and not state.sleeping
+
+
+def test_score_and_greedy_go_through_the_server(policy, inproc):
+    model, tok, _ = policy
+    state, url = inproc
+    eng = VLLMEngine(model, tok, PROMPTS, url=url)
+    assert eng.score([[1, 3], [1, 4, 5]], [[6, 2], [7]]) == [[-0.5, -0.5], [-1.0]]
+    texts = eng.greedy([0, 2], max_new_tokens=3)
+    assert len(texts) == 2 and state.bodies[-1]["sampling"]["temperature"] == 0.0
+    with pytest.raises(ConfigError, match="completion"):
+        eng.score([[1]], [])
+
+
+def test_owned_server_dies_mid_round_is_restarted_and_the_round_retried(policy, tmp_path):
+    healthy = _owned(policy, tmp_path / "a")
+    try:
+        healthy.update_weights()
+        expected = _rows(healthy.generate({0: 3, 3: 4}))
+    finally:
+        healthy.close()
+    marker = tmp_path / "died"
+    eng = _owned(policy, tmp_path / "b", server_env={"FAKE_DIE_ON_GENERATE": "1", "FAKE_MARKER": str(marker)})
+    try:
+        pid0 = eng.health()["pid"]
+        eng.update_weights()
+        got = _rows(eng.generate({0: 3, 3: 4}))
+        assert marker.exists() and eng.restarts == 1
+        h = eng.health()
+        assert h["pid"] != pid0 and h["weights_version"] == 1  # the last weights were pushed again
+        assert got == expected  # the retried round is the round that failed
+    finally:
+        eng.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid0, 0)
+
+
+@pytest.mark.parametrize("fault", ["ENGINE_DEAD_ON_GENERATE", "HANG_ON_GENERATE"])
+def test_dead_engine_and_hung_server_are_restarted(policy, tmp_path, fault):
+    marker = tmp_path / "fired"
+    eng = _owned(policy, tmp_path, request_timeout=2, server_env={f"FAKE_{fault}": "1", "FAKE_MARKER": str(marker)})
+    try:
+        pid0 = eng.health()["pid"]
+        assert len(eng.generate({1: 2})) == 2
+        assert eng.restarts == 1 and eng.health()["pid"] != pid0
+    finally:
+        eng.close()
+
+
+def test_restarts_are_bounded_and_the_error_carries_the_log(policy, tmp_path):
+    eng = _owned(policy, tmp_path, max_restarts=1,
+                 server_env={"FAKE_DIE_ON_GENERATE": "1", "FAKE_MARKER": str(tmp_path / "m"), "FAKE_ALWAYS": "1"})
+    try:
+        with pytest.raises(VLLMServerError, match="after 1 restart"):
+            eng.generate({0: 1})
+    finally:
+        eng.close()
+    with pytest.raises(VLLMServerError, match=r"(?s)exited with code 4.*FAKE_FAIL_START"):
+        _owned(policy, tmp_path / "c", server_env={"FAKE_FAIL_START": "1"})
+
+
+def test_server_command_line_and_close(policy, tmp_path):
+    argv_log = tmp_path / "argv.jsonl"
+    eng = _owned(policy, tmp_path, dtype="float32", enable_sleep_mode=True, server_args=["--enforce-eager"],
+                 server_env={"FAKE_ARGV_LOG": str(argv_log)})
+    argv = json.loads(argv_log.read_text().splitlines()[0])
+    for flag, value in (("--dtype", "float32"), ("--host", "127.0.0.1"), ("--port", "0"), ("--seed", "11"),
+                        ("--max-model-len", "128")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--enable-sleep-mode" in argv and argv[-1] == "--enforce-eager"
+    pid = eng.health()["pid"]
+    eng.update_weights()
+    eng.close()
+    eng.close()  # idempotent
+    assert not list((tmp_path / "shm").glob("*.safetensors"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_wrong_answer_is_an_error_not_a_restart(policy, tmp_path):
+    eng = _owned(policy, tmp_path, server_env={"FAKE_WRONG_COUNT": "1"})
+    try:
+        with pytest.raises(VLLMServerError, match="returned 2 completions for prompt 0, asked for 3"):
+            eng.generate({0: 3})
+        assert eng.restarts == 0
+    finally:
+        eng.close()
+
+
+def test_external_server_is_waited_for_then_reused(policy, tmp_path):
+    """A server given by url is not ours to restart: the client waits for it to come back."""
+    model, tok, folder = policy
+    state = FakeState(str(folder))
+    httpd = fake_httpd(state)
+    port = httpd.server_address[1]
+    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    eng = VLLMEngine(model, tok, PROMPTS, url=f"http://127.0.0.1:{port}", start_timeout=20, request_timeout=5)
+    eng.update_weights()
+    httpd.shutdown()
+    httpd.server_close()
+    back: list[ThreadingHTTPServer] = []
+
+    def supervisor() -> None:  # brings a fresh server up on the same port a little later
+        time.sleep(1.0)
+        h = fake_httpd(FakeState(str(folder)), port)
+        back.append(h)
+        h.serve_forever(poll_interval=0.05)
+
+    threading.Thread(target=supervisor, daemon=True).start()
+    try:
+        assert len(eng.generate({2: 3})) == 3
+        assert eng.restarts == 1
+        assert eng.health()["weights_version"] == 1  # weights pushed again after the reconnect
+    finally:
+        for h in back:
+            h.shutdown()
+            h.server_close()
+    with pytest.raises(VLLMServerError, match="did not answer /health"):
+        VLLMEngine(model, tok, PROMPTS, url=f"http://127.0.0.1:{port}", start_timeout=1)
+
+
+def test_kill_signal_reaches_the_whole_server_group(policy, tmp_path):
+    """close() after the leader was killed still leaves no process of the group behind."""
+    eng = _owned(policy, tmp_path)
+    pid = eng.health()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    eng._proc.wait(timeout=10)
+    assert len(eng.generate({0: 1})) == 1 and eng.restarts == 1
+    eng.close()

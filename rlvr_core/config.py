@@ -7,37 +7,15 @@ values raise ConfigError naming ``section.key`` and how to fix it.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 import yaml
 
-from rlvr_core.errors import ConfigError, require
+from rlvr_core.errors import ConfigError, from_mapping, require
 from rlvr_core.models.warmstart import WarmStartConfig
-
-C = TypeVar("C")
-
-
-def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> C:
-    """Build dataclass ``cls`` from ``data``; unknown keys name the closest valid one."""
-    data = dict(data or {})
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{section}.{key}: unknown key{hint}; valid keys: {', '.join(names)}")
-    try:
-        return cls(**data)
-    except ConfigError as e:
-        msg = str(e)
-        raise ConfigError(msg if msg.startswith(section + ".") else f"{section}.{msg}") from None
-    except TypeError as e:
-        raise ConfigError(f"{section}: {e}") from None
-
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)

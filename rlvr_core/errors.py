@@ -1,4 +1,12 @@
-"""Exceptions shared across rlvr_core."""
+"""Exceptions shared across rlvr_core, and building validated configs from mappings."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Mapping, TypeVar
+
+C = TypeVar("C")
 
 
 class ConfigError(ValueError):
@@ -9,3 +17,25 @@ def require(cond: bool, field: str, message: str) -> None:
     """Raise ConfigError(f"{field}: {message}") unless cond holds."""
     if not cond:
         raise ConfigError(f"{field}: {message}")
+
+
+def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> C:
+    """Build dataclass ``cls`` from ``data``, prefixing every error with ``section``.
+
+    Unknown keys name the closest valid one; the dataclass's own validation
+    errors ("field: why") become "section.field: why".
+    """
+    data = dict(data or {})
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{section}.{key}: unknown key{hint}; valid keys: {', '.join(names)}")
+    try:
+        return cls(**data)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(section + ".") else f"{section}.{msg}") from None
+    except TypeError as e:
+        raise ConfigError(f"{section}: {e}") from None

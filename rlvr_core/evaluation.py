@@ -15,7 +15,7 @@ decides how much an allocator can save (DESIGN 1):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from scipy.special import gammaln

@@ -20,8 +20,6 @@ keeps the step's rollouts in a ledger with per-prompt counts, and builds the
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -29,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlvr_core.allocation.source import PromptSource
-from rlvr_core.errors import ConfigError, require
+from rlvr_core.errors import from_mapping, require
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
 
@@ -292,11 +290,5 @@ class Allocator(ABC):
 
 
 def build_params(cls: type[AllocatorParams], name: str, params: dict[str, Any]) -> AllocatorParams:
-    """Construct ``cls(**params)``; unknown keys get an error naming the closest valid key."""
-    fields = [f.name for f in dataclasses.fields(cls)]
-    for key in params:
-        if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{name}.{key}: unknown parameter{hint} Valid: {', '.join(fields)}")
-    return cls(**params)
+    """Construct ``cls(**params)``; errors read "<allocator>.<field>: why and how to fix"."""
+    return from_mapping(cls, params, name)

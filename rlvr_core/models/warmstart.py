@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from rlvr_core.data.arithmetic import OPS, apply_op, format_answer
-from rlvr_core.errors import ConfigError, require
+from rlvr_core.errors import from_mapping, require
 from rlvr_core.models.tiny import build_tiny_policy, num_parameters, save_policy
 from rlvr_core.models.tokenizer import EOS_ID, PAD_ID, encode_prompts
 
@@ -98,11 +98,7 @@ class WarmStartConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "WarmStartConfig":
         """Build from a mapping (e.g. a params.yaml section); unknown keys are rejected."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"warmstart: unknown keys {unknown}; valid keys: {sorted(names)}")
-        return cls(**dict(d))
+        return from_mapping(cls, d, "warmstart")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from rlvr_core.errors import require
-from rlvr_core.rollout.base import ENGINES  # noqa: F401  (registered lazily as "hf")
 from rlvr_core.types import Rollouts
 
 _SEED_STRIDE = 1_000_003  # call c of an engine with seed s samples with seed s * stride + c

@@ -35,7 +35,7 @@ def test_unknown_allocator_lists_valid_names():
 def test_impossible_parameters_name_the_field(name, kw, field):
     with pytest.raises(ConfigError) as e:
         make_allocator(name, **kw)
-    assert str(e.value).startswith(field)
+    assert str(e.value).startswith(f"{name}.{field}")
 
 
 def test_unknown_parameter_suggests_closest():

@@ -43,7 +43,7 @@ def test_config_errors_name_the_field() -> None:
         WarmStartConfig(steps=0)
     with pytest.raises(ConfigError, match="noisy_difficulties"):
         WarmStartConfig(noisy_difficulties=(5,))
-    with pytest.raises(ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match=r"warmstart\.stpes: unknown key \(did you mean 'steps'\?\)"):
         WarmStartConfig.from_dict({"stpes": 3})
     with pytest.raises(ConfigError, match="lr"):
         warm_start([{"prompt": "0001+0002=", "a": 1, "b": 2, "op": "+", "difficulty": 1}], steps=1, lr=0.0)

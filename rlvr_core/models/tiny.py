@@ -13,12 +13,15 @@ folder that reloads offline (``HF_HUB_OFFLINE=1``) from the folder alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from rlvr_core.errors import ConfigError, require
 from rlvr_core.models.tokenizer import (
@@ -83,11 +86,24 @@ def num_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """Hide transformers' per-shard progress bars (noise for a 2 MB model in step logs)."""
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def save_policy(model: LlamaForCausalLM, tok: PreTrainedTokenizerBase, folder: str | os.PathLike) -> Path:
     """Write model (safetensors + config) and tokenizer into ``folder``; returns its path."""
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
+    with _quiet_progress():
+        model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
@@ -129,7 +145,8 @@ def load_policy(
     if problems:
         raise PolicyLoadError(f"policy folder {str(path)!r}: vocabulary mismatch: " + "; ".join(problems))
     try:
-        model = LlamaForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+        with _quiet_progress():
+            model = LlamaForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError) as e:
         raise PolicyLoadError(f"policy folder {str(path)!r}: could not load the weights ({e})") from e
     model.to(device)

@@ -1,0 +1,108 @@
+"""Damaged checkpoints are detected by their manifest, reported and skipped; writes are atomic; pruning keeps N."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlvr_core.checkpoint import list_checkpoints, load_latest, prune, save_checkpoint, verify
+from rlvr_core.config import TrainConfig
+from rlvr_core.training import train
+from tests.reliability.common import CFG, assert_same, dataset, final_state, read_metrics, strip_timing
+
+
+def _state(step: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(step)
+    return {"step": step, "w": torch.randn(64, generator=g), "note": f"state {step}"}
+
+
+def _write(root: Path, steps: range, keep_last: int | None = None) -> None:
+    for s in steps:
+        save_checkpoint(root, s, _state(s), keep_last=keep_last)
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda f: _truncate(f / "state.pt"), "bytes, manifest says"),
+    (lambda f: _flip_byte(f / "state.pt"), "content hash does not match"),
+    (lambda f: (f / "state.pt").unlink(), "state.pt missing"),
+    (lambda f: (f / "manifest.json").write_text('{"step": 3, "fi'), "manifest unreadable"),
+    (lambda f: (f / "manifest.json").unlink(), "manifest unreadable"),
+])
+def test_damaged_newest_checkpoint_is_reported_and_skipped(tmp_path: Path, damage: Any, problem: str) -> None:
+    _write(tmp_path, range(1, 4))
+    newest = tmp_path / "step_000003"
+    damage(newest)
+    assert problem in (verify(newest) or "")
+    with pytest.warns(RuntimeWarning, match=rf"skipping damaged checkpoint .*step_000003: .*{problem}"):
+        step, state = load_latest(tmp_path)
+    assert step == 2 and torch.equal(state["w"], _state(2)["w"])
+
+
+def test_every_checkpoint_damaged_means_a_fresh_start(tmp_path: Path) -> None:
+    _write(tmp_path, range(1, 3))
+    for f in list_checkpoints(tmp_path):
+        _flip_byte(f / "state.pt")
+    with pytest.warns(RuntimeWarning, match="skipping damaged checkpoint"):
+        assert load_latest(tmp_path) is None
+
+
+def test_failed_write_leaves_the_previous_checkpoint_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path, range(1, 3))
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(tmp_path, 3, _state(3))
+    monkeypatch.undo()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000001", "step_000002"]
+    step, _ = load_latest(tmp_path)
+    assert step == 2
+    save_checkpoint(tmp_path, 3, _state(3), keep_last=5)  # the next save cleans the leftover temporary folder
+    assert not list(tmp_path.glob(".tmp_*"))
+
+
+def test_keep_last_prunes_old_checkpoints_and_temporaries(tmp_path: Path) -> None:
+    (tmp_path / ".tmp_step_000009").mkdir(parents=True)
+    _write(tmp_path, range(1, 6), keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000004", "step_000005"]
+    assert not list(tmp_path.glob(".tmp_*"))
+    manifest = json.loads((tmp_path / "step_000005/manifest.json").read_text())
+    assert manifest["step"] == 5 and len(manifest["files"]["state.pt"]["sha256"]) == 64
+    _flip_byte(tmp_path / "step_000005/state.pt")  # a damaged one is never counted among the kept
+    prune(tmp_path, keep_last=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000004", "step_000005"]
+    with pytest.raises(ValueError, match="keep_last"):
+        prune(tmp_path, keep_last=0)
+
+
+def test_training_resumes_from_the_checkpoint_before_a_corrupted_one(policy_dir: Path, tmp_path: Path) -> None:
+    ds = dataset()
+    cfg = TrainConfig(**{**CFG, "steps": 4, "keep_last": 3})
+    full = train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "full")
+    run = tmp_path / "damaged"
+    train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    _truncate(run / "checkpoints/step_000004/state.pt")  # e.g. a disk that lost the tail of the newest file
+    with pytest.warns(RuntimeWarning, match="step_000004"):
+        again = train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    assert again.resumed_from == 2
+    assert strip_timing(read_metrics(run)) == strip_timing(full.metrics)
+    assert verify(run / "checkpoints/step_000004") is None  # rewritten intact
+    assert_same(final_state(run, 4), final_state(tmp_path / "full", 4))

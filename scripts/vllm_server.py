@@ -1,0 +1,369 @@
+"""The vLLM rollout server: ``vllm.LLM`` behind a small JSON-over-HTTP API on 127.0.0.1.
+
+Runs in the vLLM environment (``make vllm-cpu-env`` -> ``.venv-vllm``; on GPU a
+venv with requirements-vllm-gpu.txt), never in the training environment. The
+client is ``rlvr_core/rollout/vllm.py``, which starts this program itself:
+
+    .venv-vllm/bin/python scripts/vllm_server.py --model models/policy --port 0 \
+        --ready-file /tmp/ready.json
+
+Endpoints (JSON bodies and answers; errors are {"error": message} with HTTP 400
+for a bad request, 500 for an engine error, 503 when the engine died):
+
+  GET  /health        {"status", "model", "weights_version", "sleeping", "busy", "pid", "engine_pids", "vllm"}
+  POST /generate      {"requests": [{"prompt_token_ids": [int], "n": int, "seed": int}],
+                       "sampling": {"temperature", "top_p", "max_tokens"}}
+                   -> {"results": [{"completions": [{"token_ids", "logprobs", "finish_reason"}]}],
+                       "weights_version", "seconds", "tokens"}
+  POST /score         {"sequences": [{"prompt_token_ids", "completion_token_ids"}]}
+                   -> {"logprobs": [[float per completion token]]}    (raw model log-probs)
+  POST /load_weights  {"path": safetensors file, "version": int} -> {"weights_version", "tensors", "seconds"}
+                       (in-place load in every worker, then a prefix-cache reset)
+  POST /sleep         {"level": 1|2};  POST /wake_up {"tags": [...] | null}
+  GET  /weights_digest  sha256 of the loaded parameters per worker (tests)
+  POST /shutdown
+
+Log-probs of sampled tokens are "processed" (after temperature and top-p, the
+distribution actually sampled from), matching the HF engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class BadRequest(ValueError):
+    """A request body the server cannot serve; answered with HTTP 400."""
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, int) and t >= 0 for t in value):
+        raise BadRequest(f"{what} must be a non-empty list of non-negative ints")
+    return value
+
+
+class RolloutServer:
+    """Owns the ``vllm.LLM``; every engine call holds one lock (LLM is not thread-safe)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        # The worker extension must import in vLLM's engine process too (spawned or forked).
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+        sys.path.insert(0, str(HERE))
+        import vllm
+        from vllm import LLM
+
+        self.vllm_version = vllm.__version__
+        self.model = str(args.model)
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            tokenizer=self.model,
+            dtype=args.dtype,
+            seed=args.seed,
+            max_model_len=args.max_model_len,
+            enable_prefix_caching=True,
+            worker_extension_cls="vllm_worker_ext.WeightLoadExtension",
+            logprobs_mode="processed_logprobs",
+            tensor_parallel_size=args.tensor_parallel_size,
+            enforce_eager=args.enforce_eager,
+            enable_sleep_mode=args.enable_sleep_mode,
+        )
+        if args.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = args.gpu_memory_utilization
+        if args.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = args.max_num_seqs
+        t0 = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.load_seconds = time.perf_counter() - t0
+        # The first generate pays one-off set-up costs (seconds on CPU); pay them before
+        # reporting ready so that round timings and the client's time-outs see a warm engine.
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        t1 = time.perf_counter()
+        self.llm.generate([TokensPrompt(prompt_token_ids=[0, 0])],
+                          SamplingParams(max_tokens=2, seed=0, logprobs=0, detokenize=False), use_tqdm=False)
+        self.llm.reset_prefix_cache()
+        self.warmup_seconds = time.perf_counter() - t1
+        self.lock = threading.Lock()
+        self.weights_version = 0
+        self.sleeping = False
+        self.busy = False
+        self.dead = False
+
+    # ----------------------------------------------------------------- helpers
+    def _engine_pids(self) -> list[int]:
+        """Process ids of vLLM's engine-core processes (children of this one), for tests and operators."""
+        try:
+            import psutil
+
+            return [c.pid for c in psutil.Process().children(recursive=True)]
+        except Exception:  # noqa: BLE001 - informational only
+            return []
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "model": self.model, "weights_version": self.weights_version,
+                "sleeping": self.sleeping, "busy": self.busy, "pid": os.getpid(),
+                "engine_pids": self._engine_pids(), "vllm": self.vllm_version,
+                "load_seconds": round(self.load_seconds, 3), "warmup_seconds": round(self.warmup_seconds, 3)}
+
+    def _locked(self, fn: Any, *a: Any) -> Any:
+        with self.lock:
+            if self.dead:
+                raise EngineGone("the engine died earlier; this server is exiting")
+            self.busy = True
+            try:
+                return fn(*a)
+            finally:
+                self.busy = False
+
+    # --------------------------------------------------------------- endpoints
+    def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        reqs = body.get("requests")
+        samp = body.get("sampling") or {}
+        if not isinstance(reqs, list) or not reqs:
+            raise BadRequest("requests must be a non-empty list of {prompt_token_ids, n, seed}")
+        temperature = float(samp.get("temperature", 1.0))
+        top_p = float(samp.get("top_p", 1.0))
+        max_tokens = int(samp.get("max_tokens", 16))
+        if temperature < 0 or not 0 < top_p <= 1 or max_tokens < 1:
+            raise BadRequest(f"sampling: need temperature >= 0, 0 < top_p <= 1, max_tokens >= 1; got {samp}")
+        prompts, params = [], []
+        for i, r in enumerate(reqs):
+            ids = _int_list(r.get("prompt_token_ids"), f"requests[{i}].prompt_token_ids")
+            n, seed = r.get("n"), r.get("seed")
+            if not isinstance(n, int) or n < 1:
+                raise BadRequest(f"requests[{i}].n must be an int >= 1, got {n!r}")
+            if not isinstance(seed, int) or not 0 <= seed < 2**63 - 2**20:
+                raise BadRequest(f"requests[{i}].seed must be an int in [0, 2**63 - 2**20), got {seed!r}")
+            prompts.append(TokensPrompt(prompt_token_ids=ids))
+            # n > 1: vLLM gives child j the seed seed + j, so the n samples differ
+            params.append(SamplingParams(n=n, seed=seed, temperature=temperature, top_p=top_p,
+                                         max_tokens=max_tokens, logprobs=0, detokenize=False))
+
+        def run() -> dict[str, Any]:
+            t0 = time.perf_counter()
+            outs = self.llm.generate(prompts, params, use_tqdm=False)
+            results, tokens = [], 0
+            for out in outs:
+                comps = []
+                for c in sorted(out.outputs, key=lambda c: c.index):
+                    ids = [int(t) for t in c.token_ids]
+                    lps = [float(c.logprobs[j][t].logprob) for j, t in enumerate(ids)] if c.logprobs is not None else []
+                    tokens += len(ids)
+                    comps.append({"token_ids": ids, "logprobs": lps, "finish_reason": c.finish_reason})
+                results.append({"completions": comps})
+            return {"results": results, "weights_version": self.weights_version,
+                    "seconds": time.perf_counter() - t0, "tokens": tokens}
+
+        return self._locked(run)
+
+    def score(self, body: dict[str, Any]) -> dict[str, Any]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        seqs = body.get("sequences")
+        if not isinstance(seqs, list) or not seqs:
+            raise BadRequest("sequences must be a non-empty list of {prompt_token_ids, completion_token_ids}")
+        prompts, cuts = [], []
+        for i, s in enumerate(seqs):
+            p = _int_list(s.get("prompt_token_ids"), f"sequences[{i}].prompt_token_ids")
+            c = _int_list(s.get("completion_token_ids"), f"sequences[{i}].completion_token_ids")
+            prompts.append(TokensPrompt(prompt_token_ids=p + c))
+            cuts.append((len(p), len(c)))
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+
+        def run() -> dict[str, Any]:
+            outs = self.llm.generate(prompts, params, use_tqdm=False)
+            rows = []
+            for out, (lp_start, n), seq in zip(outs, cuts, prompts):
+                ids = seq["prompt_token_ids"]
+                plp = out.prompt_logprobs
+                rows.append([float(plp[j][ids[j]].logprob) for j in range(lp_start, lp_start + n)])
+            return {"logprobs": rows}
+
+        return self._locked(run)
+
+    def load_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        path, version = body.get("path"), body.get("version")
+        if not isinstance(path, str) or not Path(path).is_file():
+            raise BadRequest(f"path {path!r} is not a readable weights file")
+        if not isinstance(version, int):
+            raise BadRequest(f"version must be an int, got {version!r}")
+
+        def run() -> dict[str, Any]:
+            t0 = time.perf_counter()
+            counts = self.llm.collective_rpc("rlvr_load_weights_from_file", args=(path,))
+            self.llm.reset_prefix_cache()
+            self.weights_version = version
+            return {"weights_version": version, "tensors": counts, "seconds": time.perf_counter() - t0}
+
+        return self._locked(run)
+
+    def weights_digest(self) -> dict[str, Any]:
+        return self._locked(lambda: {"digests": self.llm.collective_rpc("rlvr_weights_digest")})
+
+    def sleep(self, body: dict[str, Any]) -> dict[str, Any]:
+        level = body.get("level", 1)
+        if level not in (1, 2):
+            raise BadRequest(f"level must be 1 or 2, got {level!r}")
+
+        def run() -> dict[str, Any]:
+            self.llm.sleep(level=level)
+            self.sleeping = True
+            return {"sleeping": True}
+
+        return self._locked(run)
+
+    def wake_up(self, body: dict[str, Any]) -> dict[str, Any]:
+        tags = body.get("tags")
+
+        def run() -> dict[str, Any]:
+            self.llm.wake_up(tags=tags)
+            self.sleeping = bool(tags)  # partial wake-ups leave the rest asleep
+            return {"sleeping": self.sleeping}
+
+        return self._locked(run)
+
+
+class EngineGone(RuntimeError):
+    """vLLM's engine process is gone; the server answers 503 and exits so its supervisor restarts it."""
+
+
+def _is_engine_dead(exc: BaseException) -> bool:
+    try:
+        from vllm.v1.engine.exceptions import EngineDeadError
+    except ImportError:  # pragma: no cover - other vLLM layouts
+        EngineDeadError = ()  # type: ignore[assignment]
+    return isinstance(exc, (EngineGone, EngineDeadError)) or type(exc).__name__ == "EngineDeadError"
+
+
+def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer]) -> type[BaseHTTPRequestHandler]:
+    posts = {"/generate": server.generate, "/score": server.score, "/load_weights": server.load_weights,
+             "/sleep": server.sleep, "/wake_up": server.wake_up}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # one line per request on stderr
+            sys.stderr.write("[server] " + (fmt % args) + "\n")
+
+        def _send(self, code: int, obj: dict[str, Any]) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        def _dispatch(self, fn: Any, *a: Any) -> None:
+            try:
+                self._send(200, fn(*a))
+            except BadRequest as e:
+                self._send(400, {"error": str(e)})
+            except Exception as e:  # noqa: BLE001 - every failure becomes an answer
+                traceback.print_exc()
+                if _is_engine_dead(e):
+                    server.dead = True
+                    self._send(503, {"error": f"engine died: {e}"})
+                    # exit so that the client's restart starts a fresh engine
+                    threading.Timer(0.2, lambda: os._exit(3)).start()
+                else:
+                    self._send(500, {"error": f"{type(e).__name__}: {e}"})
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            if self.path == "/health":
+                if server.dead:
+                    self._send(503, {"error": "engine died"})
+                else:
+                    self._send(200, server.health())
+            elif self.path == "/weights_digest":
+                self._dispatch(server.weights_digest)
+            else:
+                self._send(404, {"error": f"no GET {self.path}"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(body, dict):
+                    raise ValueError("the body must be a JSON object")
+            except ValueError as e:
+                self._send(400, {"error": f"bad JSON body: {e}"})
+                return
+            if self.path == "/shutdown":
+                self._send(200, {"status": "stopping"})
+                threading.Thread(target=httpd_ref[0].shutdown, daemon=True).start()
+            elif self.path in posts:
+                self._dispatch(posts[self.path], body)
+            else:
+                self._send(404, {"error": f"no POST {self.path}"})
+
+    return Handler
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="policy folder (save_pretrained layout: config, safetensors, tokenizer)")
+    ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind (only loopback is allowed)")
+    ap.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (see --ready-file)")
+    ap.add_argument("--ready-file", default=None, help="write {port, pid} here once the model is loaded")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tensor-parallel-size", type=int, default=1)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=None)
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--enable-sleep-mode", action="store_true")
+    ap.add_argument("--enforce-eager", action="store_true", help="no torch.compile / CUDA graphs (faster start)")
+    args = ap.parse_args(argv)
+    if args.host not in LOOPBACK and not args.host.startswith("127."):
+        ap.error(f"--host {args.host}: the rollout server binds loopback addresses only")
+    if not Path(args.model).is_dir():
+        ap.error(f"--model {args.model}: not a folder")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    server = RolloutServer(args)
+    ref: list[ThreadingHTTPServer] = []
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(server, ref))
+    httpd.daemon_threads = True
+    ref.append(httpd)
+    port = httpd.server_address[1]
+    if args.ready_file:
+        tmp = Path(args.ready_file + ".tmp")
+        tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "start_seconds": time.perf_counter() - t0}))
+        os.replace(tmp, args.ready_file)
+    print(f"[server] ready on http://{args.host}:{port} after {time.perf_counter() - t0:.1f} s "
+          f"(vllm {server.vllm_version}, model {args.model})", file=sys.stderr, flush=True)
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    finally:
+        httpd.server_close()
+        try:
+            server.llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,20 +3,36 @@
 Runs are addressed by id through ``MlflowClient`` (no global active run), so a
 task can log into the flow's run from any thread. The default store is a SQLite
 file under the root (``mlflow.db``); MLFLOW_TRACKING_URI overrides it.
+
+Training never waits on, nor dies with, the tracking server: ``StepLogger``
+appends step metrics it cannot send to a local JSONL spool (with a warning),
+stops calling a server that just failed for ``retry_interval_s``, and replays
+the spool in order on its next successful call (or ``flush()`` at the end of
+the run). It also never logs a (metric, step) pair the run already has, so a
+resumed run that repeats the steps after its last checkpoint leaves exactly one
+entry per step. HTTP retries default to 2 and the request timeout to 20 s here
+(MLflow's own defaults wait minutes on a dead server); the MLFLOW_HTTP_* env
+variables override both.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
+import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tasks.paths import root
 
 EXPERIMENT = "rlvr-alloc"
+SPOOL = "mlflow_spool.jsonl"
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+log = logging.getLogger(__name__)
 
 
 def tracking_uri() -> str:
@@ -64,33 +80,176 @@ def start_run(run_name: str, params: Mapping[str, Any], tags: Mapping[str, str])
     return run.info.run_id
 
 
+def resume_run(run_id: str, tags: Mapping[str, Any]) -> bool:
+    """Reopen run ``run_id`` (status RUNNING, ``tags`` set); False when the store has no such live run."""
+    from mlflow.exceptions import MlflowException
+
+    client = _client()
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    if run.info.lifecycle_stage != "active":
+        return False
+    client.update_run(run_id, status="RUNNING")
+    for k, v in tags.items():
+        client.set_tag(run_id, k, str(v))
+    return True
+
+
 class StepLogger:
     """on_step callback: logs every numeric value of a step record as an MLflow metric at that step.
 
-    ``seconds`` accumulates the time spent inside MLflow (for the overhead measurement).
+    Args:
+        run_id: the MLflow run; None while it could not be created yet (everything is
+            spooled, see ``adopt_spool``)
+        spool: JSONL file for records the server could not take (None: failures raise)
+        retry_interval_s: after a failure, records go straight to the spool for this long
+        client_factory: builds the MlflowClient (tests inject failing ones)
+    ``seconds`` accumulates the time spent inside MLflow (for the overhead
+    measurement); ``spooled`` and ``replayed`` count records.
     """
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str | None, spool: str | os.PathLike | None = None, *, retry_interval_s: float = 30.0,
+                 client_factory: Callable[[], Any] = _client) -> None:
         self.run_id = run_id
-        self.client = _client()
+        self.spool = Path(spool) if spool is not None else None
+        self.retry_interval_s = retry_interval_s
+        self._factory = client_factory
+        self._client: Any = None
+        self._logged: set[tuple[str, int]] | None = None  # (key, step) pairs the run already has
+        self._down_until = 0.0
         self.seconds = 0.0
+        self.spooled = 0
+        self.replayed = 0
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._factory()
+        return self._client
 
     def __call__(self, rec: Mapping[str, Any]) -> None:
-        from mlflow.entities import Metric
-
+        """Log one step record (numeric, finite values; ``rec["step"]`` is the MLflow step)."""
         t0 = time.perf_counter()
         step = int(rec.get("step", 0))
-        now = int(time.time() * 1000)
-        metrics = [Metric(str(k), float(v), now, step) for k, v in rec.items()
-                   if k != "step" and isinstance(v, (int, float)) and math.isfinite(float(v))]
-        if metrics:
-            self.client.log_batch(self.run_id, metrics=metrics)
-        self.seconds += time.perf_counter() - t0
+        metrics = {str(k): float(v) for k, v in rec.items()
+                   if k != "step" and isinstance(v, (int, float)) and math.isfinite(float(v))}
+        entry = {"run_id": self.run_id, "step": step, "timestamp": int(time.time() * 1000), "metrics": metrics}
+        try:
+            if self.spool is None:
+                self._send([entry])
+            elif self.run_id is None or time.monotonic() < self._down_until:
+                self._append([entry])
+            else:
+                try:
+                    self._replay()
+                    self._send([entry])
+                except Exception as e:  # noqa: BLE001 - tracking must never stop training
+                    self._down(e)
+                    self._append([entry])
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def flush(self) -> int:
+        """Replay the spool now (end of a run); returns how many records are still spooled."""
+        if self.spool is None or self.run_id is None:
+            return len(_read_spool(self.spool)) if self.spool is not None else 0
+        try:
+            self._replay()
+        except Exception as e:  # noqa: BLE001
+            self._down(e)
+        return len(_read_spool(self.spool))
+
+    # ----------------------------------------------------------------- helpers
+
+    def _send(self, entries: list[dict[str, Any]]) -> None:
+        from mlflow.entities import Metric
+
+        if self._logged is None:
+            self._logged = self._already_logged()
+        batch = [Metric(k, v, e["timestamp"], e["step"]) for e in entries for k, v in e["metrics"].items()
+                 if (k, e["step"]) not in self._logged]
+        for i in range(0, len(batch), 1000):
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
+        self._logged.update((m.key, m.step) for m in batch)
+
+    def _already_logged(self) -> set[tuple[str, int]]:
+        keys = self.client.get_run(self.run_id).data.metrics
+        return {(k, m.step) for k in keys for m in self.client.get_metric_history(self.run_id, k)}
+
+    def _replay(self) -> None:
+        assert self.spool is not None
+        spooled = _read_spool(self.spool)
+        entries = [e for e in spooled if e.get("run_id") == self.run_id]
+        if not entries:
+            return
+        self._send(entries)
+        _write_spool(self.spool, [e for e in spooled if e.get("run_id") != self.run_id])
+        self.replayed += len(entries)
+        self._down_until = 0.0
+        warnings.warn(f"MLflow reachable again: replayed {len(entries)} spooled step record(s) from {self.spool}",
+                      RuntimeWarning, stacklevel=3)
+
+    def _append(self, entries: list[dict[str, Any]]) -> None:
+        assert self.spool is not None
+        self.spool.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.spool, "a") as f:
+            for e in entries:
+                f.write(json.dumps(e) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.spooled += len(entries)
+
+    def _down(self, error: BaseException) -> None:
+        if self._down_until == 0.0:
+            warnings.warn(f"MLflow unreachable ({error.__class__.__name__}: {str(error)[:300]}); step metrics go to "
+                          f"{self.spool} and are replayed when it is reachable again", RuntimeWarning, stacklevel=3)
+        self._down_until = time.monotonic() + self.retry_interval_s
+        self._client = None  # a fresh client (and connection pool) on the next attempt
 
 
-def log_metrics(run_id: str, metrics: Mapping[str, Any], step: int | None = None) -> None:
-    """Log the numeric entries of ``metrics`` (at ``step`` if given)."""
-    StepLogger(run_id)({**{k: v for k, v in metrics.items()}, "step": step or 0})
+def adopt_spool(spool: str | os.PathLike, run_id: str) -> int:
+    """Give the records spooled while no run existed (run_id None) to ``run_id``; returns how many."""
+    path = Path(spool)
+    entries = _read_spool(path)
+    pending = sum(e.get("run_id") is None for e in entries)
+    if pending:
+        _write_spool(path, [{**e, "run_id": run_id} if e.get("run_id") is None else e for e in entries])
+    return pending
+
+
+def _write_spool(path: Path, entries: list[dict[str, Any]]) -> None:
+    if not entries:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        for e in entries:
+            f.write(json.dumps(e) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_spool(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a crash
+    return out
+
+
+def log_metrics(run_id: str, metrics: Mapping[str, Any], step: int | None = None,
+                spool: str | os.PathLike | None = None) -> None:
+    """Log the numeric entries of ``metrics`` (at ``step`` if given), spooling them if MLflow is unreachable."""
+    StepLogger(run_id, spool)({**{k: v for k, v in metrics.items()}, "step": step or 0})
 
 
 def log_dataset(run_id: str, data_dir: str, split: str, digest: str, context: str = "training") -> None:

@@ -23,7 +23,7 @@ import shutil
 import signal
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -64,8 +64,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *, keep_last: int | None = None) -> Path:
-    """Write ``state`` as checkpoint ``step`` under ``root``; prune to the newest ``keep_last``."""
+def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *, keep_last: int | None = None,
+                    meta: Mapping[str, Any] | None = None) -> Path:
+    """Write ``state`` as checkpoint ``step`` under ``root``; prune to the newest ``keep_last``.
+
+    ``meta`` (JSON-serialisable) is stored in the manifest, readable without loading the state
+    (``latest_manifest``).
+    """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     folder = root / f"step_{step:06d}"
@@ -77,8 +82,9 @@ def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *
     data = buf.getvalue()
     _fsync_write(tmp_folder / STATE, data)
     fault_point("checkpoint", step)
-    manifest = {"step": step, "files": {STATE: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}}
-    _fsync_write(tmp_folder / MANIFEST, json.dumps(manifest, indent=1).encode())
+    manifest = {"step": step, "files": {STATE: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}},
+                "meta": dict(meta or {})}
+    _fsync_write(tmp_folder / MANIFEST, json.dumps(manifest, indent=1, default=str).encode())
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp_folder, folder)
     _fsync_dir(root)
@@ -122,6 +128,16 @@ def load_latest(root: str | os.PathLike, map_location: str = "cpu") -> tuple[int
             continue
         state = torch.load(folder / STATE, map_location=map_location, weights_only=False)
         return int(json.loads((folder / MANIFEST).read_text())["step"]), state
+    return None
+
+
+def latest_manifest(root: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """(folder, manifest) of the newest checkpoint whose manifest parses, or None (state not verified)."""
+    for folder in reversed(list_checkpoints(root)):
+        try:
+            return folder, json.loads((folder / MANIFEST).read_text())
+        except (OSError, ValueError):
+            continue
     return None
 
 

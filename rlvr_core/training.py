@@ -64,7 +64,8 @@ from rlvr_core.types import Rollouts
 StepCallback = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineError", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "train"]
+__all__ = ["EngineError", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "VerifierTimeout",
+           "check_resumable", "data_digest", "train"]
 
 # train-section keys that shape the trajectory: a checkpoint only resumes under the same values
 TRAJECTORY_KEYS: tuple[str, ...] = ("allocator", "allocator_params", "k", "batch_size", "seed", "lr", "clip_eps",
@@ -187,7 +188,8 @@ def data_digest(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, where: str) -> None:
-    """Raise ConfigError unless a checkpoint's state was written under ``cfg``'s trajectory settings and data."""
+    """Raise ConfigError unless a checkpoint (its state, or its manifest's meta) was written under ``cfg``'s
+    trajectory settings (``TRAJECTORY_KEYS``) and on the same training split (``data_digest``)."""
     old, new = saved.get("config") or {}, asdict(cfg)
     changed = [k for k in TRAJECTORY_KEYS if k in old and _plain(old[k]) != _plain(new[k])]
     if changed:
@@ -347,7 +349,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
                 "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
                 "verifier_errors": scorer.errors, "verifier_timeouts": scorer.timeouts,
                 "nonfinite_run": nonfinite_run, "cum": dict(cum), "config": asdict(cfg), "data_digest": digest,
-            }, keep_last=cfg.keep_last)
+            }, keep_last=cfg.keep_last, meta={"config": asdict(cfg), "data_digest": digest})
         if last:
             break
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}

@@ -4,22 +4,35 @@
 
 Writes runs/<allocator>/ (checkpoints/, metrics.jsonl, final_model/, summary.json as DVC metrics,
 train_timings.json, tracking.json with the MLflow run id).
+
+Params, data, the base model and a checkpoint to resume are checked before anything is tracked or
+generated. Started again after a crash, the flow resumes the checkpoints and continues the same MLflow
+run (one metric entry per step); an unreachable MLflow spools metrics to runs/<allocator>/mlflow_spool.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import warnings
 from dataclasses import asdict
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 from prefect import flow
 
 from flows.common import flow_run_id, load, write_json
-from rlvr_core.checkpoint import list_checkpoints
+from rlvr_core.allocation import make_allocator
+from rlvr_core.checkpoint import latest_manifest, list_checkpoints, verify
+from rlvr_core.config import TrainConfig
+from rlvr_core.data.validate import validate_splits
 from rlvr_core.errors import ConfigError
+from rlvr_core.models.tiny import load_policy
+from rlvr_core.training import check_resumable, data_digest
 from tasks import tracking
+from tasks.data import load_split
 from tasks.lineage import dvc_md5, git_commit
 from tasks.models import export_policy
 from tasks.paths import data_dir, run_dir, warmstart_dir
@@ -42,6 +55,45 @@ def summarize(allocator: str, history: list[dict[str, Any]], final_eval: dict[st
     }
 
 
+def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> None:
+    """Refuse, before any tracking or rollout: missing/invalid data, a bad base model, bad allocator
+    parameters, or checkpoints in ``out`` written with other settings or data."""
+    for path, how in ((data, "python -m flows.prepare"), (base, "python -m flows.warmstart")):
+        if not path.is_dir():
+            raise ConfigError(f"{path}: missing; run `{how}` (or `dvc repro`) first")
+    train_rows, test_rows = load_split(str(data), "train"), load_split(str(data), "test")
+    validate_splits(train_rows, test_rows, task, source=str(data))
+    load_policy(base)  # PolicyLoadError names the folder and what is wrong with it
+    make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
+    if (latest := latest_manifest(out / "checkpoints")) is not None:
+        check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]))
+
+
+def _quiet(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a tracking call; if MLflow fails, warn and go on (training never depends on tracking)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"MLflow {what} failed ({e.__class__.__name__}: {str(e)[:300]}); continuing without it",
+                      RuntimeWarning, stacklevel=2)
+        return None
+
+
+def open_run(cfg: TrainConfig, task: str, out: Path, tags: dict[str, str]) -> str | None:
+    """The MLflow run of this training: the previous one when resuming ``out``, else a new one.
+
+    None when MLflow is unreachable (metrics are spooled and given to a run created at the end).
+    """
+    previous = json.loads((out / "tracking.json").read_text()) if (out / "tracking.json").is_file() else {}
+    resuming = bool(list_checkpoints(out / "checkpoints")) or (out / "metrics.jsonl").is_file()
+    if resuming and previous.get("run_id") and previous.get("tracking_uri") == tracking.tracking_uri():
+        if _quiet("resume_run", tracking.resume_run, previous["run_id"], tags):
+            return previous["run_id"]
+    params = {"train": asdict(cfg), "prepare.task": task}
+    return _quiet("start_run", tracking.start_run, f"train-{cfg.allocator}", params,
+                  {**tags, "previous_run_id": previous.get("run_id") or ""})
+
+
 @flow(name="train", log_prints=True)
 def train(allocator: str | None = None, steps: int | None = None, seed: int | None = None,
           overrides: dict[str, Any] | None = None, params_file: str | None = None) -> dict[str, Any]:
@@ -51,35 +103,48 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
-    for path, how in ((data, "python -m flows.prepare"), (base, "python -m flows.warmstart")):
-        if not path.is_dir():
-            raise ConfigError(f"{path}: missing; run `{how}` (or `dvc repro`) first")
     out = run_dir(cfg.allocator)
-    resumed_from = list_checkpoints(out / "checkpoints")
-    previous = json.loads((out / "tracking.json").read_text()) if (out / "tracking.json").is_file() and resumed_from else {}
+    check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
+    for stale in ("summary.json", "train_timings.json"):  # a crashed rerun must not look complete
+        (out / stale).unlink(missing_ok=True)
+    shutil.rmtree(out / "final_model", ignore_errors=True)
 
     data_md5, base_md5 = dvc_md5(data), dvc_md5(base)
     tags = {"allocator": cfg.allocator, "git_commit": git_commit(), "mlflow.source.git.commit": git_commit(),
             "data_md5": data_md5, "base_model_md5": base_md5, "prefect_flow_run_id": flow_run_id(),
-            "run_dir": str(out), "previous_run_id": previous.get("run_id", "")}
-    run_id = tracking.start_run(f"train-{cfg.allocator}", {"train": asdict(cfg), "prepare.task": task}, tags)
+            "run_dir": str(out)}
+    run_id = open_run(cfg, task, out, tags)
     write_json(out / "tracking.json", {"run_id": run_id, "tracking_uri": tracking.tracking_uri()})
+    spool = out / tracking.SPOOL
+    if run_id:
+        tracking.adopt_spool(spool, run_id)  # records spooled while an earlier attempt had no run
     try:
-        tracking.log_dataset(run_id, str(data), "train", data_md5)
-        res = run_training(cfg, str(base), str(data), task, str(out), run_id)
-        final_ckpt = list_checkpoints(out / "checkpoints")[-1]
+        if run_id:
+            _quiet("log_dataset", tracking.log_dataset, run_id, str(data), "train", data_md5)
+        res = run_training(cfg, str(base), str(data), task, str(out), run_id, track=True)
+        final_ckpt = next(f for f in reversed(list_checkpoints(out / "checkpoints")) if verify(f) is None)
         model_dir = export_policy(str(final_ckpt), str(base), str(out / "final_model"))
-        tracking.log_artifacts(run_id, model_dir, "final_model")
         summary = summarize(cfg.allocator, res["history"], res["final_eval"])
         timings = {k: sum(r.get(k, 0.0) for r in res["history"]) for k in TIMING_KEYS}
         timings.update(seconds=res["seconds"], mlflow_step_seconds=res["tracking_seconds"],
                        resumed_from=res["resumed_from"])
+        if run_id is None and (run_id := open_run(cfg, task, out, tags)):  # MLflow back: the spool gets its run
+            tracking.adopt_spool(spool, run_id)
+            write_json(out / "tracking.json", {"run_id": run_id, "tracking_uri": tracking.tracking_uri()})
+        if run_id:
+            _quiet("log_artifacts", tracking.log_artifacts, run_id, model_dir, "final_model")
+            _quiet("log_metrics", tracking.log_metrics, run_id,
+                   {f"final/{k}": v for k, v in summary["final_eval"].items()}, step=cfg.steps, spool=spool)
+            if tracking.StepLogger(run_id, spool).flush():
+                warnings.warn(f"MLflow metrics stay spooled in {spool}; the next run of this flow replays them",
+                              RuntimeWarning, stacklevel=1)
         write_json(out / "summary.json", summary)
         write_json(out / "train_timings.json", timings)
-        tracking.log_metrics(run_id, {f"final/{k}": v for k, v in summary["final_eval"].items()}, step=cfg.steps)
-        tracking.end_run(run_id)
+        if run_id:
+            _quiet("end_run", tracking.end_run, run_id)
     except BaseException:
-        tracking.end_run(run_id, "FAILED")
+        if run_id:
+            _quiet("end_run", tracking.end_run, run_id, "FAILED")
         raise
     print(f"train[{cfg.allocator}]: {summary['steps']} steps, final {summary['final_eval']} -> {out}")
     return {"run_id": run_id, "summary": summary, "timings": timings}

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from rlvr_core.config import TrainConfig
-from rlvr_core.training import train
+from rlvr_core.errors import ConfigError
+from rlvr_core.models.tiny import PolicyLoadError
+from rlvr_core.training import TrainingStopped, train
 from tasks.data import load_split
-from tasks.tracking import StepLogger
+from tasks.tracking import SPOOL, StepLogger
+
+# Failures a retry cannot fix: bad settings or data, a bad policy folder, a run stopped on purpose.
+NOT_RETRIED: tuple[type[BaseException], ...] = (ConfigError, PolicyLoadError, TrainingStopped)
 
 
 def progress_line(rec: dict[str, Any]) -> str:
-    """One human line per step: step, rollouts, effective groups, reward, loss, eval accuracy."""
+    """One human line per step: step, rollouts, effective groups, reward, loss, eval accuracy, faults."""
     parts = [f"step {rec['step']:>4}"]
     if "rollouts" in rec:
         parts += [f"rollouts {rec['rollouts']:>4} (cum {rec['cum_rollouts']})",
@@ -23,25 +29,66 @@ def progress_line(rec: dict[str, Any]) -> str:
                   f"reward {rec['reward_mean']:.3f}", f"loss {rec['loss']:+.4f}"]
     if "eval/greedy_acc" in rec:
         parts.append(f"eval acc {rec['eval/greedy_acc']:.3f}")
+    parts += fault_notes(rec)
     return " | ".join(parts)
 
 
-# retried once: the run resumes from its newest checkpoint, so a retry never repeats finished steps
-@task(retries=1, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def fault_notes(rec: dict[str, Any]) -> list[str]:
+    """What went wrong in a step, in words (empty for a normal step)."""
+    notes = []
+    if rec.get("nonfinite"):
+        notes.append("NON-FINITE loss/gradient: update skipped")
+    elif rec.get("update_skipped"):
+        notes.append("no effective group: update skipped")
+    if rec.get("engine_retries"):
+        notes.append(f"{rec['engine_retries']} engine retries")
+    return notes
+
+
+def should_retry(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect retry condition: retry anything but ``NOT_RETRIED`` (the retry resumes from the newest checkpoint)."""
+    exc = state.data if isinstance(getattr(state, "data", None), BaseException) else None
+    if exc is None:
+        try:
+            exc = state.result(raise_on_failure=False)
+        except Exception:  # noqa: BLE001 - unknown failure: let the retry policy decide
+            return True
+    return not isinstance(exc, NOT_RETRIED)
+
+
+# retried: the run resumes from its newest checkpoint, so a retry never repeats finished steps
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=should_retry, cache_policy=NO_CACHE)
 def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: str, run_dir: str,
-                 mlflow_run_id: str | None) -> dict[str, Any]:
-    """Train (resuming from ``run_dir``) and return {history, final_eval, resumed_from, tracking_seconds, step_seconds}."""
+                 mlflow_run_id: str | None, track: bool | None = None) -> dict[str, Any]:
+    """Train (resuming from ``run_dir``) and return {history, final_eval, resumed_from, tracking_seconds, step_seconds, ...}.
+
+    Step metrics go to MLflow run ``mlflow_run_id``, through the spool <run_dir>/mlflow_spool.jsonl when
+    MLflow is unreachable (``track=True`` with no run id: everything is spooled for a run created later).
+    """
     log = get_run_logger()
-    tracker = StepLogger(mlflow_run_id) if mlflow_run_id else None
+    track = bool(mlflow_run_id) if track is None else track
+    tracker = StepLogger(mlflow_run_id, Path(run_dir) / SPOOL) if track else None
+    counts: dict[str, int] = {}  # cumulative verifier failures at the previous step record
 
     def on_step(rec: dict[str, Any]) -> None:
         log.info(progress_line(rec))
+        if rec.get("nonfinite") or rec.get("update_skipped"):
+            log.warning(f"step {rec['step']}: {fault_notes(rec)[0]}")
+        if "verifier_errors" in rec:
+            now = {k: int(rec.get(k, 0)) for k in ("verifier_errors", "verifier_timeouts")}
+            new = {k: v - counts[k] for k, v in now.items() if counts and v > counts[k]}
+            if new:
+                log.warning(f"step {rec['step']}: verifier failures scored 0.0: {new}")
+            counts.update(now)
         if tracker is not None:
             tracker(rec)
 
     t0 = time.perf_counter()
     result = train(cfg, policy_dir=policy_dir, train_rows=load_split(data_dir, "train"),
                    test_rows=load_split(data_dir, "test"), run_dir=run_dir, task=task_name, on_step=on_step)
+    left = tracker.flush() if tracker is not None else 0
+    if left:
+        log.warning(f"{left} step record(s) stay spooled in {Path(run_dir) / SPOOL}; MLflow is unreachable")
     return {"history": result.metrics, "final_eval": result.final_eval, "resumed_from": result.resumed_from,
             "steps": result.steps_done, "seconds": time.perf_counter() - t0,
-            "tracking_seconds": tracker.seconds if tracker else 0.0}
+            "tracking_seconds": tracker.seconds if tracker else 0.0, "spooled": left}

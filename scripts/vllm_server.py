@@ -112,10 +112,32 @@ class RolloutServer:
         except Exception:  # noqa: BLE001 - informational only
             return []
 
+    def _shm_files(self) -> list[str]:
+        """/dev/shm files this server's processes map or hold open (vLLM's message queues, semaphores).
+
+        Reported so that the client can remove them after this server was killed:
+        a SIGKILLed vLLM leaves hundreds of MB of shared memory behind.
+        """
+        found: set[str] = set()
+        for pid in [os.getpid(), *self._engine_pids()]:
+            try:
+                with open(f"/proc/{pid}/maps") as f:
+                    for line in f:
+                        i = line.find("/dev/shm/")
+                        if i >= 0:
+                            found.add(line[i:].strip().removesuffix(" (deleted)"))
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/"):
+                        found.add(target.removesuffix(" (deleted)"))
+            except OSError:
+                continue
+        return sorted(found)
+
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "model": self.model, "weights_version": self.weights_version,
                 "sleeping": self.sleeping, "busy": self.busy, "pid": os.getpid(),
-                "engine_pids": self._engine_pids(), "vllm": self.vllm_version,
+                "engine_pids": self._engine_pids(), "shm_files": self._shm_files(), "vllm": self.vllm_version,
                 "load_seconds": round(self.load_seconds, 3), "warmup_seconds": round(self.warmup_seconds, 3)}
 
     def _locked(self, fn: Any, *a: Any) -> Any:

@@ -215,6 +215,8 @@ class VLLMEngine:
         self._proc: subprocess.Popen | None = None
         self._log_file: Any = None
         self._weights_file: Path | None = None  # last pushed weights, re-pushed after a restart
+        self._server_shm: set[str] = set()  # /dev/shm files of the server we started
+        self._shm_noted = False  # refreshed once after the first round of each server life
         self.prompts: list[str] = []
         self.prompt_ids: list[list[int]] = []
         self.set_prompts(prompts)
@@ -306,6 +308,7 @@ class VLLMEngine:
         self._log_file.flush()
         # A session of its own: the server and the engine process vLLM forks from it are one
         # process group, killed together on restart or close.
+        self._shm_noted = False
         self._proc = subprocess.Popen(self._server_command(ready_file), stdin=subprocess.DEVNULL,
                                       stdout=self._log_file, stderr=subprocess.STDOUT,
                                       env=self._server_environment(), start_new_session=True)
@@ -322,7 +325,7 @@ class VLLMEngine:
                         info = None  # written but not yet complete
                     if info is not None:
                         self.url = f"http://127.0.0.1:{int(info['port'])}"
-                        self._get("/health", timeout=30.0)
+                        self._note_shm(self._get("/health", timeout=30.0))
                         return
                 time.sleep(0.2)
             self._kill_server()
@@ -330,6 +333,13 @@ class VLLMEngine:
                                   f"log {self.log_path}:\n{self._log_tail()}")
         finally:
             ready_file.unlink(missing_ok=True)
+
+    def _note_shm(self, health: Mapping[str, Any]) -> None:
+        """Remember the shared-memory files the server reports, to remove them if it is killed."""
+        for name in health.get("shm_files") or []:
+            if (isinstance(name, str) and name.startswith("/dev/shm/") and "/" not in name[len("/dev/shm/"):]
+                    and not Path(name).name.startswith("rlvr-vllm-")):  # never our own weight files
+                self._server_shm.add(name)
 
     def _kill_server(self) -> None:
         proc, self._proc = self._proc, None
@@ -354,6 +364,10 @@ class VLLMEngine:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        # a killed vLLM leaves its message-queue segments behind (hundreds of MB of RAM)
+        for name in self._server_shm:
+            Path(name).unlink(missing_ok=True)
+        self._server_shm.clear()
 
     def _ensure_server(self) -> None:
         if self.external:
@@ -468,6 +482,9 @@ class VLLMEngine:
             "sampling": {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_new_tokens},
         }
         out = self._call("/generate", body)
+        if not self.external and not self._shm_noted:
+            self._note_shm(self.health())  # segments created lazily by the first round
+            self._shm_noted = True
         return self._rollouts(items, out)
 
     def _rollouts(self, items: list[tuple[int, int]], out: Mapping[str, Any]) -> Rollouts:

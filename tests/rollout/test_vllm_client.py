@@ -111,7 +111,11 @@ class FakeState:
         return 200, {"sleeping": False}
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "model": self.model, "weights_version": self.weights_version, "digest": self.digest,
+        shm = os.environ.get("FAKE_SHM_PREFIX")
+        if shm:  # a stand-in for vLLM's message-queue segments, one per server process
+            shm = f"{shm}-{os.getpid()}"
+            Path(shm).touch()
+        return {"shm_files": [shm] if shm else [], "status": "ok", "model": self.model, "weights_version": self.weights_version, "digest": self.digest,
                 "sleeping": self.sleeping, "busy": False, "pid": os.getpid(), "engine_pids": [], "vllm": "fake",
                 "generate_calls": self.generate_calls}
 
@@ -374,6 +378,27 @@ def test_owned_server_dies_mid_round_is_restarted_and_the_round_retried(policy, 
         eng.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid0, 0)
+
+
+def test_a_killed_servers_shared_memory_is_removed(policy, tmp_path):
+    prefix = f"/dev/shm/rlvr-test-fake-{os.getpid()}"
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm")
+    eng = _owned(policy, tmp_path, server_env={"FAKE_SHM_PREFIX": prefix})
+    try:
+        pid0 = eng.health()["pid"]
+        first = Path(f"{prefix}-{pid0}")
+        assert first.exists()
+        eng.update_weights()
+        os.kill(pid0, signal.SIGKILL)
+        eng._proc.wait(timeout=10)
+        assert len(eng.generate({0: 2})) == 2 and eng.restarts == 1
+        second = Path(f"{prefix}-{eng.health()['pid']}")
+        assert not first.exists() and second.exists()  # the dead server's segment is gone
+        assert list((tmp_path / "shm").glob("*.safetensors"))  # our weight file is never taken for theirs
+    finally:
+        eng.close()
+    assert not second.exists()
 
 
 @pytest.mark.parametrize("fault", ["ENGINE_DEAD_ON_GENERATE", "HANG_ON_GENERATE"])

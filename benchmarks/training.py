@@ -41,9 +41,20 @@ ALL = ("grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps")
 
 
 def first_reach(xs: np.ndarray, acc: np.ndarray, target: float) -> float:
-    """The first x at which accuracy reaches ``target`` (NaN if never)."""
+    """The x at which accuracy first reaches ``target`` (NaN if never).
+
+    Linear interpolation between the last evaluation below the target and the
+    first at or above it, so the figure does not jump by a whole evaluation
+    interval (allocators spend different numbers of rollouts per step).
+    """
     hit = np.flatnonzero(acc >= target)
-    return float(xs[hit[0]]) if len(hit) else float("nan")
+    if not len(hit):
+        return float("nan")
+    i = int(hit[0])
+    if i == 0 or acc[i] == acc[i - 1]:
+        return float(xs[i])
+    frac = (target - acc[i - 1]) / (acc[i] - acc[i - 1])
+    return float(xs[i - 1] + frac * (xs[i] - xs[i - 1]))
 
 
 def plot(curves: pd.DataFrame, x: str, path: Path, target: float) -> None:
@@ -71,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one allocator, a few steps, a short warm start")
     ap.add_argument("--allocators", default=",".join(ALL))
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--rollouts", type=int, default=60000, help="rollout budget per run")
+    ap.add_argument("--rollouts", type=int, default=50000, help="rollout budget per run")
     ap.add_argument("--target", type=float, default=None,
                     help="target held-out accuracy (default: warm start + 10 points)")
-    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=5, help="steps between held-out evaluations")
     ap.add_argument("--eval-size", type=int, default=400)
     ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
     ap.add_argument("--out", type=Path, default=RESULTS)

@@ -259,11 +259,13 @@ def log_dataset(run_id: str, data_dir: str, split: str, digest: str, context: st
     from datasets import load_from_disk
 
     df = pd.DataFrame(load_from_disk(data_dir)[split][:])
+    from mlflow.entities import DatasetInput, InputTag
+
     ds = mlflow.data.from_pandas(df, source=str(Path(data_dir).resolve()), name=f"{Path(data_dir).name}-{split}",
                                  digest=digest[:36])
-    _client()
-    with mlflow.start_run(run_id=run_id):
-        mlflow.log_input(ds, context=context)
+    # through the client: a fluent start_run/end_run would mark the still-running run FINISHED
+    _client().log_inputs(run_id, datasets=[DatasetInput(ds._to_mlflow_entity(),
+                                                        tags=[InputTag("mlflow.data.context", context)])])
 
 
 def log_artifacts(run_id: str, folder: str, artifact_path: str) -> None:

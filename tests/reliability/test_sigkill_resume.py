@@ -50,25 +50,27 @@ def _check_resumed(run: Path, reference: tuple[Path, list[dict[str, Any]]], poli
     assert not list((run / "checkpoints").glob(".tmp_*"))  # the half-written checkpoint was cleaned up
 
 
-@pytest.mark.parametrize("kill_at, resumes_from", [
+# (kill point, steps in metrics.jsonl when it dies); each restart resumes from checkpoint 2 and dies again
+CHAIN = [
     ("generate:3", 2),    # during the allocation rounds of step 3
     ("update:3", 2),      # right after the policy update of step 3, before its metrics line
-    ("metrics:4", 2),     # step 4's metrics line written, its checkpoint not yet
-    ("checkpoint:4", 2),  # half-way through writing checkpoint 4 (state.pt written, no manifest)
-])
-def test_sigkill_then_resume_matches_uninterrupted(policy_dir: Path, reference: Any, tmp_path: Path, kill_at: str,
-                                                   resumes_from: int) -> None:
+    ("metrics:4", 4),     # step 4's metrics line written, its checkpoint not yet
+    ("checkpoint:4", 4),  # half-way through writing checkpoint 4 (state.pt written, no manifest)
+]
+
+
+def test_sigkill_at_each_point_then_resume_matches_uninterrupted(policy_dir: Path, reference: Any,
+                                                                 tmp_path: Path) -> None:
+    """One run killed at four points in turn (each restart is killed at the next), then run to the end."""
     run = tmp_path / "run"
-    p = run_driver(policy_dir, run, CFG, kill_at=kill_at)
-    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
-    point, step = kill_at.split(":")
-    steps_logged = [r["step"] for r in read_metrics(run)]
-    assert steps_logged[-1] == (int(step) if point == "metrics" or point == "checkpoint" else int(step) - 1)
-    if point == "checkpoint":
-        tmp = run / "checkpoints" / f".tmp_step_{int(step):06d}"
-        assert (tmp / "state.pt").is_file() and not (tmp / "manifest.json").exists()
-        assert not (run / "checkpoints" / f"step_{int(step):06d}").exists()
-    _check_resumed(run, reference, policy_dir, resumes_from)
+    for kill_at, last_step in CHAIN:
+        p = run_driver(policy_dir, run, CFG, kill_at=kill_at)
+        assert p.returncode == -signal.SIGKILL, (kill_at, p.returncode, p.stderr[-2000:])
+        assert [r["step"] for r in read_metrics(run)] == list(range(last_step + 1)), kill_at
+        assert [c.name for c in (run / "checkpoints").glob("step_*")] == ["step_000002"], kill_at
+    tmp = run / "checkpoints" / ".tmp_step_000004"
+    assert (tmp / "state.pt").is_file() and not (tmp / "manifest.json").exists()
+    _check_resumed(run, reference, policy_dir, 2)
 
 
 def test_kill_from_outside_at_an_arbitrary_moment(policy_dir: Path, reference: Any, tmp_path: Path) -> None:

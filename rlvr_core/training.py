@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -97,7 +98,10 @@ class Scorer:
     ``timeouts`` calls that ran past ``timeout_s`` seconds (None: no limit).
     The limit uses ``signal.setitimer`` on the main thread when no other
     interval timer is running (it interrupts pure-Python loops); elsewhere the
-    call runs on a daemon thread that is abandoned when it overruns. Verifiers
+    call runs on a daemon thread that is abandoned when it overruns (a thread
+    cannot be stopped: a runaway verifier keeps a share of the interpreter until
+    it returns, so off the main thread prefer verifiers that bound their own
+    work, like the sandboxed code verifier). Verifiers
     that arm SIGALRM themselves (``math``) bring their own limits: leave
     ``timeout_s`` None for them.
     """
@@ -275,8 +279,10 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         start, resumed_from, nonfinite_run, cum = step0, step0, state["nonfinite_run"], dict(state["cum"])
         history = _read_metrics(metrics_path, upto=step0)
         _write_metrics(metrics_path, history)  # drop lines written after the checkpoint
-    elif metrics_path.exists():
-        metrics_path.unlink()
+    else:  # a fresh run: nothing of an earlier run in this folder may be mistaken for this one's
+        metrics_path.unlink(missing_ok=True)
+        if not resume:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
 
     def evaluate() -> dict[str, float]:
         return evaluate_policy(engine, eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,

@@ -106,3 +106,16 @@ def test_training_resumes_from_the_checkpoint_before_a_corrupted_one(policy_dir:
     assert strip_timing(read_metrics(run)) == strip_timing(full.metrics)
     assert verify(run / "checkpoints/step_000004") is None  # rewritten intact
     assert_same(final_state(run, 4), final_state(tmp_path / "full", 4))
+
+
+def test_a_fresh_run_clears_the_checkpoints_of_an_earlier_one(policy_dir: Path, tmp_path: Path) -> None:
+    ds = dataset()
+    run = tmp_path / "run"
+    train(TrainConfig(**{**CFG, "steps": 4}), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+          run_dir=run)
+    other = TrainConfig(**{**CFG, "steps": 2, "seed": 5})
+    res = train(other, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run, resume=False)
+    assert res.resumed_from is None
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step_000002"]  # step 4 of the old run is gone
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]
+    assert final_state(run, 2)["config"]["seed"] == 5

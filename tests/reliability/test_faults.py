@@ -146,13 +146,16 @@ def _rows(n: int) -> list[dict[str, Any]]:
     return [{"id": str(i), "prompt": f"p{i}", "answer": "1"} for i in range(n)]
 
 
+_RELEASE = threading.Event()  # ends the runaway loop an abandoned worker thread is still spinning in
+
+
 def _verifier(text: str, row: Any) -> float:
     if text == "raise":
         raise KeyError("answer")
     if text == "nan":
         return float("nan")
     if text == "loop":
-        while True:  # a runaway pure-Python verifier
+        while not _RELEASE.is_set():  # a runaway pure-Python verifier
             pass
     if text == "sleep":
         time.sleep(5)
@@ -173,14 +176,19 @@ def test_verifier_timeouts_score_zero_and_are_counted_separately(where: str) -> 
     s = Scorer("arithmetic", _rows(5), timeout_s=0.2)
     s.verify = _verifier
     r = _rollouts(["1", "loop", "raise", "sleep", "1"])
+    _RELEASE.clear()
     t0 = time.perf_counter()
-    if where == "worker thread":
-        t = threading.Thread(target=s, args=(r,))
-        t.start()
-        t.join(10)
-    else:
-        s(r)
-    assert time.perf_counter() - t0 < 3
+    try:
+        if where == "worker thread":
+            t = threading.Thread(target=s, args=(r,))
+            t.start()
+            t.join(10)
+        else:
+            s(r)
+        elapsed = time.perf_counter() - t0
+    finally:
+        _RELEASE.set()  # a thread cannot be killed: stop the abandoned loop so it does not slow later tests
+    assert elapsed < 3
     assert r.reward.tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert (s.errors, s.timeouts) == (1, 2)
     with pytest.raises(ConfigError, match="timeout_s"):

@@ -21,6 +21,10 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _is_real(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class PrepareConfig:
     """Synthetic task generation.
@@ -76,6 +80,10 @@ class TrainConfig:
     eval_size: held-out problems per evaluation; eval_samples: samples each for pass@k
     checkpoint_every: steps between checkpoints; keep_last: checkpoints kept
     max_nonfinite: consecutive non-finite updates that stop the run
+    engine: rollout engine name ("hf" in-process; "vllm" the rollout server, see docs/vllm.md)
+    engine_options: extra keyword arguments for the engine (e.g. dtype, server_args, enable_sleep_mode)
+    engine_retries, engine_retry_delay_s: retries of a failing generation round, and the pause between
+    verifier_timeout_s: per-call verifier time limit (null: none); a timeout scores 0.0 and is counted
     """
 
     allocator: str = "sara"
@@ -101,9 +109,25 @@ class TrainConfig:
     checkpoint_every: int = 50
     keep_last: int = 3
     max_nonfinite: int = 5
+    engine: str = "hf"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    engine_retries: int = 2
+    engine_retry_delay_s: float = 1.0
+    verifier_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         from rlvr_core.allocation import ALLOCATORS
+        from rlvr_core.rollout import ENGINES
+
+        for key in ("lr", "clip_eps", "grad_clip", "kl_coef", "temperature", "top_p", "engine_retry_delay_s"):
+            v = getattr(self, key)
+            require(_is_real(v), key, f"got {v!r}; need a number")
+        require(self.verifier_timeout_s is None or (_is_real(self.verifier_timeout_s) and self.verifier_timeout_s > 0),
+                "verifier_timeout_s", f"got {self.verifier_timeout_s!r}; need a positive number or null")
+        require(self.engine in ENGINES and self.engine != "simulated", "engine",
+                f"got {self.engine!r}; use 'hf' (in-process) or 'vllm' (rollout server)")
+        require(isinstance(self.engine_options, Mapping), "engine_options", "give a mapping of engine keyword arguments")
+        require(self.engine_retry_delay_s >= 0, "engine_retry_delay_s", "need >= 0")
 
         object.__setattr__(self, "allocators", tuple(self.allocators))
         for name in (self.allocator, *self.allocators):
@@ -114,7 +138,7 @@ class TrainConfig:
             require(name in ALLOCATORS, "allocator_params", f"unknown allocator {name!r}")
         for key, lo in (("k", 2), ("batch_size", 1), ("steps", 0), ("max_new_tokens", 1), ("eval_every", 0),
                         ("eval_size", 1), ("eval_samples", 0), ("checkpoint_every", 1), ("keep_last", 1),
-                        ("max_nonfinite", 1)):
+                        ("max_nonfinite", 1), ("engine_retries", 0)):
             v = getattr(self, key)
             require(_is_int(v) and v >= lo, key, f"got {v!r}; need an int >= {lo}")
         require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")

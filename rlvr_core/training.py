@@ -34,6 +34,7 @@ Faults (see tests/reliability):
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -59,7 +60,7 @@ from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig
 from rlvr_core.models.tiny import load_policy
 from rlvr_core.rewards import get_verifier
-from rlvr_core.rollout.hf import HFEngine
+from rlvr_core.rollout import ENGINES
 from rlvr_core.types import Rollouts
 
 StepCallback = Callable[[dict[str, Any]], None]
@@ -216,9 +217,7 @@ def _plain(v: Any) -> Any:
 
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
-          resume: bool = True, on_step: StepCallback | None = None, device: str = "cpu",
-          engine_retries: int = 2, engine_retry_delay_s: float = 1.0,
-          verifier_timeout_s: float | None = None) -> TrainResult:
+          resume: bool = True, on_step: StepCallback | None = None, device: str = "cpu") -> TrainResult:
     """Train the policy in ``policy_dir`` with ``cfg.allocator``; see the module docstring.
 
     Args:
@@ -228,9 +227,6 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         run_dir: where checkpoints and metrics.jsonl go (resumed if present)
         task: verifier name
         on_step: called with each step's metrics dict (progress, tracking)
-        engine_retries, engine_retry_delay_s: retries of a failing generation round
-            (``rlvr_core.allocation.loop.generate_with_retry``)
-        verifier_timeout_s: per-call verifier time limit (None: none)
     Returns:
         TrainResult with every step's metrics (earlier ones read back on resume)
     Raises:
@@ -252,14 +248,13 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     model, tok = load_policy(policy_dir, device=device)
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
     source = PromptSource(len(train_rows), seed=cfg.seed)
-    engine = HFEngine(model, tok, [r["prompt"] for r in train_rows], temperature=cfg.temperature, top_p=cfg.top_p,
-                      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=device)
+    engine = _build_engine(cfg, model, tok, [r["prompt"] for r in train_rows], policy_dir=policy_dir, device=device)
     trainer = GRPOTrainer(model, TrainerConfig(lr=cfg.lr, clip_eps=cfg.clip_eps, grad_clip=cfg.grad_clip,
                                                kl_coef=cfg.kl_coef, advantage=cfg.advantage,
                                                aggregation=cfg.aggregation, temperature=cfg.temperature),
                           ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
                           pad_id=tok.pad_token_id, device=device)
-    scorer = Scorer(task, train_rows, timeout_s=verifier_timeout_s)
+    scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s)
     rng = np.random.default_rng(cfg.seed)
     eval_idx = np.sort(rng.choice(len(test_rows), size=min(cfg.eval_size, len(test_rows)), replace=False))
     eval_rows = [test_rows[i] for i in eval_idx]
@@ -285,8 +280,9 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             shutil.rmtree(ckpt_dir, ignore_errors=True)
 
     def evaluate() -> dict[str, float]:
-        return evaluate_policy(engine, eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
-                               temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+        return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
+                               temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                               device=device)
 
     if start == 0:
         ev = {f"eval/{k}": v for k, v in evaluate().items()}
@@ -302,62 +298,68 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         fault_point("generate", step)
         scorer(rollouts)
 
-    for step in range(start + 1, cfg.steps + 1):
-        if cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts:
-            break  # a resumed run whose budget was already spent
-        t0 = time.perf_counter()
-        errors0, timeouts0 = scorer.errors, scorer.timeouts
-        batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=engine_retries,
-                                           retry_delay_s=engine_retry_delay_s)
-        t1 = time.perf_counter()
-        upd = trainer.step(batch)
-        engine.update_weights()  # shared model object: already current
-        t2 = time.perf_counter()
-        fault_point("update", step)
-        nonfinite_run = nonfinite_run + 1 if upd.get("nonfinite", 0) else 0
-        _log_step_faults(step, stats.effective_groups, stats.groups, stats.hit_cap, upd, nonfinite_run,
-                         cfg.max_nonfinite, scorer.errors - errors0, scorer.timeouts - timeouts0)
-        cum["rollouts"] += stats.rollouts
-        cum["tokens"] += stats.tokens
-        rec = {
-            "step": step, "rollouts": stats.rollouts, "tokens": stats.tokens,
-            "effective_groups": stats.effective_groups, "groups": stats.groups,
-            "effective_ratio": stats.effective_groups / max(stats.groups, 1),
-            "useful_share": stats.useful_rollouts / max(stats.rollouts, 1),
-            "committed": stats.committed, "abandoned": stats.abandoned, "skipped_prompts": stats.skipped,
-            "rounds": stats.rounds, "hit_cap": stats.hit_cap,
-            "reward_mean": float(batch.rollouts.reward.mean()) if len(batch.rollouts) else 0.0,
-            "loss": upd.get("loss", 0.0), "kl": upd.get("kl", 0.0), "grad_norm": upd.get("grad_norm", 0.0),
-            "clip_frac": upd.get("clip_frac", 0.0), "update_skipped": upd.get("skipped", 0.0),
-            "nonfinite": upd.get("nonfinite", 0.0), "verifier_errors": scorer.errors,
-            "verifier_timeouts": scorer.timeouts, "engine_retries": stats.extra.get("engine_retries", 0),
-            "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
-            "allocate_s": (t1 - t0) - stats.extra["generate_seconds"] - stats.extra["verify_seconds"],
-            "update_s": t2 - t1, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
-        }
-        last = step == cfg.steps or (cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts)
-        if (cfg.eval_every and step % cfg.eval_every == 0) or last:
-            te = time.perf_counter()
-            rec.update({f"eval/{k}": v for k, v in evaluate().items()})
-            rec["eval_s"] = time.perf_counter() - te
-        rec["step_s"] = time.perf_counter() - t0
-        history.append(rec)
-        _append_metrics(metrics_path, rec)
-        fault_point("metrics", step)
-        if on_step:
-            on_step(rec)
-        if nonfinite_run >= cfg.max_nonfinite:
-            raise TrainingStopped(f"step {step}: {nonfinite_run} consecutive non-finite losses or gradients; "
-                                  f"lower train.lr (now {cfg.lr}) or check the data")
-        if step % cfg.checkpoint_every == 0 or last:
-            save_checkpoint(ckpt_dir, step, {
-                "step": step, "trainer": trainer.state_dict(), "allocator": allocator.state_dict(),
-                "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
-                "verifier_errors": scorer.errors, "verifier_timeouts": scorer.timeouts,
-                "nonfinite_run": nonfinite_run, "cum": dict(cum), "config": asdict(cfg), "data_digest": digest,
-            }, keep_last=cfg.keep_last, meta={"config": asdict(cfg), "data_digest": digest})
-        if last:
-            break
+    try:
+        for step in range(start + 1, cfg.steps + 1):
+            if cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts:
+                break  # a resumed run whose budget was already spent
+            t0 = time.perf_counter()
+            errors0, timeouts0 = scorer.errors, scorer.timeouts
+            batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=cfg.engine_retries,
+                                               retry_delay_s=cfg.engine_retry_delay_s)
+            t1 = time.perf_counter()
+            if getattr(engine, "enable_sleep_mode", False):
+                engine.sleep()  # a colocated server frees the accelerator while the trainer runs
+            upd = trainer.step(batch)
+            engine.update_weights()  # HF: shares the model object, nothing to do; vLLM: pushes the new weights
+            t2 = time.perf_counter()
+            fault_point("update", step)
+            nonfinite_run = nonfinite_run + 1 if upd.get("nonfinite", 0) else 0
+            _log_step_faults(step, stats.effective_groups, stats.groups, stats.hit_cap, upd, nonfinite_run,
+                             cfg.max_nonfinite, scorer.errors - errors0, scorer.timeouts - timeouts0)
+            cum["rollouts"] += stats.rollouts
+            cum["tokens"] += stats.tokens
+            rec = {
+                "step": step, "rollouts": stats.rollouts, "tokens": stats.tokens,
+                "effective_groups": stats.effective_groups, "groups": stats.groups,
+                "effective_ratio": stats.effective_groups / max(stats.groups, 1),
+                "useful_share": stats.useful_rollouts / max(stats.rollouts, 1),
+                "committed": stats.committed, "abandoned": stats.abandoned, "skipped_prompts": stats.skipped,
+                "rounds": stats.rounds, "hit_cap": stats.hit_cap,
+                "reward_mean": float(batch.rollouts.reward.mean()) if len(batch.rollouts) else 0.0,
+                "loss": upd.get("loss", 0.0), "kl": upd.get("kl", 0.0), "grad_norm": upd.get("grad_norm", 0.0),
+                "clip_frac": upd.get("clip_frac", 0.0), "update_skipped": upd.get("skipped", 0.0),
+                "nonfinite": upd.get("nonfinite", 0.0), "verifier_errors": scorer.errors,
+                "verifier_timeouts": scorer.timeouts, "engine_retries": stats.extra.get("engine_retries", 0),
+                "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
+                "allocate_s": (t1 - t0) - stats.extra["generate_seconds"] - stats.extra["verify_seconds"],
+                "update_s": t2 - t1, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
+            }
+            last = step == cfg.steps or (cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts)
+            if (cfg.eval_every and step % cfg.eval_every == 0) or last:
+                te = time.perf_counter()
+                rec.update({f"eval/{k}": v for k, v in evaluate().items()})
+                rec["eval_s"] = time.perf_counter() - te
+            rec["step_s"] = time.perf_counter() - t0
+            history.append(rec)
+            _append_metrics(metrics_path, rec)
+            fault_point("metrics", step)
+            if on_step:
+                on_step(rec)
+            if nonfinite_run >= cfg.max_nonfinite:
+                raise TrainingStopped(f"step {step}: {nonfinite_run} consecutive non-finite losses or gradients; "
+                                      f"lower train.lr (now {cfg.lr}) or check the data")
+            if step % cfg.checkpoint_every == 0 or last:
+                save_checkpoint(ckpt_dir, step, {
+                    "step": step, "trainer": trainer.state_dict(), "allocator": allocator.state_dict(),
+                    "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
+                    "verifier_errors": scorer.errors, "verifier_timeouts": scorer.timeouts,
+                    "nonfinite_run": nonfinite_run, "cum": dict(cum), "config": asdict(cfg), "data_digest": digest,
+                }, keep_last=cfg.keep_last, meta={"config": asdict(cfg), "data_digest": digest})
+            if last:
+                break
+    finally:
+        if hasattr(engine, "close"):
+            engine.close()  # a rollout server this run started
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     steps_done = history[-1]["step"] if history else 0
     return TrainResult(run_dir, steps_done, resumed_from, history, final)
@@ -375,6 +377,21 @@ def _log_step_faults(step: int, effective: int, groups: int, hit_cap: Any, upd: 
                     groups, ", generation cap reached" if hit_cap else "")
     if new_errors or new_timeouts:
         log.warning("step %d: %d verifier error(s) and %d timeout(s) scored 0.0", step, new_errors, new_timeouts)
+
+
+def _build_engine(cfg: TrainConfig, model: Any, tok: Any, prompts: list[str], *, policy_dir: str | os.PathLike,
+                  device: str) -> Any:
+    """The engine named ``cfg.engine`` over the training prompts.
+
+    ``device`` and ``policy_dir`` go to engines whose constructor takes them
+    (the HF engine runs on ``device``; the vLLM server loads ``policy_dir``);
+    ``cfg.engine_options`` are passed through.
+    """
+    cls = ENGINES.get(cfg.engine)
+    accepted = inspect.signature(cls).parameters
+    context = {k: v for k, v in (("device", device), ("policy_dir", str(policy_dir))) if k in accepted}
+    return cls(model, tok, prompts, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+               seed=cfg.seed, **{**context, **cfg.engine_options})
 
 
 def _frozen_copy(policy_dir: str | os.PathLike, device: str) -> torch.nn.Module:

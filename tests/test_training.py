@@ -76,3 +76,13 @@ def test_bad_train_config_is_refused_before_any_rollout():
         TrainConfig(steps=-1)
     with pytest.raises(ConfigError, match="eval_samples"):
         TrainConfig(k=8, eval_samples=4)
+
+
+def test_engine_choice_is_validated():
+    with pytest.raises(ConfigError, match="engine"):
+        TrainConfig(engine="simulated")  # allocation-benchmark engine, not a policy
+    with pytest.raises(ConfigError, match="engine"):
+        TrainConfig(engine="tgi")
+    with pytest.raises(ConfigError, match="lr"):
+        TrainConfig(lr="fast")
+    assert TrainConfig(engine="vllm", engine_options={"dtype": "float32"}).engine_options == {"dtype": "float32"}

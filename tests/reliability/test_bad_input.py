@@ -64,8 +64,6 @@ def test_unknown_section_suggests_the_closest(tmp_path: Path) -> None:
         load_params(path)
 
 
-@pytest.mark.xfail(strict=True, reason="rlvr_core/config.py checks types of int fields only; a str in a float "
-                                       "field (lr, temperature, ...) gives a TypeError message without the key")
 def test_wrong_type_in_a_float_field_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"train\.lr"):
         load_params(_params(tmp_path, "lr: fast"))

@@ -23,7 +23,7 @@ from rlvr_core.training import Scorer, TrainingStopped, train
 from rlvr_core.types import Rollouts
 from tests.reliability.common import CFG, assert_same, dataset, final_state, read_metrics, strip_timing
 
-SHORT = {**CFG, "steps": 4}
+SHORT = {**CFG, "steps": 4, "engine_retries": 2, "engine_retry_delay_s": 0.0}
 
 
 def _train(policy_dir: Path, run: Path, **kw: Any) -> training.TrainResult:
@@ -67,7 +67,7 @@ def test_engine_error_in_a_round_is_retried_exactly(policy_dir: Path, reference:
                                                     caplog: pytest.LogCaptureFixture) -> None:
     failures = _failing_generate(monkeypatch, {5, 9}, times=2)  # two rounds fail twice each
     with caplog.at_level(logging.WARNING, logger="rlvr_core.allocation.loop"):
-        res = _train(policy_dir, tmp_path / "run", engine_retries=2, engine_retry_delay_s=0.0)
+        res = _train(policy_dir, tmp_path / "run")
     assert failures == {5: 2, 9: 2}
     assert sum("retrying" in r.getMessage() for r in caplog.records) == 4
     assert sum(r.get("engine_retries", 0) for r in res.metrics) == 4
@@ -86,7 +86,7 @@ def test_engine_error_after_the_retries_fails_the_step_and_keeps_the_checkpoint(
     assert probe == {}
     _failing_generate(monkeypatch, {calls_after_2 + 1}, times=99)  # the second round of step 3 never works
     with pytest.raises(EngineError, match=r"round 1 of this step after 3 attempt\(s\); last error: RuntimeError: CUDA"):
-        _train(policy_dir, run, engine_retries=2, engine_retry_delay_s=0.0)
+        _train(policy_dir, run)
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]  # nothing written for the failed step
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step_000002"]
     assert verify(run / "checkpoints/step_000002") is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from rlvr_core.registry import Registry
 from rlvr_core.types import Requests, Rollouts
@@ -30,3 +30,15 @@ ENGINES: Registry[type] = Registry("engine")
 def make_engine(name: str, **kwargs: Any) -> RolloutEngine:
     """Build the engine registered as ``name``."""
     return ENGINES.get(name)(**kwargs)
+
+
+def encode_prompt_pool(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each prompt (special tokens such as <bos> added), for engines that index a pool."""
+    texts = list(prompts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"prompt {i} must be a non-empty str, got {t!r}")
+    if not texts:
+        return []
+    enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    return [list(map(int, ids)) for ids in enc]

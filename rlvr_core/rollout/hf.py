@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rlvr_core.errors import require
+from rlvr_core.rollout.base import encode_prompt_pool
 from rlvr_core.types import Rollouts
 
 _SEED_STRIDE = 1_000_003  # call c of an engine with seed s samples with seed s * stride + c
@@ -112,14 +113,7 @@ class HFEngine:
 
     # ------------------------------------------------------------------ prompts
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
-        texts = list(prompts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str) or not t:
-                raise ValueError(f"prompt {i} must be a non-empty str, got {t!r}")
-        if not texts:
-            return []
-        enc = self.tokenizer(texts, add_special_tokens=True)["input_ids"]
-        return [list(map(int, ids)) for ids in enc]
+        return encode_prompt_pool(self.tokenizer, prompts)
 
     def set_prompts(self, prompts: Sequence[str]) -> None:
         """Replace the prompt pool (prompt ids index into it); tokenised once here."""

@@ -53,7 +53,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr_core.errors import ConfigError, require
-from rlvr_core.rollout.base import ENGINES  # noqa: F401  (registered lazily as "vllm")
+from rlvr_core.rollout.base import encode_prompt_pool
 from rlvr_core.types import Rollouts
 
 #: The server program, run with the vLLM environment's interpreter.
@@ -227,14 +227,7 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ prompts
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
-        texts = list(prompts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str) or not t:
-                raise ValueError(f"prompt {i} must be a non-empty str, got {t!r}")
-        if not texts:
-            return []
-        enc = self.tokenizer(texts, add_special_tokens=True)["input_ids"]
-        return [list(map(int, ids)) for ids in enc]
+        return encode_prompt_pool(self.tokenizer, prompts)
 
     def set_prompts(self, prompts: Sequence[str]) -> None:
         """Replace the prompt pool (prompt ids index into it); tokenised once here."""

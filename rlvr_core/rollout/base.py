@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+import numpy as np
+
 from rlvr_core.registry import Registry
 from rlvr_core.types import Requests, Rollouts
 
@@ -42,3 +44,14 @@ def encode_prompt_pool(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]
         return []
     enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
     return [list(map(int, ids)) for ids in enc]
+
+
+def prompt_sequences(tokenizer: Any, pool_ids: Sequence[Sequence[int]], prompts: Sequence[Any]) -> list[list[int]]:
+    """Token ids for ``prompts``: all strings (encoded now) or ids into a pool whose token ids are ``pool_ids``."""
+    items = list(prompts)
+    if all(isinstance(x, str) for x in items):
+        return encode_prompt_pool(tokenizer, items)
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= int(x) < len(pool_ids):
+            raise ValueError(f"greedy: prompt {x!r} is neither a str nor an id in [0, {len(pool_ids)})")
+    return [list(pool_ids[int(x)]) for x in items]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlvr_core.errors import require
-from rlvr_core.rollout.base import encode_prompt_pool
+from rlvr_core.rollout.base import encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
 _SEED_STRIDE = 1_000_003  # call c of an engine with seed s samples with seed s * stride + c
@@ -241,13 +241,7 @@ class HFEngine:
         items = list(prompts)
         if not items:
             return []
-        if all(isinstance(x, str) for x in items):
-            seqs = self._encode(items)  # type: ignore[arg-type]
-        else:
-            for x in items:
-                if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= int(x) < len(self.prompts):
-                    raise ValueError(f"greedy: prompt {x!r} is neither a str nor an id in [0, {len(self.prompts)})")
-            seqs = [self.prompt_ids[int(x)] for x in items]
+        seqs = prompt_sequences(self.tokenizer, self.prompt_ids, items)
         comp, _ = self._run(seqs, max_new_tokens or self.max_new_tokens, None)
         return [self._decode(c) for c in comp]
 

@@ -53,7 +53,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr_core.errors import ConfigError, require
-from rlvr_core.rollout.base import encode_prompt_pool
+from rlvr_core.rollout.base import encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
 #: The server program, run with the vLLM environment's interpreter.
@@ -508,13 +508,7 @@ class VLLMEngine:
         items = list(prompts)
         if not items:
             return []
-        if all(isinstance(x, str) for x in items):
-            seqs = self._encode(items)  # type: ignore[arg-type]
-        else:
-            for x in items:
-                if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or not 0 <= int(x) < len(self.prompts):
-                    raise ValueError(f"greedy: prompt {x!r} is neither a str nor an id in [0, {len(self.prompts)})")
-            seqs = [self.prompt_ids[int(x)] for x in items]
+        seqs = prompt_sequences(self.tokenizer, self.prompt_ids, items)
         if self.sleeping:
             self.wake_up()
         out = self._call("/generate", {

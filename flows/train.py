@@ -2,8 +2,11 @@
 
     python -m flows.train --allocator sara [--steps 50] [--seed 1] [--set lr=1e-4 --set k=4]
 
-Writes runs/<allocator>/ (checkpoints/, metrics.jsonl, final_model/, summary.json as DVC metrics,
-train_timings.json, tracking.json with the MLflow run id).
+Writes runs/<allocator>/, or the folder given by --out (checkpoints/, metrics.jsonl, final_model/,
+summary.json as DVC metrics, curve.csv as a DVC plot, train_timings.json, tracking.json with the
+MLflow run id). The `experiment` stage of dvc.yaml trains train.allocator into experiment/, so that
+`dvc exp run -S train.allocator=vigor` is an experiment whose metrics are that allocator's run.
+
 
 Params, data, the base model and a checkpoint to resume are checked before anything is tracked or
 generated. Started again after a crash, the flow resumes the checkpoints and continues the same MLflow
@@ -35,7 +38,8 @@ from tasks import tracking
 from tasks.data import load_split
 from tasks.lineage import dvc_md5, git_commit
 from tasks.models import export_policy
-from tasks.paths import data_dir, run_dir, warmstart_dir
+from tasks.paths import data_dir, root, run_dir, warmstart_dir
+from tasks.report import write_curve
 from tasks.training import run_training
 
 TIMING_KEYS = ("step_s", "generate_s", "verify_s", "allocate_s", "update_s", "eval_s")
@@ -96,16 +100,20 @@ def open_run(cfg: TrainConfig, task: str, out: Path, tags: dict[str, str]) -> st
 
 @flow(name="train", log_prints=True)
 def train(allocator: str | None = None, steps: int | None = None, seed: int | None = None,
-          overrides: dict[str, Any] | None = None, params_file: str | None = None) -> dict[str, Any]:
-    """Train ``allocator`` (default train.allocator) for ``steps``; ``overrides`` replace train-section keys."""
+          overrides: dict[str, Any] | None = None, params_file: str | None = None,
+          out_dir: str | None = None) -> dict[str, Any]:
+    """Train ``allocator`` (default train.allocator) for ``steps``; ``overrides`` replace train-section keys.
+
+    ``out_dir`` (relative to the project root) replaces the run folder runs/<allocator>.
+    """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
-    out = run_dir(cfg.allocator)
+    out = root() / out_dir if out_dir else run_dir(cfg.allocator)
     check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
-    for stale in ("summary.json", "train_timings.json"):  # a crashed rerun must not look complete
+    for stale in ("summary.json", "train_timings.json", "curve.csv"):  # a crashed rerun must not look complete
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "final_model", ignore_errors=True)
 
@@ -139,6 +147,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
                 warnings.warn(f"MLflow metrics stay spooled in {spool}; the next run of this flow replays them",
                               RuntimeWarning, stacklevel=1)
         write_json(out / "summary.json", summary)
+        write_curve(res["history"], out / "curve.csv")
         write_json(out / "train_timings.json", timings)
         if run_id:
             _quiet("end_run", tracking.end_run, run_id)
@@ -168,5 +177,7 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--set", action="append", default=[], help="train-section override key=value (repeatable)")
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
+    ap.add_argument("--out", default=None, help="run folder, relative to the project root (default runs/<allocator>)")
     a = ap.parse_args()
-    train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set) or None, params_file=a.params)
+    train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set) or None, params_file=a.params,
+          out_dir=a.out)

@@ -11,15 +11,27 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 
+CURVE_FIELDS = ("step", "cum_rollouts", "cum_tokens", "greedy_acc")
+
+
+def curve_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows (step, cum_rollouts, cum_tokens, greedy_acc) at every evaluated step of a run's step records."""
+    return [{"step": r["step"], "cum_rollouts": r["cum_rollouts"], "cum_tokens": r["cum_tokens"],
+             "greedy_acc": r["eval/greedy_acc"]} for r in history if "eval/greedy_acc" in r]
+
+
 def eval_curve(metrics_jsonl: Path) -> list[dict[str, Any]]:
-    """Rows (step, cum_rollouts, cum_tokens, greedy_acc) at every evaluated step of a run."""
-    rows = []
-    for line in metrics_jsonl.read_text().splitlines():
-        rec = json.loads(line)
-        if "eval/greedy_acc" in rec:
-            rows.append({"step": rec["step"], "cum_rollouts": rec["cum_rollouts"], "cum_tokens": rec["cum_tokens"],
-                         "greedy_acc": rec["eval/greedy_acc"]})
-    return rows
+    """``curve_rows`` of a run's metrics.jsonl."""
+    return curve_rows([json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()])
+
+
+def write_curve(history: list[dict[str, Any]], path: Path) -> None:
+    """One run's held-out accuracy curve as CSV (a DVC plot: x cum_rollouts, y greedy_acc)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CURVE_FIELDS)
+        w.writeheader()
+        w.writerows(curve_rows(history))
 
 
 @task(retries=0, cache_policy=NO_CACHE)

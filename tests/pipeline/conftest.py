@@ -100,5 +100,5 @@ def copy_project(dest: Path) -> None:
     """Copy what the pipeline needs to run from ``dest`` (flows, tasks, dvc.yaml, params.yaml)."""
     for name in ("flows", "tasks"):
         shutil.copytree(PROJECT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", "params.yaml", ".dvcignore"):
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(PROJECT / name, dest / name)

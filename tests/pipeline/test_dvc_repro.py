@@ -44,3 +44,23 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     assert json.loads((repo / "runs/sara/summary.json").read_text())["steps"] == 2
     second = sh(env, repo, dvc, "repro")
     assert "didn't change" in second and "Running stage" not in second, second
+    # the experiment stage trained train.allocator (sara) into experiment/
+    assert json.loads((repo / "experiment/summary.json").read_text())["allocator"] == "sara"
+    assert (repo / "experiment/curve.csv").read_text().startswith("step,cum_rollouts,cum_tokens,greedy_acc")
+
+    # a nightly evaluation pass leaves every stage up to date
+    sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")
+    assert json.loads((repo / "reports/nightly/index.json").read_text()) == {"experiment": [2], "grpo": [2],
+                                                                             "sara": [2]}
+    status = sh(env, repo, dvc, "status")
+    assert "up to date" in status.lower() or status.strip() == "", status
+
+    # `dvc exp run -S train.allocator=grpo` reruns only the experiment stage, with grpo
+    sh(env, repo, "git", "add", "-A")
+    sh(env, repo, "git", "commit", "-qm", "baseline")
+    out = sh(env, repo, dvc, "exp", "run", "-S", "train.allocator=grpo")
+    assert "Running stage 'experiment'" in out, out
+    assert not any(f"Running stage '{s}" in out for s in ("prepare", "warmstart", "train@", "evaluate", "report")), out
+    assert json.loads((repo / "experiment/summary.json").read_text())["allocator"] == "grpo"
+    shown = json.loads(sh(env, repo, dvc, "exp", "show", "--json"))
+    assert "grpo" in json.dumps(shown) and "experiment/summary.json" in json.dumps(shown)

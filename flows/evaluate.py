@@ -5,6 +5,9 @@
     python -m flows.evaluate --run sara           # every kept checkpoint of runs/sara
     python -m flows.evaluate --checkpoint runs/sara/checkpoints/step_000040
     python -m flows.evaluate --nightly            # newest checkpoint of every run not yet evaluated, logged to MLflow
+
+The nightly pass covers runs/*/ and experiment/. It keeps its index and one JSON per evaluation under
+reports/nightly/, outside every DVC stage's dependencies, so a nightly pass never makes `dvc status` stale.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from tasks import tracking
 from tasks.evaluation import checkpoint_id, evaluate_checkpoint
 from tasks.paths import data_dir, reports_dir, root, run_dir, warmstart_dir
 
-INDEX = "evaluated.json"
+NIGHTLY = Path("reports") / "nightly"
+INDEX = "index.json"
 
 
 def _eval(params: Params, ckpt: Path) -> dict[str, Any]:
@@ -42,12 +46,19 @@ def newest_intact(run: Path) -> Path | None:
     return None
 
 
+def training_runs() -> list[Path]:
+    """Every training run folder: runs/<name>/ and the DVC experiment's experiment/."""
+    runs = sorted(p for p in (root() / "runs").glob("*") if p.is_dir())
+    return runs + [p for p in (root() / "experiment",) if p.is_dir()]
+
+
 def nightly_pass(params: Params) -> dict[str, Any]:
     """Evaluate every run's newest checkpoint not yet evaluated at that step; one MLflow run each."""
-    index_path = root() / "runs" / INDEX
+    out = root() / NIGHTLY
+    index_path = out / INDEX
     index: dict[str, list[int]] = json.loads(index_path.read_text()) if index_path.is_file() else {}
     done: dict[str, Any] = {}
-    for run in sorted(p for p in (root() / "runs").glob("*") if p.is_dir()):
+    for run in training_runs():
         ckpt = newest_intact(run)
         if ckpt is None:
             continue
@@ -61,9 +72,10 @@ def nightly_pass(params: Params) -> dict[str, Any]:
         run_id = tracking.start_run(f"eval-{run.name}-step{step}", {"evaluate": asdict(params.evaluate)}, tags)
         tracking.log_metrics(run_id, {f"heldout/{k}": v for k, v in result.items() if k != "step"}, step=step)
         tracking.end_run(run_id)
+        done[run.name] = {"step": step, "mlflow_run_id": run_id, "checkpoint": str(ckpt), **result}
+        write_json(out / f"{run.name}-step{step:06d}.json", done[run.name])
         index.setdefault(run.name, []).append(step)
         write_json(index_path, index)  # after each run: a crash never loses finished evaluations
-        done[run.name] = {"step": step, "mlflow_run_id": run_id, **result}
         print(f"nightly: {run.name} step {step} greedy_acc {result.get('greedy_acc', float('nan')):.3f}")
     return done
 

@@ -81,8 +81,14 @@ def test_resume_and_nightly(pipeline_env: dict[str, str], tmp_path: Path) -> Non
     assert json.loads((tmp_path / "runs/sara/train_timings.json").read_text())["resumed_from"] == 2
     flow(pipeline_env, PROJECT, "flows.evaluate", "--nightly")
     flow(pipeline_env, PROJECT, "flows.evaluate", "--nightly")  # nothing new: no second evaluation
-    index = json.loads((tmp_path / "runs/evaluated.json").read_text())
+    index = json.loads((tmp_path / "reports/nightly/index.json").read_text())
     assert index == {"sara": [3]}
+    assert not list((tmp_path / "runs").glob("*.json")), "nightly state must stay out of runs/ (a DVC dependency)"
+    result = json.loads((tmp_path / "reports/nightly/sara-step000003.json").read_text())
+    assert result["step"] == 3 and 0.0 <= result["greedy_acc"] <= 1.0
+    curve = (tmp_path / "runs/sara/curve.csv").read_text().splitlines()
+    assert curve[0] == "step,cum_rollouts,cum_tokens,greedy_acc" and [r.split(",")[0] for r in curve[1:]] == [
+        "0", "1", "2", "3"]
     client = MlflowClient(tracking_uri=pipeline_env["MLFLOW_TRACKING_URI"])
     parent = json.loads((tmp_path / "runs/sara/tracking.json").read_text())["run_id"]
     evals = client.search_runs([r.experiment_id for r in client.search_experiments()],

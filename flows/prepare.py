@@ -1,4 +1,9 @@
-"""Flow `prepare`: generate the synthetic dataset into data/<task>/ (reads params `prepare`)."""
+"""Flow `prepare`: build the task's dataset into data/<task>/ (reads params `prepare`).
+
+Synthetic tasks (arithmetic, countdown) are generated; task math loads hub datasets
+(prepare.dataset / prepare.eval_dataset, e.g. MATH train and MATH-500) from the hub or
+from local copies (prepare.path / prepare.eval_path), see rlvr_core.config.PrepareConfig.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from tasks.paths import data_dir
 
 @flow(name="prepare", log_prints=True)
 def prepare(params_file: str | None = None) -> dict[str, int]:
-    """Build the dataset named by prepare.task and save it; returns rows per split."""
+    """Build the dataset named by prepare.task (generated or from the hub) and save it; returns rows per split."""
     cfg = load(params_file).prepare
     counts = generate_dataset(cfg, str(data_dir(cfg.task)))
     print(f"prepare: {cfg.task} {counts} -> {data_dir(cfg.task)}")

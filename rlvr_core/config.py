@@ -8,6 +8,7 @@ values raise ConfigError naming ``section.key`` and how to fix it.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,15 +28,23 @@ def _is_real(x: Any) -> bool:
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    """Synthetic task generation.
+    """Task data: synthetic generation, or hub math datasets.
 
-    task: "arithmetic" or "countdown"
-    n_train, n_test: problems per split (disjoint)
-    seed: generator seed
+    task: "arithmetic" or "countdown" (synthetic), or "math" (hub rows verified by
+        math-verify: MATH, GSM8K, MATH-500, AIME 2024 through ``rlvr_core.data.hub``)
+    n_train, n_test: synthetic only, problems per split (disjoint)
+    seed: synthetic only, generator seed
     digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-3;
         the tiny policy does not learn 4-digit problems in its warm-start budget)
     digit_weights: arithmetic only, relative weight of each entry of ``digits``
     ops: arithmetic only, operators to draw from
+    dataset: task math only, hub loader of the training split (math, gsm8k,
+        math500, aime2024; null: math)
+    path: hub name or local directory/file in the hub format (null: the loader's hub name)
+    split: split of ``dataset`` used for training
+    limit: first N training rows (null: all)
+    eval_dataset, eval_path, eval_split, eval_limit: the same for the held-out split
+        (eval_dataset null: ``dataset``; eval_split null: the loader's default split)
     """
 
     task: str = "arithmetic"
@@ -45,9 +54,19 @@ class PrepareConfig:
     digits: tuple[int, ...] = (1, 2, 3)
     digit_weights: tuple[float, ...] | None = None
     ops: tuple[str, ...] = ("+", "-", "*")
+    dataset: str | None = None
+    path: str | None = None
+    split: str = "train"
+    limit: int | None = None
+    eval_dataset: str | None = None
+    eval_path: str | None = None
+    eval_split: str | None = None
+    eval_limit: int | None = None
 
     def __post_init__(self) -> None:
-        require(self.task in ("arithmetic", "countdown"), "task", f"got {self.task!r}; use 'arithmetic' or 'countdown'")
+        require(self.task in SYNTHETIC_TASKS + HUB_TASKS, "task",
+                f"got {self.task!r}; use 'arithmetic' or 'countdown' (synthetic) or 'math' (hub datasets)")
+        self._check_hub_fields()
         require(_is_int(self.n_train) and self.n_train >= 1, "n_train", f"got {self.n_train!r}; need an int >= 1")
         require(_is_int(self.n_test) and self.n_test >= 1, "n_test", f"got {self.n_test!r}; need an int >= 1")
         require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")
@@ -61,6 +80,42 @@ class PrepareConfig:
                     "give one non-negative weight per entry of digits, not all zero")
         object.__setattr__(self, "ops", tuple(self.ops))
         require(len(self.ops) > 0 and set(self.ops) <= {"+", "-", "*"}, "ops", "choose among '+', '-', '*'")
+
+    def _check_hub_fields(self) -> None:
+        from rlvr_core.data.hub import DATASETS
+
+        hub_keys = ("dataset", "path", "limit", "eval_dataset", "eval_path", "eval_split", "eval_limit")
+        if self.task in SYNTHETIC_TASKS:
+            given = [k for k in hub_keys if getattr(self, k) is not None]
+            require(not given, given[0] if given else "dataset",
+                    f"applies to task 'math' only; task {self.task!r} is generated, remove {given}")
+            return
+        names = DATASETS.names()
+        for key in ("dataset", "eval_dataset"):
+            v = getattr(self, key)
+            require(v is None or v in names, key, f"unknown dataset {v!r}; valid names: {', '.join(names)}")
+        for key in ("path", "eval_path", "eval_split"):
+            v = getattr(self, key)
+            require(v is None or (isinstance(v, str) and v.strip() != ""), key, f"got {v!r}; need a non-empty string or null")
+        require(isinstance(self.split, str) and self.split.strip() != "", "split", f"got {self.split!r}; need a split name")
+        for key in ("limit", "eval_limit"):
+            v = getattr(self, key)
+            require(v is None or (_is_int(v) and v >= 1), key, f"got {v!r}; need an int >= 1 or null")
+
+    def hub_sources(self) -> dict[str, dict[str, Any]]:
+        """Task math: {"train"|"test": {dataset, path, split, limit}} for ``rlvr_core.data.hub.load_hub_dataset``."""
+        train = self.dataset or "math"
+        return {
+            "train": {"dataset": train, "path": self.path, "split": self.split, "limit": self.limit},
+            "test": {"dataset": self.eval_dataset or train, "path": self.eval_path, "split": self.eval_split,
+                     "limit": self.eval_limit},
+        }
+
+
+SYNTHETIC_TASKS: tuple[str, ...] = ("arithmetic", "countdown")
+HUB_TASKS: tuple[str, ...] = ("math",)
+DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -84,6 +139,10 @@ class TrainConfig:
     engine_options: extra keyword arguments for the engine (e.g. dtype, server_args, enable_sleep_mode)
     engine_retries, engine_retry_delay_s: retries of a failing generation round, and the pause between
     verifier_timeout_s: per-call verifier time limit (null: none); a timeout scores 0.0 and is counted
+    device: where the policy trains and the HF engine samples: "cpu", "cuda" (or "cuda:N"),
+        "auto" (cuda when visible, else cpu)
+    dtype: "float32", or "bfloat16" (mixed precision: float32 weights and AdamW state,
+        forward and backward passes under bfloat16 autocast)
     """
 
     allocator: str = "sara"
@@ -114,10 +173,16 @@ class TrainConfig:
     engine_retries: int = 2
     engine_retry_delay_s: float = 1.0
     verifier_timeout_s: float | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         from rlvr_core.allocation import ALLOCATORS
         from rlvr_core.rollout import ENGINES
+
+        require(isinstance(self.device, str) and (self.device in DEVICES or re.fullmatch(r"cuda:\d+", self.device)),
+                "device", f"got {self.device!r}; use 'cpu', 'cuda', 'cuda:N' or 'auto'")
+        require(self.dtype in DTYPES, "dtype", f"got {self.dtype!r}; use 'float32' or 'bfloat16'")
 
         for key in ("lr", "clip_eps", "grad_clip", "kl_coef", "temperature", "top_p", "engine_retry_delay_s"):
             v = getattr(self, key)

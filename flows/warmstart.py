@@ -1,4 +1,10 @@
-"""Flow `warmstart`: supervised warm start -> models/warmstart/ + metrics (reads params `warmstart`, `prepare.task`)."""
+"""Flow `warmstart`: the policy RL starts from -> models/warmstart/ + reports/warmstart.json (reads params
+`warmstart`, `prepare.task`).
+
+warmstart.base_model null: supervised warm start of the tiny policy on the train split. Set (a hub id
+such as Qwen/Qwen2.5-1.5B-Instruct, or a local model folder): no training, a snapshot of that model and
+its tokenizer (offline when HF_HUB_OFFLINE is set; a local folder is always read offline).
+"""
 
 from __future__ import annotations
 
@@ -16,12 +22,17 @@ TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds")
 
 @flow(name="warmstart", log_prints=True)
 def warmstart(params_file: str | None = None) -> dict[str, Any]:
-    """Warm start the tiny policy on the prepared train split; writes reports/warmstart.json (+ _timings)."""
+    """Warm start the tiny policy on the prepared train split, or snapshot warmstart.base_model;
+    writes reports/warmstart.json (+ _timings)."""
     params = load(params_file)
     metrics = run_warm_start(params.warmstart, str(data_dir(params.prepare.task)), str(warmstart_dir()))
     write_json(reports_dir() / "warmstart.json", {k: v for k, v in metrics.items() if k not in TIMING_KEYS})
     write_json(reports_dir() / "warmstart_timings.json", {k: metrics[k] for k in TIMING_KEYS if k in metrics})
-    print(f"warmstart: final loss {metrics['final_loss']:.4f} in {metrics['seconds']:.1f}s -> {warmstart_dir()}")
+    if params.warmstart.base_model is not None:
+        print(f"warmstart: snapshot of {params.warmstart.base_model} ({metrics['model_type']}, {metrics['params']:,} "
+              f"parameters) in {metrics['seconds']:.1f}s -> {warmstart_dir()}")
+    else:
+        print(f"warmstart: final loss {metrics['final_loss']:.4f} in {metrics['seconds']:.1f}s -> {warmstart_dir()}")
     return metrics
 
 

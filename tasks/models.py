@@ -1,4 +1,4 @@
-"""Tasks: warm start the tiny policy; export a checkpoint's policy as a policy folder."""
+"""Tasks: warm start the policy (or snapshot a pretrained base model); export a checkpoint's policy as a folder."""
 
 from __future__ import annotations
 
@@ -14,39 +14,59 @@ from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 
 @task(retries=0, cache_policy=NO_CACHE)
 def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str) -> dict[str, Any]:
-    """Warm start on the train split at ``data_dir``; saves the policy to ``out_dir``; returns its metrics."""
-    from tasks.data import load_split
+    """Policy folder at ``out_dir``; returns its metrics.
 
+    ``cfg.base_model`` set: no training, the pretrained model and its tokenizer are
+    snapshotted into ``out_dir`` (metrics say what was copied). Otherwise the tiny
+    policy is warm-started on the train split at ``data_dir``.
+    """
     from prefect import get_run_logger
 
     log = get_run_logger()
-    _, _, metrics = warm_start(load_split(data_dir, "train"), **cfg.to_dict(), out_dir=out_dir,
+    if cfg.base_model is not None:
+        from rlvr_core.models.policy import snapshot_base_model
+
+        info = snapshot_base_model(cfg.base_model, out_dir)
+        log.info("warmstart: snapshot of %s (%s, %d parameters, %s) -> %s", cfg.base_model, info["model_type"],
+                 info["params"], info["dtype"], out_dir)
+        return info
+    from tasks.data import load_split
+
+    kwargs = {k: v for k, v in cfg.to_dict().items() if k != "base_model"}
+    _, _, metrics = warm_start(load_split(data_dir, "train"), **kwargs, out_dir=out_dir,
                                progress=lambda s, m: log.info("warmstart step %d loss %.4f", s, m["loss"]))
     return metrics
 
 
-def checkpoint_policy(checkpoint: str, base_policy_dir: str) -> tuple[Any, Any, int]:
-    """(model, tokenizer, step) of a training checkpoint folder ``runs/<alloc>/checkpoints/step_N``."""
+def checkpoint_policy(checkpoint: str, base_policy_dir: str, device: str = "cpu") -> tuple[Any, Any, int]:
+    """(model, tokenizer, step) of a training checkpoint folder ``runs/<alloc>/checkpoints/step_N``.
+
+    The base policy folder (tiny or any causal LM, ``load_any_policy``) gives the
+    architecture and tokenizer; the checkpoint's trainer state gives the weights.
+    """
     import torch
 
     from rlvr_core.checkpoint import STATE, verify
-    from rlvr_core.models.tiny import load_policy
+    from rlvr_core.models.policy import load_any_policy
 
     folder = Path(checkpoint)
     problem = verify(folder)
     if problem:
         raise ValueError(f"checkpoint {folder}: {problem}")
-    state = torch.load(folder / STATE, map_location="cpu", weights_only=False)
-    model, tok = load_policy(base_policy_dir)
+    # mmap: a large model's checkpoint (weights + optimizer state) is not read into memory as a whole
+    state = torch.load(folder / STATE, map_location="cpu", weights_only=False, mmap=True)
+    model, tok = load_any_policy(base_policy_dir)
     model.load_state_dict(state["trainer"]["model"])
+    del state
+    model.to(device)
     model.eval()
     return model, tok, int(json.loads((folder / "manifest.json").read_text())["step"])
 
 
 @task(retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def export_policy(checkpoint: str, base_policy_dir: str, out_dir: str) -> str:
-    """Save the policy of ``checkpoint`` as a standalone policy folder at ``out_dir``; returns it."""
-    from rlvr_core.models.tiny import save_policy
+    """Save the policy of ``checkpoint`` as a standalone policy folder at ``out_dir`` (``save_pretrained``); returns it."""
+    from rlvr_core.models.policy import save_any_policy
 
     model, tok, _ = checkpoint_policy(checkpoint, base_policy_dir)
-    return str(save_policy(model, tok, out_dir))
+    return str(save_any_policy(model, tok, out_dir))

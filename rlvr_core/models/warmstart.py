@@ -61,6 +61,11 @@ class WarmStartConfig:
     seed:          model init, batch order and teacher coins
     hidden, layers, heads, intermediate: tiny policy size (see ``build_tiny_policy``)
     log_every:     steps between progress reports / loss-curve points
+    base_model:    a pretrained causal LM (hub id such as "Qwen/Qwen2.5-1.5B-Instruct", or a
+                   local folder) to start RL from instead of the tiny policy: the warm-start
+                   stage then trains nothing and snapshots that model and its tokenizer
+                   (``rlvr_core.models.policy.snapshot_base_model``); the other knobs are unused.
+                   null (default): the supervised warm start above.
     """
 
     steps: int = 2400
@@ -77,8 +82,11 @@ class WarmStartConfig:
     heads: int = 4
     intermediate: int = 512
     log_every: int = 100
+    base_model: str | None = None
 
     def __post_init__(self) -> None:
+        require(self.base_model is None or (isinstance(self.base_model, str) and self.base_model.strip() != ""),
+                "base_model", f"got {self.base_model!r}; give a hub id, a local model folder, or null")
         require(isinstance(self.steps, int) and self.steps >= 1, "steps", f"must be an int >= 1, got {self.steps!r}")
         require(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", f"must be an int >= 1, got {self.batch_size!r}")
         require(0 < self.lr < 1, "lr", f"must be in (0, 1), got {self.lr!r}")
@@ -268,7 +276,7 @@ def warm_start(
         "final_loss": loss_curve[-1][1],
         "loss_curve": loss_curve,
         "sloppy_fraction": n_sloppy / (cfg.steps * cfg.batch_size),
-        "config": cfg.to_dict(),
+        "config": {k: v for k, v in cfg.to_dict().items() if k != "base_model"},  # unused by the SFT warm start
     }
     if eval_rows is not None:
         from rlvr_core.evaluation import evaluate_policy

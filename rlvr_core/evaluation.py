@@ -96,6 +96,7 @@ def evaluate_policy(
     seed: int = 0,
     micro_batch: int = 1024,
     device: str | None = None,
+    template_task: str | None = None,
 ) -> dict[str, float]:
     """Greedy accuracy and sampled pass@1 / pass@k / group shares on ``rows``.
 
@@ -109,6 +110,10 @@ def evaluate_policy(
         k: group size for pass@k and the group shares.
         n_samples: samples per problem at ``temperature`` (default k; must be >= k;
             0 skips sampling and reports greedy figures only).
+        template_task: instruction kind for chat prompts (default: the verifier's name
+            when given by name). When the tokenizer has a chat template, each row's
+            prompt is rendered with it (``rlvr_core.models.policy.policy_prompts``);
+            otherwise prompts are used as they are.
     Returns:
         flat dict (MLflow-safe names): n_problems, greedy_acc, greedy_acc_d{d},
         and with sampling n_samples, pass_at_1, pass_at_{k}, all_pass_share_k{k},
@@ -119,6 +124,7 @@ def evaluate_policy(
     if isinstance(verifier, str):
         from rlvr_core.rewards import get_verifier
 
+        template_task = verifier if template_task is None else template_task
         verifier = get_verifier(verifier)
     n_samples = k if n_samples is None else n_samples
     require(isinstance(k, int) and k >= 1, "k", f"must be an int >= 1, got {k!r}")
@@ -130,10 +136,12 @@ def evaluate_policy(
     else:
         model, tok = policy
         dev = device or next(model.parameters()).device
+    from rlvr_core.models.policy import policy_prompts
+
     engine = HFEngine(
         model,
         tok,
-        [r["prompt"] for r in data],
+        policy_prompts(tok, data, template_task or ""),
         temperature=temperature,
         max_new_tokens=max_new_tokens,
         seed=seed,

@@ -58,7 +58,8 @@ from rlvr_core.data.validate import validate_splits
 from rlvr_core.errors import ConfigError
 from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig
-from rlvr_core.models.tiny import load_policy
+from rlvr_core.models.policy import load_any_policy as load_policy
+from rlvr_core.models.policy import policy_prompts, precision, resolve_device
 from rlvr_core.rewards import get_verifier
 from rlvr_core.rollout import ENGINES
 from rlvr_core.types import Rollouts
@@ -217,16 +218,22 @@ def _plain(v: Any) -> Any:
 
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
-          resume: bool = True, on_step: StepCallback | None = None, device: str = "cpu") -> TrainResult:
+          resume: bool = True, on_step: StepCallback | None = None, device: str | None = None) -> TrainResult:
     """Train the policy in ``policy_dir`` with ``cfg.allocator``; see the module docstring.
 
     Args:
         cfg: the ``train`` section
-        policy_dir: the warm-started policy folder (``save_policy`` layout)
+        policy_dir: the warm-started policy folder (the tiny policy, or any causal LM saved with
+            ``save_pretrained``; see ``rlvr_core.models.policy.load_any_policy``)
         train_rows, test_rows: task rows with the verifier's fields (``rlvr_core.data.validate``)
         run_dir: where checkpoints and metrics.jsonl go (resumed if present)
         task: verifier name
         on_step: called with each step's metrics dict (progress, tracking)
+        device: overrides ``cfg.device`` (None: ``cfg.device``, "auto" resolved here)
+    Prompts: the engine and the evaluation get each row's prompt through the policy
+    tokenizer's chat template when it has one (``policy_prompts``), unchanged otherwise.
+    With ``cfg.dtype`` "bfloat16" generation, updates and evaluations run under bfloat16
+    autocast; weights and optimizer state stay float32.
     Returns:
         TrainResult with every step's metrics (earlier ones read back on resume)
     Raises:
@@ -238,6 +245,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     train_rows = list(train_rows) if not isinstance(train_rows, list) else train_rows
     test_rows = list(test_rows) if not isinstance(test_rows, list) else test_rows
     validate_splits(train_rows, test_rows, task)
+    device = resolve_device(cfg.device if device is None else device)
     digest = data_digest(train_rows)
     run_dir = Path(run_dir)
     ckpt_dir = run_dir / "checkpoints"
@@ -248,7 +256,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     model, tok = load_policy(policy_dir, device=device)
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
     source = PromptSource(len(train_rows), seed=cfg.seed)
-    engine = _build_engine(cfg, model, tok, [r["prompt"] for r in train_rows], policy_dir=policy_dir, device=device)
+    engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
     trainer = GRPOTrainer(model, TrainerConfig(lr=cfg.lr, clip_eps=cfg.clip_eps, grad_clip=cfg.grad_clip,
                                                kl_coef=cfg.kl_coef, advantage=cfg.advantage,
                                                aggregation=cfg.aggregation, temperature=cfg.temperature),
@@ -280,9 +288,10 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             shutil.rmtree(ckpt_dir, ignore_errors=True)
 
     def evaluate() -> dict[str, float]:
-        return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
-                               temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                               device=device)
+        with precision(device, cfg.dtype):
+            return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
+                                   temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                                   seed=cfg.seed, device=device)
 
     if start == 0:
         ev = {f"eval/{k}": v for k, v in evaluate().items()}
@@ -304,12 +313,14 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
                 break  # a resumed run whose budget was already spent
             t0 = time.perf_counter()
             errors0, timeouts0 = scorer.errors, scorer.timeouts
-            batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=cfg.engine_retries,
-                                               retry_delay_s=cfg.engine_retry_delay_s)
+            with precision(device, cfg.dtype):
+                batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=cfg.engine_retries,
+                                                   retry_delay_s=cfg.engine_retry_delay_s)
             t1 = time.perf_counter()
             if getattr(engine, "enable_sleep_mode", False):
                 engine.sleep()  # a colocated server frees the accelerator while the trainer runs
-            upd = trainer.step(batch)
+            with precision(device, cfg.dtype):
+                upd = trainer.step(batch)
             engine.update_weights()  # HF: shares the model object, nothing to do; vLLM: pushes the new weights
             t2 = time.perf_counter()
             fault_point("update", step)

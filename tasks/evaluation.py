@@ -9,6 +9,7 @@ from prefect.cache_policies import INPUTS
 
 from rlvr_core.config import EvaluateConfig
 from rlvr_core.evaluation import evaluate_policy
+from rlvr_core.models.policy import precision, resolve_device
 from tasks.data import load_split
 from tasks.models import checkpoint_policy
 
@@ -16,15 +17,22 @@ from tasks.models import checkpoint_policy
 # cached on its inputs (paths, config and seed): a checkpoint folder is immutable once written
 @task(retries=1, retry_delay_seconds=2, cache_policy=INPUTS)
 def evaluate_checkpoint(checkpoint: str, checkpoint_id: str, base_policy_dir: str, data_dir: str, task_name: str,
-                        cfg: EvaluateConfig, seed: int = 0) -> dict[str, Any]:
+                        cfg: EvaluateConfig, seed: int = 0, device: str = "cpu",
+                        dtype: str = "float32") -> dict[str, Any]:
     """Greedy accuracy and pass@k of ``checkpoint`` on the test split; adds the checkpoint's step.
+
+    ``device`` and ``dtype`` are the train section's (``train.device``, ``train.dtype``): the
+    checkpoint is evaluated where and in the precision it was trained. Prompts go through the
+    tokenizer's chat template when it has one (``evaluate_policy``).
 
     ``checkpoint_id`` is the state hash from the checkpoint manifest (see ``checkpoint_id``), so the
     cache key changes whenever a checkpoint folder is rewritten with new content.
     """
-    model, tok, step = checkpoint_policy(checkpoint, base_policy_dir)
-    ev = evaluate_policy((model, tok), load_split(data_dir, "test"), task_name, k=cfg.k, n_samples=cfg.n_samples,
-                         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+    device = resolve_device(device)
+    model, tok, step = checkpoint_policy(checkpoint, base_policy_dir, device=device)
+    with precision(device, dtype):
+        ev = evaluate_policy((model, tok), load_split(data_dir, "test"), task_name, k=cfg.k, n_samples=cfg.n_samples,
+                             temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed, device=device)
     return {"step": step, **ev}
 
 

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
-from rlvr_core.models.tiny import PolicyLoadError
+from rlvr_core.models.policy import PolicyLoadError, resolve_device
 from rlvr_core.training import TrainingStopped, train
 from tasks.data import load_split
 from tasks.tracking import SPOOL, StepLogger
@@ -84,8 +84,10 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
             tracker(rec)
 
     t0 = time.perf_counter()
+    device = resolve_device(cfg.device)  # ConfigError (not retried) when CUDA is asked for but absent
     result = train(cfg, policy_dir=policy_dir, train_rows=load_split(data_dir, "train"),
-                   test_rows=load_split(data_dir, "test"), run_dir=run_dir, task=task_name, on_step=on_step)
+                   test_rows=load_split(data_dir, "test"), run_dir=run_dir, task=task_name, on_step=on_step,
+                   device=device)
     left = tracker.flush() if tracker is not None else 0
     if left:
         log.warning(f"{left} step record(s) stay spooled in {Path(run_dir) / SPOOL}; MLflow is unreachable")

@@ -35,15 +35,29 @@ def make_engine(name: str, **kwargs: Any) -> RolloutEngine:
 
 
 def encode_prompt_pool(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt (special tokens such as <bos> added), for engines that index a pool."""
+    """Token ids of each prompt, for engines that index a pool.
+
+    The tokenizer adds its special tokens (the tiny policy's ``<bos>``), except
+    to a prompt that already starts with the tokenizer's bos token, as a rendered
+    chat template does (Llama 3: ``<|begin_of_text|>``): it is encoded as written,
+    so the bos token is not doubled. Special tokens written in a prompt
+    (``<|im_start|>``) encode as their single ids.
+    """
     texts = list(prompts)
     for i, t in enumerate(texts):
         if not isinstance(t, str) or not t:
             raise ValueError(f"prompt {i} must be a non-empty str, got {t!r}")
     if not texts:
         return []
-    enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    return [list(map(int, ids)) for ids in enc]
+    bos = getattr(tokenizer, "bos_token", None)
+    written = [bool(bos) and t.startswith(bos) for t in texts]
+    out: list[list[int] | None] = [None] * len(texts)
+    for add, idx in ((True, [i for i, w in enumerate(written) if not w]), (False, [i for i, w in enumerate(written) if w])):
+        if idx:
+            enc = tokenizer([texts[i] for i in idx], add_special_tokens=add)["input_ids"]
+            for i, ids in zip(idx, enc):
+                out[i] = list(map(int, ids))
+    return out  # type: ignore[return-value]
 
 
 def prompt_sequences(tokenizer: Any, pool_ids: Sequence[Sequence[int]], prompts: Sequence[Any]) -> list[list[int]]:

@@ -143,6 +143,9 @@ class TrainConfig:
         "auto" (cuda when visible, else cpu)
     dtype: "float32", or "bfloat16" (mixed precision: float32 weights and AdamW state,
         forward and backward passes under bfloat16 autocast)
+    micro_batch: sequences per forward/backward of the update (gradients accumulate over the
+        batch); lower it for large models: the logits of one micro-batch take
+        micro_batch * sequence length * vocabulary size floats
     """
 
     allocator: str = "sara"
@@ -175,6 +178,7 @@ class TrainConfig:
     verifier_timeout_s: float | None = None
     device: str = "cpu"
     dtype: str = "float32"
+    micro_batch: int = 256
 
     def __post_init__(self) -> None:
         from rlvr_core.allocation import ALLOCATORS
@@ -203,7 +207,7 @@ class TrainConfig:
             require(name in ALLOCATORS, "allocator_params", f"unknown allocator {name!r}")
         for key, lo in (("k", 2), ("batch_size", 1), ("steps", 0), ("max_new_tokens", 1), ("eval_every", 0),
                         ("eval_size", 1), ("eval_samples", 0), ("checkpoint_every", 1), ("keep_last", 1),
-                        ("max_nonfinite", 1), ("engine_retries", 0)):
+                        ("max_nonfinite", 1), ("engine_retries", 0), ("micro_batch", 1)):
             v = getattr(self, key)
             require(_is_int(v) and v >= lo, key, f"got {v!r}; need an int >= {lo}")
         require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")

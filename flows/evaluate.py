@@ -35,7 +35,7 @@ INDEX = "index.json"
 def _eval(params: Params, ckpt: Path) -> dict[str, Any]:
     return evaluate_checkpoint(str(ckpt), checkpoint_id(str(ckpt)), str(warmstart_dir()),
                                str(data_dir(params.prepare.task)), params.prepare.task, params.evaluate,
-                               seed=params.train.seed)
+                               seed=params.train.seed, device=params.train.device, dtype=params.train.dtype)
 
 
 def newest_intact(run: Path) -> Path | None:

@@ -32,7 +32,7 @@ from rlvr_core.checkpoint import latest_manifest, list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import validate_splits
 from rlvr_core.errors import ConfigError
-from rlvr_core.models.policy import check_policy_folder
+from rlvr_core.models.policy import check_policy_folder, resolve_device
 from rlvr_core.training import check_resumable, data_digest
 from tasks import tracking
 from tasks.data import load_split
@@ -68,6 +68,7 @@ def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path)
     train_rows, test_rows = load_split(str(data), "train"), load_split(str(data), "test")
     validate_splits(train_rows, test_rows, task, source=str(data))
     check_policy_folder(base)  # PolicyLoadError names the folder and what is wrong with it (tiny or pretrained)
+    resolve_device(cfg.device)  # device: cuda on a machine without one fails here, before MLflow opens a run
     make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
     if (latest := latest_manifest(out / "checkpoints")) is not None:
         check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]))

@@ -1,0 +1,158 @@
+"""Ablation on the tiny policy: why VIGOR plateaus, and the learning rate of every allocator.
+
+Each variant trains the training benchmark's warm-started policy (benchmarks/training.py,
+runs/benchmark/policy, made there if missing) on the same arithmetic data and rollout budget,
+evaluating held-out greedy accuracy every few steps. The variants separate two suspects for
+VIGOR's plateau at the default learning rate (train.lr = 2e-4):
+
+- prompt diversity: VIGOR's 256-rollout step starts ~25 prompts and grows a few of them to 32
+  rollouts, so an update sees fewer distinct mixed prompts than GRPO's 32 x 8
+  (``vigor-budget512``: twice the rollouts per step, so about 51 prompts);
+- step size: the same learning rate applied to a gradient carried by fewer prompts
+  (``*-lr1e-4``, run for every allocator of the default comparison as the control).
+
+A run whose updates collapse the policy shows it as steps with no effective group at all.
+
+    python -m benchmarks.ablation [--rollouts 30000] [--seeds 3] [--variants grpo,vigor]
+
+Writes benchmarks/results/ablation{.csv,.md,.png}: per variant the accuracy curves, groups and
+effective groups per step (overall and over the last third of the steps), steps without an
+effective group, and the final, best and last-third accuracy (means over the seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlvr_core.config import TrainConfig
+from rlvr_core.data.arithmetic import make_arithmetic
+from rlvr_core.models.warmstart import WarmStartConfig, warm_start
+from rlvr_core.training import train
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# label -> (allocator, train-section overrides, allocator params)
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "grpo": ("grpo", {}, {}),
+    "grpo-lr1e-4": ("grpo", {"lr": 1e-4}, {}),
+    "dapo": ("dapo", {}, {"max_gen_batches": 4}),
+    "dapo-lr1e-4": ("dapo", {"lr": 1e-4}, {"max_gen_batches": 4}),
+    "sara": ("sara", {}, {}),
+    "sara-lr1e-4": ("sara", {"lr": 1e-4}, {}),
+    "vigor": ("vigor", {}, {}),
+    "vigor-lr1e-4": ("vigor", {"lr": 1e-4}, {}),
+    "vigor-budget512": ("vigor", {}, {"budget": 512}),
+}
+
+
+def plot(curves: pd.DataFrame, labels: list[str], path: Path) -> None:
+    """Seed-mean accuracy against cumulative rollouts: one colour per allocator, dashed at lr 1e-4."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    allocs = list(dict.fromkeys(VARIANTS[v][0] for v in labels))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label in labels:
+        c = curves[curves.variant == label]
+        grid = np.linspace(0, c.cum_rollouts.max(), 40)
+        ys = np.vstack([np.interp(grid, g.cum_rollouts, g.greedy_acc) for _, g in c.groupby("seed")])
+        alloc, overrides, aparams = VARIANTS[label]
+        style = ":" if aparams.get("budget") else "--" if "lr" in overrides else "-"
+        ax.plot(grid, ys.mean(0), style, color=f"C{allocs.index(alloc)}", label=label)
+    ax.set_xlabel("cumulative rollouts")
+    ax.set_ylabel("held-out greedy accuracy (mean over seeds)")
+    ax.set_title("tiny policy, arithmetic: lr 2e-4 (solid) vs 1e-4 (dashed)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rollouts", type=int, default=30000)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--eval-size", type=int, default=400)
+    ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--plot-only", action="store_true", help="redraw ablation.png from an existing ablation.csv")
+    args = ap.parse_args(argv)
+    labels = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for v in labels:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v!r}; valid: {', '.join(VARIANTS)}")
+    if args.plot_only:
+        curves = pd.read_csv(args.out / "ablation.csv")
+        plot(curves, [v for v in labels if v in set(curves.variant)], args.out / "ablation.png")
+        return 0
+
+    ds = make_arithmetic(20000, 1000, seed=0, digits=(1, 2, 3))  # the training benchmark's data
+    policy = args.work / "policy"
+    if not (policy / "config.json").exists():
+        print("warm start (the training benchmark's) ...", flush=True)
+        warm_start(ds["train"], **WarmStartConfig().to_dict(), out_dir=policy)
+
+    points, steps_rows = [], []
+    for label in labels:
+        alloc, overrides, aparams = VARIANTS[label]
+        for seed in range(args.seeds):
+            cfg = TrainConfig(allocator=alloc, steps=100000, max_rollouts=args.rollouts, seed=seed,
+                              eval_every=args.eval_every, eval_size=args.eval_size, eval_samples=0,
+                              checkpoint_every=100000, allocator_params={alloc: aparams} if aparams else {},
+                              **overrides)
+            t0 = time.perf_counter()
+            res = train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"],
+                        run_dir=args.work / f"ablation-{label}-s{seed}", resume=False)
+            steps = [r for r in res.metrics if r["step"] > 0]
+            late = steps[len(steps) * 2 // 3:]
+            steps_rows.append({"variant": label, "seed": seed, "steps": len(steps),
+                               "groups_per_step": float(np.mean([r["groups"] for r in steps])),
+                               "effective_per_step": float(np.mean([r["effective_groups"] for r in steps])),
+                               "effective_per_step_late": float(np.mean([r["effective_groups"] for r in late])),
+                               "steps_without_effective": sum(r["effective_groups"] == 0 for r in steps),
+                               "rollouts_per_step": float(np.mean([r["rollouts"] for r in steps]))})
+            for r in res.metrics:
+                if "eval/greedy_acc" in r:
+                    points.append({"variant": label, "seed": seed, "step": r["step"],
+                                   "cum_rollouts": r["cum_rollouts"], "greedy_acc": r["eval/greedy_acc"]})
+            accs = [p["greedy_acc"] for p in points if p["variant"] == label and p["seed"] == seed]
+            print(f"{label:16s} seed {seed}: {len(steps)} steps, acc {accs[0]:.3f} -> {accs[-1]:.3f} "
+                  f"(best {max(accs):.3f}) in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    curves, per_step = pd.DataFrame(points), pd.DataFrame(steps_rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    curves.to_csv(args.out / "ablation.csv", index=False)
+    per_step.to_csv(args.out / "ablation_runs.csv", index=False)
+    lines = [f"Variants on the tiny policy: {args.rollouts:,} rollouts per run, {args.seeds} seed(s), held-out greedy "
+             f"accuracy on {args.eval_size} problems; means over the seeds (best acc: the best of any seed).", "",
+             "| variant | steps | rollouts/step | groups/step | effective groups/step (last third) | "
+             "steps without an effective group | final acc | best acc | acc over the last third |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label in labels:
+        c, s = curves[curves.variant == label], per_step[per_step.variant == label]
+        finals = c.sort_values("step").groupby("seed").greedy_acc.last()
+        late = c[c.cum_rollouts >= c.cum_rollouts.max() * 2 / 3].greedy_acc
+        lines.append(f"| {label} | {s.steps.mean():.0f} | {s.rollouts_per_step.mean():.0f} | "
+                     f"{s.groups_per_step.mean():.1f} | {s.effective_per_step.mean():.1f} "
+                     f"({s.effective_per_step_late.mean():.1f}) | {s.steps_without_effective.sum()} | "
+                     f"{finals.mean():.3f} | {c.greedy_acc.max():.3f} | {late.mean():.3f} |")
+    (args.out / "ablation.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    plot(curves, labels, args.out / "ablation.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -80,7 +80,7 @@ def _load_tokenizer(path: Path) -> Any:
                               "save the tokenizer with the model (tokenizer.save_pretrained)")
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - it also parses config.json, whose validators raise their own types
         raise PolicyLoadError(f"policy folder {str(path)!r}: could not load the tokenizer ({e}); "
                               "save the tokenizer with the model (tokenizer.save_pretrained)") from e
     if tok.eos_token_id is None:
@@ -122,8 +122,19 @@ def _check_causal_lm(path: Path, raw: Mapping[str, Any]) -> None:
                               "transformers knows (AutoModelForCausalLM)")
     try:
         AutoConfig.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - config validators raise their own types (huggingface_hub dataclasses)
         raise PolicyLoadError(f"policy folder {str(path)!r}: config.json does not load ({e})") from e
+
+
+def _refuse_partial_load(what: str, info: Mapping[str, Any]) -> None:
+    """PolicyLoadError when the weights file does not fit the config: transformers only warns, and the
+    parameters it could not fill would train from random values."""
+    problems = {k: list(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    problems = {k: v for k, v in problems.items() if v}
+    if problems:
+        detail = "; ".join(f"{len(v)} {k.replace('_', ' ')} (e.g. {sorted(map(str, v))[0]})" for k, v in problems.items())
+        raise PolicyLoadError(f"{what}: the weights do not match config.json ({detail}); "
+                              "the folder mixes files of different models")
 
 
 def load_any_policy(
@@ -156,9 +167,12 @@ def load_any_policy(
     tok = _load_tokenizer(path)
     try:
         with _quiet_progress():
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=want or torch.float32)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        raise PolicyLoadError(f"policy folder {str(path)!r}: could not load the weights ({e})") from e
+            model, info = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=want or torch.float32,
+                                                               output_loading_info=True)
+    except Exception as e:  # noqa: BLE001 - transformers and huggingface_hub raise many types for a bad folder
+        raise PolicyLoadError(f"policy folder {str(path)!r}: could not load the weights "
+                              f"({e.__class__.__name__}: {e})") from e
+    _refuse_partial_load(f"policy folder {str(path)!r}", info)
     if getattr(model.generation_config, "pad_token_id", None) is None:
         model.generation_config.pad_token_id = tok.pad_token_id
     model.to(device)
@@ -259,11 +273,13 @@ def snapshot_base_model(base_model: str, out_dir: str | os.PathLike, *, local_fi
     try:
         tok = AutoTokenizer.from_pretrained(source, local_files_only=offline)
         with _quiet_progress():
-            model = AutoModelForCausalLM.from_pretrained(source, local_files_only=offline, dtype="auto")
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+            model, info = AutoModelForCausalLM.from_pretrained(source, local_files_only=offline, dtype="auto",
+                                                               output_loading_info=True)
+    except Exception as e:  # noqa: BLE001 - transformers and huggingface_hub raise many types for a bad source
         hint = (" (offline: download it once with `huggingface-cli download " + base_model + "` or unset HF_HUB_OFFLINE)"
                 if offline and not local.is_dir() else "")
         raise PolicyLoadError(f"warmstart.base_model {base_model!r}: could not load model and tokenizer{hint}: {e}") from e
+    _refuse_partial_load(f"warmstart.base_model {base_model!r}", info)
     if tok.eos_token_id is None:
         raise PolicyLoadError(f"warmstart.base_model {base_model!r}: the tokenizer has no eos token")
     if tok.pad_token_id is None:

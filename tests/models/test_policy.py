@@ -114,3 +114,25 @@ def test_snapshot_replaces_an_earlier_policy_folder(tiny_dir: Path, chat_dir: Pa
     snapshot_base_model(str(chat_dir), out)
     assert not (out / "stale.bin").exists() and not is_tiny_policy(out)
     assert check_policy_folder(out)["model_type"] == "qwen2"
+
+
+def test_weights_of_another_model_are_refused(chat_dir: Path, tmp_path: Path) -> None:
+    """A config.json that does not describe the weights file loads in transformers with a warning and
+    random parameters; the loader and the base-model snapshot refuse it."""
+    import json
+    import shutil
+
+    bad = tmp_path / "model"
+    shutil.copytree(chat_dir, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg.update(num_hidden_layers=cfg["num_hidden_layers"] + 1, layer_types=cfg["layer_types"] + ["full_attention"])
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PolicyLoadError, match=r"weights do not match config.json \(.*missing keys"):
+        load_any_policy(bad)
+    with pytest.raises(PolicyLoadError, match="base_model.*weights do not match config.json"):
+        snapshot_base_model(str(bad), tmp_path / "snapshot")
+    cfg.pop("layer_types")
+    cfg["num_hidden_layers"] = -1  # a config transformers refuses to build
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PolicyLoadError, match="config.json does not load"):
+        load_any_policy(bad)

@@ -93,7 +93,7 @@ def run_all(args: argparse.Namespace, allocators: list[str], seeds: int, budget:
         for seed in range(seeds):
             cfg = TrainConfig(allocator=alloc, steps=100000, max_rollouts=budget, seed=seed,
                               eval_every=args.eval_every, eval_size=args.eval_size, eval_samples=8,
-                              checkpoint_every=100000)
+                              checkpoint_every=100000, **({"lr": args.lr} if args.lr is not None else {}))
             run_dir = args.work / f"{alloc}-s{seed}"
             t1 = time.perf_counter()
             res = train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"], run_dir=run_dir,
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="rebuild tables and plots from an existing training.csv without training")
     ap.add_argument("--eval-every", type=int, default=5, help="steps between held-out evaluations")
     ap.add_argument("--eval-size", type=int, default=400)
+    ap.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default: train.lr's default)")
     ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--json", type=Path, default=None)

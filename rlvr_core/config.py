@@ -156,7 +156,7 @@ class TrainConfig:
     steps: int = 300
     seed: int = 0
     max_rollouts: int | None = None
-    lr: float = 2e-4
+    lr: float = 1e-4
     clip_eps: float = 0.2
     grad_clip: float = 1.0
     kl_coef: float = 0.0
@@ -213,7 +213,7 @@ class TrainConfig:
         require(_is_int(self.seed), "seed", f"got {self.seed!r}; need an int")
         require(self.max_rollouts is None or (_is_int(self.max_rollouts) and self.max_rollouts >= 1), "max_rollouts",
                 f"got {self.max_rollouts!r}; need an int >= 1 or null")
-        require(0 < self.lr < 1, "lr", f"got {self.lr!r}; need 0 < lr < 1 (2e-4 is the tested default)")
+        require(0 < self.lr < 1, "lr", f"got {self.lr!r}; need 0 < lr < 1 (1e-4 is the tested default)")
         require(self.temperature > 0, "temperature", f"got {self.temperature!r}; need > 0")
         require(0 < self.top_p <= 1, "top_p", f"got {self.top_p!r}; need 0 < top_p <= 1")
         require(self.eval_samples == 0 or self.eval_samples >= self.k, "eval_samples",

@@ -59,7 +59,7 @@ class TrainerConfig:
     compute_entropy: report the policy entropy on completion tokens (one extra softmax)
     """
 
-    lr: float = 2e-4
+    lr: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: float = 0.0
     adam_eps: float = 1e-8

@@ -191,7 +191,7 @@ def test_config_rejects_impossible_settings(kwargs, field):
 
 def test_config_defaults_and_kl_needs_reference():
     c = TrainerConfig(betas=[0.8, 0.9])
-    assert c.betas == (0.8, 0.9) and c.lr == 2e-4 and c.advantage == "grpo" and c.only_effective
+    assert c.betas == (0.8, 0.9) and c.lr == 1e-4 and c.advantage == "grpo" and c.only_effective
     with pytest.raises(ConfigError, match="^kl_coef:.*ref_model"):
         GRPOTrainer(tiny_model(), TrainerConfig(kl_coef=0.1), pad_id=PAD)
 

@@ -156,7 +156,7 @@ def two_step_run(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"lr": 1e-3}, r"train\.lr=0\.0002 there, 0\.001 now"),
+    ({"lr": 1e-3}, r"train\.lr=0\.0001 there, 0\.001 now"),
     ({"allocator": "vigor"}, r"train\.allocator='sara' there, 'vigor' now"),
     ({"seed": 7, "k": 2}, r"train\.k=4 there, 2 now, train\.seed=1 there, 7 now"),
 ])

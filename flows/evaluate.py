@@ -67,12 +67,15 @@ def nightly_pass(params: Params) -> dict[str, Any]:
             continue
         result = _eval(params, ckpt)
         parent = json.loads((run / "tracking.json").read_text())["run_id"] if (run / "tracking.json").is_file() else ""
-        tags = {"mlflow.parentRunId": parent, "training_run_id": parent, "allocator": run.name,
+        meta = json.loads((ckpt / "manifest.json").read_text()).get("meta", {})
+        allocator = meta.get("config", {}).get("allocator", run.name)  # experiment/ holds train.allocator's run
+        tags = {"mlflow.parentRunId": parent, "training_run_id": parent, "allocator": allocator, "run": run.name,
                 "checkpoint": str(ckpt), "kind": "nightly-eval"}
         run_id = tracking.start_run(f"eval-{run.name}-step{step}", {"evaluate": asdict(params.evaluate)}, tags)
         tracking.log_metrics(run_id, {f"heldout/{k}": v for k, v in result.items() if k != "step"}, step=step)
         tracking.end_run(run_id)
-        done[run.name] = {"step": step, "mlflow_run_id": run_id, "checkpoint": str(ckpt), **result}
+        done[run.name] = {"step": step, "allocator": allocator, "mlflow_run_id": run_id, "checkpoint": str(ckpt),
+                          **result}
         write_json(out / f"{run.name}-step{step:06d}.json", done[run.name])
         index.setdefault(run.name, []).append(step)
         write_json(index_path, index)  # after each run: a crash never loses finished evaluations

@@ -54,6 +54,7 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
                                                                              "sara": [2]}
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status
+    assert json.loads((repo / "reports/nightly/experiment-step000002.json").read_text())["allocator"] == "sara"
 
     # `dvc exp run -S train.allocator=grpo` reruns only the experiment stage, with grpo
     sh(env, repo, "git", "add", "-A")

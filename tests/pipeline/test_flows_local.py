@@ -85,7 +85,7 @@ def test_resume_and_nightly(pipeline_env: dict[str, str], tmp_path: Path) -> Non
     assert index == {"sara": [3]}
     assert not list((tmp_path / "runs").glob("*.json")), "nightly state must stay out of runs/ (a DVC dependency)"
     result = json.loads((tmp_path / "reports/nightly/sara-step000003.json").read_text())
-    assert result["step"] == 3 and 0.0 <= result["greedy_acc"] <= 1.0
+    assert result["step"] == 3 and result["allocator"] == "sara" and 0.0 <= result["greedy_acc"] <= 1.0
     curve = (tmp_path / "runs/sara/curve.csv").read_text().splitlines()
     assert curve[0] == "step,cum_rollouts,cum_tokens,greedy_acc" and [r.split(",")[0] for r in curve[1:]] == [
         "0", "1", "2", "3"]

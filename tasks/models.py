@@ -32,8 +32,7 @@ def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str) -> dict[st
         return info
     from tasks.data import load_split
 
-    kwargs = {k: v for k, v in cfg.to_dict().items() if k != "base_model"}
-    _, _, metrics = warm_start(load_split(data_dir, "train"), **kwargs, out_dir=out_dir,
+    _, _, metrics = warm_start(load_split(data_dir, "train"), **cfg.sft_kwargs(), out_dir=out_dir,
                                progress=lambda s, m: log.info("warmstart step %d loss %.4f", s, m["loss"]))
     return metrics
 

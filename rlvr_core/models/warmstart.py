@@ -111,6 +111,10 @@ class WarmStartConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def sft_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``warm_start``: every field but ``base_model``, which replaces the SFT."""
+        return {k: v for k, v in self.to_dict().items() if k != "base_model"}
+
 
 def sloppy_value(a: int, op: str, b: int) -> int:
     """``a op b`` computed digit by digit with every carry / borrow dropped.
@@ -276,7 +280,7 @@ def warm_start(
         "final_loss": loss_curve[-1][1],
         "loss_curve": loss_curve,
         "sloppy_fraction": n_sloppy / (cfg.steps * cfg.batch_size),
-        "config": {k: v for k, v in cfg.to_dict().items() if k != "base_model"},  # unused by the SFT warm start
+        "config": cfg.sft_kwargs(),
     }
     if eval_rows is not None:
         from rlvr_core.evaluation import evaluate_policy

@@ -91,3 +91,12 @@ def test_short_warm_start_beats_random_init() -> None:
     assert before < 0.05
     assert met["heldout_greedy_acc"] >= before + 0.5, met
     assert met["heldout_pass_at_8"] >= met["heldout_pass_at_1"]
+
+
+def test_sft_kwargs_are_the_warm_start_arguments() -> None:
+    """Every config field but base_model is a warm_start keyword (the training benchmark passes them all)."""
+    import inspect
+
+    kwargs = WarmStartConfig(base_model="Qwen/Qwen2.5-1.5B-Instruct").sft_kwargs()
+    assert "base_model" not in kwargs and set(kwargs) == set(WarmStartConfig().to_dict()) - {"base_model"}
+    inspect.signature(warm_start).bind([], **kwargs, out_dir="unused")  # TypeError on a stray keyword

@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmarks.training import data_and_policy
 from rlvr_core.config import TrainConfig
-from rlvr_core.data.arithmetic import make_arithmetic
-from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 from rlvr_core.training import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -99,11 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         plot(curves, [v for v in labels if v in set(curves.variant)], args.out / "ablation.png")
         return 0
 
-    ds = make_arithmetic(20000, 1000, seed=0, digits=(1, 2, 3))  # the training benchmark's data
-    policy = args.work / "policy"
-    if not (policy / "config.json").exists():
-        print("warm start (the training benchmark's) ...", flush=True)
-        warm_start(ds["train"], **WarmStartConfig().to_dict(), out_dir=policy)
+    ds, policy = data_and_policy(args.work)  # the training benchmark's data and warm start
 
     points, steps_rows = [], []
     for label in labels:

@@ -77,15 +77,22 @@ def plot(curves: pd.DataFrame, x: str, path: Path, target: float) -> None:
     plt.close(fig)
 
 
-def run_all(args: argparse.Namespace, allocators: list[str], seeds: int, budget: int) -> pd.DataFrame:
-    """Warm-start once, train every (allocator, seed) on ``budget`` rollouts; the evaluation points."""
+def data_and_policy(work: Path, quick: bool = False) -> tuple[Any, Path]:
+    """The benchmark's arithmetic DatasetDict and its warm-started policy folder under ``work``
+    (warm-started there on first use, reused after)."""
     ds = make_arithmetic(20000, 1000, seed=0, digits=(1, 2, 3))
-    ws = WarmStartConfig(steps=60) if args.quick else WarmStartConfig()
-    policy = args.work / ("policy_quick" if args.quick else "policy")
-    t0 = time.perf_counter()
+    ws = WarmStartConfig(steps=60) if quick else WarmStartConfig()
+    policy = work / ("policy_quick" if quick else "policy")
     if not (policy / "config.json").exists():
         print(f"warm start: {ws.steps} steps ...", flush=True)
-        warm_start(ds["train"], **{k: v for k, v in ws.to_dict().items()}, out_dir=policy)
+        warm_start(ds["train"], **ws.sft_kwargs(), out_dir=policy)
+    return ds, policy
+
+
+def run_all(args: argparse.Namespace, allocators: list[str], seeds: int, budget: int) -> pd.DataFrame:
+    """Warm-start once, train every (allocator, seed) on ``budget`` rollouts; the evaluation points."""
+    t0 = time.perf_counter()
+    ds, policy = data_and_policy(args.work, args.quick)
     timings: dict[str, Any] = {"warm_start_s": time.perf_counter() - t0, "runs": {}}
 
     points = []

@@ -83,9 +83,14 @@ def _load_tokenizer(path: Path) -> Any:
     except Exception as e:  # noqa: BLE001 - it also parses config.json, whose validators raise their own types
         raise PolicyLoadError(f"policy folder {str(path)!r}: could not load the tokenizer ({e}); "
                               "save the tokenizer with the model (tokenizer.save_pretrained)") from e
+    return _with_special_tokens(tok, f"policy folder {str(path)!r}")
+
+
+def _with_special_tokens(tok: Any, what: str) -> Any:
+    """``tok`` after checking it has an eos token (PolicyLoadError naming ``what`` if not); a missing
+    pad token becomes the eos token."""
     if tok.eos_token_id is None:
-        raise PolicyLoadError(f"policy folder {str(path)!r}: the tokenizer has no eos token; "
-                              "generation could never stop")
+        raise PolicyLoadError(f"{what}: the tokenizer has no eos token; generation could never stop")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token  # padding positions are masked out; any id works
     return tok
@@ -280,10 +285,7 @@ def snapshot_base_model(base_model: str, out_dir: str | os.PathLike, *, local_fi
                 if offline and not local.is_dir() else "")
         raise PolicyLoadError(f"warmstart.base_model {base_model!r}: could not load model and tokenizer{hint}: {e}") from e
     _refuse_partial_load(f"warmstart.base_model {base_model!r}", info)
-    if tok.eos_token_id is None:
-        raise PolicyLoadError(f"warmstart.base_model {base_model!r}: the tokenizer has no eos token")
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+    tok = _with_special_tokens(tok, f"warmstart.base_model {base_model!r}")
     out = Path(out_dir)
     if out.exists():  # files of an earlier warm start (another model's shards) must not linger
         shutil.rmtree(out)

@@ -26,7 +26,7 @@ from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
 from tasks import tracking
 from tasks.evaluation import checkpoint_id, evaluate_checkpoint
-from tasks.paths import data_dir, reports_dir, root, run_dir, warmstart_dir
+from tasks.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 
 NIGHTLY = Path("reports") / "nightly"
 INDEX = "index.json"
@@ -49,7 +49,7 @@ def newest_intact(run: Path) -> Path | None:
 def training_runs() -> list[Path]:
     """Every training run folder: runs/<name>/ and the DVC experiment's experiment/."""
     runs = sorted(p for p in (root() / "runs").glob("*") if p.is_dir())
-    return runs + [p for p in (root() / "experiment",) if p.is_dir()]
+    return runs + ([experiment_dir()] if experiment_dir().is_dir() else [])
 
 
 def nightly_pass(params: Params) -> dict[str, Any]:

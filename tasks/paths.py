@@ -1,7 +1,8 @@
 """Where the pipeline's files live: one root (RLVR_ROOT, default the working directory) and one params file.
 
 Layout under the root: data/<task>/ (DatasetDict), models/warmstart/ (policy folder),
-runs/<allocator>/ (checkpoints, metrics.jsonl, summary.json, tracking.json), reports/.
+runs/<allocator>/ (checkpoints, metrics.jsonl, summary.json, tracking.json), experiment/ (the same
+for the DVC experiment stage), reports/.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def warmstart_dir() -> Path:
 def run_dir(allocator: str) -> Path:
     """Run folder of one allocator; '+' in names (sara+dps) becomes '-' (sara-dps)."""
     return root() / "runs" / allocator.replace("+", "-")
+
+
+def experiment_dir() -> Path:
+    """Run folder of the DVC ``experiment`` stage (train.allocator; dvc.yaml trains it with --out experiment)."""
+    return root() / "experiment"
 
 
 def reports_dir() -> Path:

@@ -47,6 +47,13 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     # the experiment stage trained train.allocator (sara) into experiment/
     assert json.loads((repo / "experiment/summary.json").read_text())["allocator"] == "sara"
     assert (repo / "experiment/curve.csv").read_text().startswith("step,cum_rollouts,cum_tokens,greedy_acc")
+    # the README's `dvc metrics show` and `dvc plots show` read the declared files
+    metrics_out = sh(env, repo, dvc, "metrics", "show", "--json")
+    for f in ("experiment/summary.json", "runs/sara/summary.json", "reports/metrics.json"):
+        assert f in metrics_out, (f, metrics_out[:2000])
+    plots_out = sh(env, repo, dvc, "plots", "show", "--json")
+    for f in ("experiment/curve.csv", "reports/curves.csv"):
+        assert f in plots_out, (f, plots_out[:2000])
 
     # a nightly evaluation pass leaves every stage up to date
     sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")

@@ -33,8 +33,14 @@ def warmstart_dir() -> Path:
 
 
 def run_dir(allocator: str) -> Path:
-    """Run folder of one allocator; '+' in names (sara+dps) becomes '-' (sara-dps)."""
-    return root() / "runs" / allocator.replace("+", "-")
+    """Run folder of one allocator: runs/<name>, the name as registered (runs/sara+dps/).
+
+    dvc.yaml's train stage declares the same folder, ``runs/${item}``, for each train.allocators entry;
+    tests/pipeline/test_dvc_deps.py checks that the two agree for every registered allocator.
+    """
+    if not allocator or "/" in allocator or allocator in (".", ".."):
+        raise ValueError(f"allocator name {allocator!r} cannot name a run folder")
+    return root() / "runs" / allocator
 
 
 def experiment_dir() -> Path:

@@ -29,6 +29,7 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     for sec, vals in yaml.safe_load(TINY.read_text()).items():
         full[sec].update(vals)
     full["train"]["allocator_params"] = {}
+    full["train"]["allocators"] = ["grpo", "sara+dps"]  # a name with '+' names its run folder as dvc.yaml does
     (repo / "params.yaml").write_text(yaml.safe_dump(full))
     env = dict(pipeline_env, RLVR_ROOT=str(repo), PATH=f"{Path(PY).parent}:{pipeline_env['PATH']}",
                GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
@@ -40,16 +41,31 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert set(metrics) == {"grpo", "sara"}
-    assert json.loads((repo / "runs/sara/summary.json").read_text())["steps"] == 2
+    assert set(metrics) == {"grpo", "sara+dps"}
+    assert json.loads((repo / "runs/sara+dps/summary.json").read_text())["steps"] == 2
+    assert sorted(p.name for p in (repo / "runs").iterdir()) == ["grpo", "sara+dps"]
     second = sh(env, repo, dvc, "repro")
     assert "didn't change" in second and "Running stage" not in second, second
+
+    # the stages depend on the code they run: an allocator's edit makes the training stages stale, and only them
+    sara = repo / "rlvr_core/allocation/sara.py"
+    original = sara.read_text()
+    sara.write_text(original + "# an edit\n")
+    stale = sh(env, repo, dvc, "status")
+    for s in ("train@grpo", "train@sara+dps", "experiment"):
+        assert s in stale, (s, stale)
+    for s in ("prepare", "warmstart"):
+        assert f"{s}:" not in stale, (s, stale)
+    sara.write_text(original)
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nan edit\n")
+    status = sh(env, repo, dvc, "status")
+    assert "up to date" in status.lower() or status.strip() == "", status
     # the experiment stage trained train.allocator (sara) into experiment/
     assert json.loads((repo / "experiment/summary.json").read_text())["allocator"] == "sara"
     assert (repo / "experiment/curve.csv").read_text().startswith("step,cum_rollouts,cum_tokens,greedy_acc")
     # the README's `dvc metrics show` and `dvc plots show` read the declared files
     metrics_out = sh(env, repo, dvc, "metrics", "show", "--json")
-    for f in ("experiment/summary.json", "runs/sara/summary.json", "reports/metrics.json"):
+    for f in ("experiment/summary.json", "runs/sara+dps/summary.json", "reports/metrics.json"):
         assert f in metrics_out, (f, metrics_out[:2000])
     plots_out = sh(env, repo, dvc, "plots", "show", "--json")
     for f in ("experiment/curve.csv", "reports/curves.csv"):
@@ -58,7 +74,7 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     # a nightly evaluation pass leaves every stage up to date
     sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")
     assert json.loads((repo / "reports/nightly/index.json").read_text()) == {"experiment": [2], "grpo": [2],
-                                                                             "sara": [2]}
+                                                                             "sara+dps": [2]}
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status
     assert json.loads((repo / "reports/nightly/experiment-step000002.json").read_text())["allocator"] == "sara"

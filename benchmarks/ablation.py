@@ -18,7 +18,9 @@ A run whose updates collapse the policy shows it as steps with no effective grou
 
 Writes benchmarks/results/ablation{.csv,.md,.png}: per variant the accuracy curves, groups and
 effective groups per step (overall and over the last third of the steps), steps without an
-effective group, and the final, best and last-third accuracy (means over the seeds).
+effective group, and the final, best and last-third accuracy (means over the seeds). A run with
+other rollouts, seeds, variants or eval schedule writes to a temporary folder (printed) instead,
+unless --out names one.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmarks.output import RESULTS, results_dir
 from benchmarks.training import data_and_policy
 from rlvr_core.config import TrainConfig
 from rlvr_core.training import train
 
-RESULTS = Path(__file__).resolve().parent / "results"
+FULL = {"rollouts": 30000, "seeds": 3, "eval_every": 5, "eval_size": 400}  # behind benchmarks/results/ablation.*
 
 # label -> (allocator, train-section overrides, allocator params)
 VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -80,13 +83,14 @@ def plot(curves: pd.DataFrame, labels: list[str], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rollouts", type=int, default=30000)
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--rollouts", type=int, default=FULL["rollouts"])
+    ap.add_argument("--seeds", type=int, default=FULL["seeds"])
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--eval-every", type=int, default=5)
-    ap.add_argument("--eval-size", type=int, default=400)
+    ap.add_argument("--eval-every", type=int, default=FULL["eval_every"])
+    ap.add_argument("--eval-size", type=int, default=FULL["eval_size"])
     ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
     ap.add_argument("--plot-only", action="store_true", help="redraw ablation.png from an existing ablation.csv")
     args = ap.parse_args(argv)
     labels = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -94,9 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r}; valid: {', '.join(VARIANTS)}")
     if args.plot_only:
-        curves = pd.read_csv(args.out / "ablation.csv")
-        plot(curves, [v for v in labels if v in set(curves.variant)], args.out / "ablation.png")
+        out = args.out or RESULTS
+        curves = pd.read_csv(out / "ablation.csv")
+        plot(curves, [v for v in labels if v in set(curves.variant)], out / "ablation.png")
         return 0
+    full = labels == list(VARIANTS) and all(getattr(args, key) == v for key, v in FULL.items())
+    args.out = results_dir(args.out, full, "ablation")
 
     ds, policy = data_and_policy(args.work)  # the training benchmark's data and warm start
 
@@ -128,7 +135,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"(best {max(accs):.3f}) in {time.perf_counter() - t0:.0f} s", flush=True)
 
     curves, per_step = pd.DataFrame(points), pd.DataFrame(steps_rows)
-    args.out.mkdir(parents=True, exist_ok=True)
     curves.to_csv(args.out / "ablation.csv", index=False)
     per_step.to_csv(args.out / "ablation_runs.csv", index=False)
     lines = [f"Variants on the tiny policy: {args.rollouts:,} rollouts per run, {args.seeds} seed(s), held-out greedy "

@@ -10,6 +10,9 @@ writes, under benchmarks/results/:
 - allocation_timing.csv   milliseconds per decision round with 1,024 live prompts
 - allocation_targets.json the README targets, measured
 
+A run with --quick or a changed --seeds/--steps/--batch-size writes to a fresh temporary
+folder (printed) instead, unless --out names one: smoke runs never replace the results.
+
 Usage: python -m benchmarks.allocation [--quick] [--json PATH] [--out DIR]
 """
 
@@ -31,11 +34,17 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from benchmarks.output import results_dir
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("early", "late", "ushape", "uniform", "drift")
+FULL = {"seeds": 5, "steps": 60, "batch_size": 32}  # the protocol behind benchmarks/results/allocation.*
+
+
+def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:
+    """Whether a run repeats the protocol of the committed results (only such a run writes there by default)."""
+    return not quick and {"seeds": seeds, "steps": steps, "batch_size": batch_size} == FULL
 
 
 @dataclass(frozen=True)
@@ -237,16 +246,17 @@ def plot(summary: pd.DataFrame, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer steps (finishes in well under a minute)")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=None, help="steps per run (default 60, quick 15)")
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seeds", type=int, default=FULL["seeds"])
+    ap.add_argument("--steps", type=int, default=None, help=f"steps per run (default {FULL['steps']}, quick 15)")
+    ap.add_argument("--batch-size", type=int, default=FULL["batch_size"])
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as a JSON list here")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.batch_size < 1:
         ap.error("--seeds and --batch-size must be >= 1")
-    steps = args.steps or (15 if args.quick else 60)
-    args.out.mkdir(parents=True, exist_ok=True)
+    steps = args.steps or (15 if args.quick else FULL["steps"])
+    args.out = results_dir(args.out, full_protocol(args.quick, args.seeds, steps, args.batch_size), "allocation")
     t_start = time.perf_counter()
     runs = []
     combos = [(v, s, k) for k in (8, 16) for s in SCENARIOS for v in VARIANTS]

@@ -4,7 +4,8 @@
 
 Trains the default `train` section (allocator sara) for --steps steps twice from the same policy: once
 with plain rlvr_core.training.train, once through the `train` flow's task with per-step MLflow logging
-into a temporary SQLite store. Writes benchmarks/results/orchestration.json.
+into a temporary SQLite store. Writes benchmarks/results/orchestration.json for the default 5 steps
+and policy, else a temporary folder (printed) unless --out names one.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.output import results_dir
 
-def main() -> None:
+FULL = {"steps": 5, "policy": "models/warmstart", "data": "data/arithmetic"}  # behind results/orchestration.json
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--policy", default="models/warmstart", help="policy folder (warm start output)")
-    ap.add_argument("--data", default="data/arithmetic")
-    a = ap.parse_args()
+    ap.add_argument("--steps", type=int, default=FULL["steps"])
+    ap.add_argument("--policy", default=FULL["policy"], help="policy folder (warm start output)")
+    ap.add_argument("--data", default=FULL["data"])
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
+    a = ap.parse_args(argv)
+    out_dir = results_dir(a.out, all(getattr(a, key) == v for key, v in FULL.items()), "orchestration")
     tmp = Path(tempfile.mkdtemp(prefix="orch_"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
     os.environ.setdefault("RLVR_ROOT", str(tmp))
@@ -62,8 +70,7 @@ def main() -> None:
         "per_step_overhead_share": (res["seconds"] - plain_s) / max(plain_s, 1e-9),
         "fixed_flow_overhead_s": flow_s - res["seconds"],
     }
-    Path("benchmarks/results").mkdir(parents=True, exist_ok=True)
-    Path("benchmarks/results/orchestration.json").write_text(json.dumps(out, indent=1) + "\n")
+    (out_dir / "orchestration.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
 
 

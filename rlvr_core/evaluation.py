@@ -7,7 +7,7 @@ Language Models Trained on Code"): with n samples of which c pass,
 
 The same hypergeometric argument gives unbiased estimates of the share of
 size-k GRPO groups that would be all-pass, all-fail or mixed, the quantity that
-decides how much an allocator can save (DESIGN 1):
+decides how much an allocator can save (docs/design.md §1):
 
     all_fail = C(n - c, k) / C(n, k),  all_pass = C(c, k) / C(n, k),
     mixed = 1 - all_fail - all_pass.

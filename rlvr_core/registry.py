@@ -1,4 +1,4 @@
-"""Name -> implementation registries (DESIGN 4.2: register, never branch).
+"""Name -> implementation registries (docs/design.md §2.3: register, never branch).
 
 Entries are either objects registered with ``@registry.register(name)`` or
 lazy ``"package.module:attr"`` paths resolved on first use, so heavy

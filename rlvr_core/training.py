@@ -2,7 +2,7 @@
 
 Pure library code (no orchestration imports). Per step:
 
-1. the allocator and the HF engine run the allocation loop (DESIGN 3.1), the
+1. the allocator and the HF engine run the allocation loop (docs/design.md §3.1), the
    verifier scoring every rollout;
 2. the GRPO trainer updates the policy on the allocator's ragged groups;
 3. the engine samples from the updated weights (it shares the model object);

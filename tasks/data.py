@@ -16,7 +16,9 @@ from rlvr_core.config import SYNTHETIC_TASKS, PrepareConfig
 HUB_FIELDS = ("dataset", "path", "split", "limit", "eval_dataset", "eval_path", "eval_split", "eval_limit")
 
 
-@task(retries=0, cache_policy=NO_CACHE)
+# log_prints=False: building a Dataset hashes its table with dill, whose globals scan reads
+# dis.dis output from a swapped sys.stdout; Prefect's print patch would log that disassembly instead.
+@task(retries=0, cache_policy=NO_CACHE, log_prints=False)
 def generate_dataset(cfg: PrepareConfig, out_dir: str) -> dict[str, int]:
     """Build the task's DatasetDict, save_to_disk at ``out_dir``, write <out_dir>/counts.json; returns the counts."""
     extra: dict[str, Any] = {}

@@ -1,7 +1,7 @@
 """The round-based Allocator protocol and the bookkeeping every allocator shares.
 
 One training step is a conversation between an allocator and an engine
-(DESIGN 3.1)::
+(docs/design.md §3.1)::
 
     allocator.start_step(source)
     while (requests := allocator.propose()):   # {prompt_id: n_new}

@@ -1,4 +1,4 @@
-"""One allocation step: the allocator/engine conversation of DESIGN 3.1.
+"""One allocation step: the allocator/engine conversation of docs/design.md §3.1.
 
 A round whose ``engine.generate`` raises is retried (``retries`` times, with a
 growing delay) after the engine's sampling state is restored, so a retried

@@ -1,4 +1,4 @@
-"""SARA: sequential adaptive rollout allocation (seed 001, DESIGN 2.1).
+"""SARA: sequential adaptive rollout allocation (docs/design.md §4.5).
 
 Every live prompt carries a Beta posterior on its pass rate. After each
 synchronous round SARA computes p_eff, the probability that the prompt's full

@@ -1,4 +1,4 @@
-"""GRPO policy update: ragged-group advantages, clipped loss, trainer (DESIGN 3, 4.1-4.3)."""
+"""GRPO policy update: ragged-group advantages, clipped loss, trainer (docs/design.md §5)."""
 
 from rlvr_core.grpo.advantages import ADVANTAGES, get_advantage_fn
 from rlvr_core.grpo.batch import PolicyBatch, collate, token_logprobs

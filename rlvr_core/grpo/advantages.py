@@ -1,4 +1,4 @@
-"""Group-relative advantage estimators over ragged groups (DESIGN 4.1-4.3).
+"""Group-relative advantage estimators over ragged groups (docs/design.md §5.2).
 
 Every estimator is a pure function
 

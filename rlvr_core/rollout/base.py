@@ -1,4 +1,4 @@
-"""The RolloutEngine protocol (DESIGN 3.1, 3.2)."""
+"""The RolloutEngine protocol (docs/design.md §3.1, §2.5)."""
 
 from __future__ import annotations
 

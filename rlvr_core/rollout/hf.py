@@ -1,4 +1,4 @@
-"""Rollout engine on a transformers causal LM (CPU or GPU), DESIGN 3.2 ``hf``.
+"""Rollout engine on a transformers causal LM (CPU or GPU), docs/design.md §2.5 ``hf``.
 
 Sampling is a small KV-cache loop of our own rather than ``model.generate``:
 it draws from a private ``torch.Generator`` (determinism by seed without

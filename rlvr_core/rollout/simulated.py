@@ -1,6 +1,6 @@
 """Simulated rollout engine: Bernoulli rewards from hidden per-prompt pass rates.
 
-The reference engine for allocator benchmarks (DESIGN 3.2). Each scenario
+The reference engine for allocator benchmarks (docs/design.md §2.5). Each scenario
 fixes a pool of prompts and how their pass rates are drawn:
 
 - ``early``:  most prompts too hard (pass rates ~ Beta(0.4, 2.5), mean 0.14)

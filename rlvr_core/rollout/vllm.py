@@ -1,4 +1,4 @@
-"""Rollout engine backed by a vLLM server in its own process (DESIGN 3.2 ``vllm``).
+"""Rollout engine backed by a vLLM server in its own process (docs/design.md §2.5 ``vllm``).
 
 vLLM pins its own torch, transformers and fastapi, which conflict with the
 training environment, so vLLM never runs inside the training process. It runs

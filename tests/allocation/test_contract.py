@@ -1,4 +1,4 @@
-"""Contract tests run over every registered allocator (DESIGN 4.9)."""
+"""Contract tests run over every registered allocator (docs/design.md §4.9)."""
 
 import copy
 

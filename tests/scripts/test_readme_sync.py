@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from benchmarks.readme import sync
@@ -20,3 +21,16 @@ def test_fills_empty_and_replaces_old_sections(tmp_path: Path) -> None:
     assert readme.read_text() == want
     sync(readme, results)
     assert readme.read_text() == want  # idempotent
+
+
+def test_a_quick_run_table_is_not_pasted(tmp_path: Path) -> None:
+    readme, results = tmp_path / "README.md", tmp_path / "results"
+    results.mkdir()
+    (results / "a.md").write_text("smoke table\n")
+    (results / "a_targets.json").write_text(json.dumps({"run": {"quick": True}, "targets": {}}))
+    (results / "b.md").write_text("full table\n")
+    (results / "b_targets.json").write_text(json.dumps({"run": {"quick": False}, "targets": {}}))
+    text = "<!-- a:start -->\nold a\n<!-- a:end -->\n<!-- b:start -->\n<!-- b:end -->\n"
+    readme.write_text(text)
+    assert sync(readme, results) == ["b"]
+    assert readme.read_text() == "<!-- a:start -->\nold a\n<!-- a:end -->\n<!-- b:start -->\nfull table\n<!-- b:end -->\n"

@@ -506,3 +506,43 @@ def test_writes_outside_the_sandbox_fail(outside: Path, private_tmp: Path, proce
         run.check_contained(private_tmp)
     assert list(outside.iterdir()) == []
     assert not Path("/usr/escaped").exists() and not Path("/opt/escaped").exists()
+
+
+def test_as_an_ordinary_user_bwrap_maps_the_uid_itself(tmp_path: Path) -> None:
+    """The non-root path: bwrap maps 65534 to the caller and applies --disable-userns itself."""
+    setpriv, python = shutil.which("setpriv"), "/usr/bin/python3"
+    if os.geteuid() != 0 or setpriv is None or not os.access(python, os.X_OK):
+        pytest.skip("needs root (to become nobody), setpriv and /usr/bin/python3")
+    src = Path(tempfile.mkdtemp(prefix="rlvr_nonroot_", dir="/tmp"))
+    try:
+        shutil.copytree(Path(sandbox_mod.__file__).parents[2] / "rlvr_core", src / "rlvr_core")
+        script = src / "check.py"
+        script.write_text(
+            "import os, sys\n"
+            "sys.path.insert(0, os.path.dirname(__file__))\n"
+            "from rlvr_core.rewards.sandbox import SandboxLimits, run_python\n"
+            "from rlvr_core.rewards.code import verify_code\n"
+            "L = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20)\n"
+            "r = run_python('import os; print(os.getuid(), sorted(os.listdir(\"/\")))', '', L)\n"
+            "print(os.getuid(), r.status, r.stdout.strip())\n"
+            "r = run_python('import subprocess; subprocess.run([\"unshare\", \"-Ur\", \"true\"], check=True)', '', L)\n"
+            "print(r.status)\n"
+            "print(verify_code('```python\\nprint(sum(map(int, input().split())))\\n```', "
+            "{'tests': [{'input': '1 2', 'output': '3'}]}, L))\n"
+        )
+        for path in [src, *src.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        done = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-S", str(script)],
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-1000:]
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith("65534 ok 65534 [") and "'usr'" in lines[0] and "'root'" not in lines[0], lines
+        assert lines[1:] == ["runtime_error", "1.0"]
+    finally:
+        shutil.rmtree(src)

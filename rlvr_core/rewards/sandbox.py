@@ -449,8 +449,8 @@ def _sealed_memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def _read_child_pid(fd: int, deadline: float) -> int | None:
-    """The sandbox init's host pid from bwrap's --info-fd (None if bwrap ended without one)."""
+def _read_info(fd: int, deadline: float) -> dict:
+    """bwrap's --info-fd report (``child-pid``, namespace inodes); {} if bwrap ended without one."""
     buf = b""
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -462,9 +462,30 @@ def _read_child_pid(fd: int, deadline: float) -> int | None:
             if not chunk or b"}" in buf:
                 break
     try:
-        return int(json.loads(buf.decode())["child-pid"])
+        info = json.loads(buf.decode())
+        int(info["child-pid"])
+        return info
     except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def _open_sandbox_init(info: dict) -> int | None:
+    """A pidfd for the sandbox's init, only if that pid is still the init of the run's PID namespace."""
+    if not info:
         return None
+    child = int(info["child-pid"])
+    try:
+        pidfd = os.pidfd_open(child)
+    except OSError:
+        return None
+    try:
+        same = "pid-namespace" not in info or os.stat(f"/proc/{child}/ns/pid").st_ino == int(info["pid-namespace"])
+    except (OSError, ValueError):
+        same = False
+    if not same:  # it ended and its pid went to another process: never signal that one
+        os.close(pidfd)
+        return None
+    return pidfd
 
 
 # Runs as uid 65534 after setpriv and prlimit: closes any descriptor bwrap kept open
@@ -542,16 +563,18 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
         for fd in own:
             os.close(fd)
         own.clear()
-        child = _read_child_pid(info_r, start + max(10.0, limits.wall_seconds))
-        if child is not None:
-            pidfd = os.pidfd_open(child)  # signals through it cannot reach a recycled pid
-            if plan.as_root:
-                for name in ("uid_map", "gid_map"):
-                    with open(f"/proc/{child}/{name}", "w") as f:
-                        f.write(f"0 0 1\n{UNPRIVILEGED_UID} {UNPRIVILEGED_UID} 1\n")
-        if block_w >= 0:
+        info = _read_info(info_r, start + max(10.0, limits.wall_seconds))
+        child = int(info["child-pid"]) if info else None
+        pidfd = _open_sandbox_init(info)  # signals through it cannot reach a recycled pid
+        if plan.as_root and pidfd is not None and child is not None:
+            # bwrap waits on the block fd while its namespace has no mapping yet: map uid/gid 0
+            # (bwrap's setup) and 65534 (the program, after setpriv) to themselves
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{child}/{name}", "w") as f:
+                    f.write(f"0 0 1\n{UNPRIVILEGED_UID} {UNPRIVILEGED_UID} 1\n")
             os.write(block_w, b"1")
-            os.close(block_w)
+        if block_w >= 0:
+            os.close(block_w)  # without the go-ahead bwrap reads EOF and gives up
             block_w = -1
 
         def kill() -> None:

@@ -9,7 +9,8 @@ package ``bubblewrap``). Each run gets
    where the kernel has them), ``--die-with-parent`` and ``--new-session``;
 2. a read-only root that holds only ``/usr``, the interpreter's prefix (read-only,
    at ``/opt/rlvr-python`` when it lies outside ``/usr``), a ``/proc`` of its own
-   PID namespace, ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and, as working
+   PID namespace, ``/dev/null``, ``/dev/zero``, ``/dev/urandom``, a private
+   size-limited tmpfs ``/dev/shm`` (multiprocessing's semaphores) and, as working
    directory, a private size-limited tmpfs ``/tmp`` holding ``main.py``. Nothing of
    ``/root``, ``/home``, ``/etc``, the verifier's cwd, fds or environment is
    visible; the environment is ``PATH``, ``PYTHONHASHSEED``, ``PYTHONIOENCODING``,
@@ -131,7 +132,8 @@ class SandboxLimits:
     memory_bytes:     address space (RLIMIT_AS); the interpreter itself needs ~30 MB
     max_output_bytes: cap on stdout and on stderr each; the run is killed beyond it
     max_file_bytes:   largest file the program may write (RLIMIT_FSIZE)
-    max_disk_bytes:   size of the private tmpfs working directory (bwrap only)
+    max_disk_bytes:   size of the private tmpfs working directory, and of the
+                      private /dev/shm (bwrap only)
     max_open_files:   RLIMIT_NOFILE
     max_processes:    RLIMIT_NPROC (bwrap: counted inside the run's namespace;
                       inprocess: applied only when privileges were dropped)
@@ -522,6 +524,7 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
     argv += list(plan.mounts)
     argv += [
         "--size", str(int(limits.max_disk_bytes)), "--perms", "01777", "--tmpfs", SANDBOX_WORKDIR,
+        "--size", str(int(limits.max_disk_bytes)), "--perms", "01777", "--tmpfs", "/dev/shm",  # POSIX semaphores
         "--perms", "0444", "--file", str(prog_fd), SANDBOX_WORKDIR + "/main.py",
         "--chdir", SANDBOX_WORKDIR, "--remount-ro", "/", "--info-fd", str(info_w),
     ]  # fmt: skip

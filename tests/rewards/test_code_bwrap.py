@@ -149,6 +149,21 @@ def test_correct_program_still_scores_one_and_sees_only_its_sandbox(bwrap_sandbo
     assert list(private_tmp.iterdir()) == []
 
 
+def test_threads_and_processes_of_ordinary_programs_work(private_tmp) -> None:
+    """Threads (clone3 answers ENOSYS, libc falls back), multiprocessing (needs /dev/shm), time."""
+    code = (
+        "import threading, concurrent.futures, multiprocessing, time\n"
+        "out = []\nt = threading.Thread(target=lambda: out.append(1))\nt.start()\nt.join()\n"
+        "with concurrent.futures.ThreadPoolExecutor(4) as ex:\n    s = sum(ex.map(lambda x: x * x, range(10)))\n"
+        "with multiprocessing.Pool(2) as p:\n    m = p.map(abs, [-1, -2, 3])\n"
+        "print(out, s, m, time.strftime('%Y', time.gmtime(0)))\n"
+    )
+    result = run_python(code, "", SandboxLimits(cpu_seconds=2, wall_seconds=10))
+    assert result.status == OK, result.stderr[-500:]
+    assert result.stdout == "[1] 285 [1, 2, 3] 1970\n"
+    assert list(private_tmp.iterdir()) == []
+
+
 def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     real_which = shutil.which
     monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
@@ -465,6 +480,10 @@ HOSTILE = {
         "i = 0\nwhile True:\n    with open(f'fill{i}', 'wb') as f:\n        f.write(b'x' * 2**20)\n    i += 1\n",
         RUNTIME_ERROR,
     ),
+    "fill_dev_shm": (
+        "i = 0\nwhile True:\n    with open(f'/dev/shm/fill{i}', 'wb') as f:\n        f.write(b'x' * 2**20)\n    i += 1\n",
+        RUNTIME_ERROR,
+    ),
     "one_huge_file": ("open('big', 'wb').write(b'x' * 2**26)\nprint(3)\n", RUNTIME_ERROR),
     "write_to_root": ("open('/escaped', 'w').write('x')\nprint(3)\n", RUNTIME_ERROR),
 }
@@ -482,6 +501,11 @@ def test_hostile_program_is_contained(name: str, private_tmp: Path, processes_wi
     assert len(result.stdout.encode()) <= LIMITS.max_output_bytes
     if result.status == TIMEOUT:
         assert run.seen, "the running program was visible to the marker scan"
+    why = {"fill_the_disk": "No space left on device", "fill_dev_shm": "No space left on device",
+           "one_huge_file": "File too large", "write_to_root": "Read-only file system",
+           "socket": "ConnectionRefusedError", "new_user_namespace": "CalledProcessError"}.get(name)  # fmt: skip
+    if why is not None:
+        assert why in result.stderr, result.stderr[-300:]
     # killing 64 forking processes takes the kernel up to ~1.5 s more on a loaded 2-core machine
     run.check_contained(private_tmp, WALL_BOUND + (1.5 if name == "fork_bomb" else 0.0))
 

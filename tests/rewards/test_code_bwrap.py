@@ -27,9 +27,8 @@ import pytest
 if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox relies on Linux namespaces", allow_module_level=True)
 
-from rlvr_core.rewards import get_verifier  # noqa: E402
 from rlvr_core.rewards import sandbox as sandbox_mod  # noqa: E402
-from rlvr_core.rewards.code import preflight, verify_code  # noqa: E402
+from rlvr_core.rewards.code import verify_code  # noqa: E402
 from rlvr_core.rewards.sandbox import (  # noqa: E402
     MEMORY_LIMIT,
     OK,
@@ -37,8 +36,6 @@ from rlvr_core.rewards.sandbox import (  # noqa: E402
     RUNTIME_ERROR,
     TIMEOUT,
     SandboxLimits,
-    SandboxUnavailable,
-    SandboxWarning,
     run_python,
 )
 
@@ -164,27 +161,33 @@ def test_threads_and_processes_of_ordinary_programs_work(private_tmp) -> None:
     assert list(private_tmp.iterdir()) == []
 
 
-def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_which = shutil.which
-    monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
-    sandbox_mod._bwrap_plan.cache_clear()
+def test_killed_verifier_takes_its_sandbox_along(tmp_path: Path, processes_with) -> None:
+    """--die-with-parent: SIGKILL to the verifier mid-run ends the program and its daemon."""
+    marker = f"rlvr-marker-{uuid.uuid4().hex}"
+    program = tagged(
+        f"import os, sys\nos.system('setsid ' + sys.executable + ' -S -c \"import time; time.sleep(117)\" {marker}-daemon &')\n"
+        "import time\ntime.sleep(60)\n",
+        marker,
+    )
+    (tmp_path / "program.py").write_text(program)
+    driver = (
+        "import sys\nfrom rlvr_core.rewards.sandbox import SandboxLimits, run_python\n"
+        "run_python(open(sys.argv[1]).read(), '', SandboxLimits(cpu_seconds=30, wall_seconds=60))\n"
+    )
+    root = Path(sandbox_mod.__file__).parents[2]
+    verifier = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path / "program.py")], env={**os.environ, "PYTHONPATH": str(root)})
     try:
-        for refuse in (
-            lambda: get_verifier("code"),
-            preflight,
-            lambda: verify_code("```python\nprint(3)\n```", ONE_TEST, LIMITS),
-            lambda: run_python("print(3)"),
-        ):
-            with pytest.raises(SandboxUnavailable, match=r"bubblewrap \(`bwrap`\) is not installed.*apt-get install bubblewrap.*isolation='inprocess'"):
-                refuse()
-        # the weaker mode still runs, on explicit opt-in, and warns
-        inproc = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, isolation="inprocess")
-        with pytest.warns(SandboxWarning, match="can be bypassed"):
-            assert verify_code("```python\nprint(3)\n```", ONE_TEST, inproc) == 1.0
+        deadline = time.monotonic() + 30
+        while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_with(marker)) >= 2, "program and daemon running"
     finally:
-        monkeypatch.undo()
-        sandbox_mod._bwrap_plan.cache_clear()
-    assert get_verifier("code") is verify_code
+        os.kill(verifier.pid, signal.SIGKILL)
+        verifier.wait()
+    deadline = time.monotonic() + 5
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == []
 
 
 def test_marker_scan_sees_a_live_process(processes_with) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -19,7 +20,16 @@ if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox relies on Linux rlimits, sessions and /proc", allow_module_level=True)
 
 from rlvr_core.rewards import get_verifier  # noqa: E402
-from rlvr_core.rewards.code import CodeResult, extract_code, normalize_output, parse_tests, run_tests, verify_code  # noqa: E402
+from rlvr_core.rewards import sandbox as sandbox_mod  # noqa: E402
+from rlvr_core.rewards.code import (  # noqa: E402
+    CodeResult,
+    extract_code,
+    normalize_output,
+    parse_tests,
+    preflight,
+    run_tests,
+    verify_code,
+)
 from rlvr_core.rewards.sandbox import (  # noqa: E402
     MEMORY_LIMIT,
     OK,
@@ -27,6 +37,7 @@ from rlvr_core.rewards.sandbox import (  # noqa: E402
     SANDBOX_VIOLATION,
     TIMEOUT,
     SandboxLimits,
+    SandboxUnavailable,
     SandboxWarning,
     run_python,
 )
@@ -45,6 +56,7 @@ ADD_TESTS = [
     {"input": "100 200\n", "output": "300   \n\n"},
 ]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+ONE_TEST = {"tests": [{"input": "1 2\n", "output": "3\n"}]}
 
 
 def _group_or_session_members(pid: int) -> list[int]:
@@ -218,6 +230,34 @@ def test_inprocess_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyP
     leak = run_python("import os\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read())", "", INPROC)
     assert leak.status == SANDBOX_VIOLATION and secret not in leak.stdout
     _assert_clean(leak, private_tmp)
+
+
+def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs with or without bubblewrap installed: its absence is simulated."""
+    real_which = shutil.which
+    monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    sandbox_mod._bwrap_plan.cache_clear()
+    try:
+        from rlvr_core.training import Scorer
+
+        for refuse in (
+            lambda: Scorer("code", [ONE_TEST]),  # a trainer fails at setup, not with every reward 0.0
+            lambda: get_verifier("code"),
+            preflight,
+            lambda: verify_code("```python\nprint(3)\n```", ONE_TEST, LIMITS),
+            lambda: run_python("print(3)"),
+        ):
+            with pytest.raises(SandboxUnavailable, match=r"bubblewrap \(`bwrap`\) is not installed.*apt-get install bubblewrap.*isolation='inprocess'"):
+                refuse()
+        # the weaker mode still runs, on explicit opt-in, and warns
+        inproc = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, isolation="inprocess")
+        with pytest.warns(SandboxWarning, match="can be bypassed"):
+            assert verify_code("```python\nprint(3)\n```", ONE_TEST, inproc) == 1.0
+    finally:
+        monkeypatch.undo()
+        sandbox_mod._bwrap_plan.cache_clear()
+    if shutil.which("bwrap") is not None:
+        assert get_verifier("code") is verify_code
 
 
 def test_limits_reject_impossible_settings() -> None:

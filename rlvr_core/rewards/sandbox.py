@@ -577,7 +577,7 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
                     f.write(f"0 0 1\n{UNPRIVILEGED_UID} {UNPRIVILEGED_UID} 1\n")
             os.write(block_w, b"1")
         if block_w >= 0:
-            os.close(block_w)  # without the go-ahead bwrap reads EOF and gives up
+            os.close(block_w)  # without the mapping (EOF, no go-ahead) bwrap fails its setup: the program never runs
             block_w = -1
 
         def kill() -> None:

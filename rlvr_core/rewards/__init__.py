@@ -19,5 +19,13 @@ VERIFIERS.register_lazy("code", "rlvr_core.rewards.code:verify_code")
 
 
 def get_verifier(name: str) -> Verifier:
-    """Return the verifier registered as ``name`` (unknown names list the valid ones)."""
-    return VERIFIERS.get(name)
+    """Return the verifier registered as ``name`` (unknown names list the valid ones).
+
+    A verifier with a ``preflight`` attribute has it called first, so one that cannot
+    work here (the code verifier without bubblewrap) refuses at setup.
+    """
+    verifier = VERIFIERS.get(name)
+    preflight = getattr(verifier, "preflight", None)
+    if preflight is not None:
+        preflight()
+    return verifier

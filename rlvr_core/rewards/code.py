@@ -14,6 +14,12 @@ The completion's code is the last fenced block tagged ``python``/``py``/``python
 failing that the last fenced block of any tag; failing that the whole text.
 Outputs match when equal after stripping trailing whitespace on every line and
 dropping trailing blank lines.
+
+Every program runs under bubblewrap (``rlvr_core.rewards.sandbox``). Without it the
+verifier refuses to start: ``get_verifier("code")`` (through ``preflight``) and
+every call raise ``SandboxUnavailable`` naming the install command
+(``apt-get install bubblewrap``). The weaker in-process sandbox runs only when
+asked for explicitly, ``SandboxLimits(isolation="inprocess")``, and warns.
 """
 
 from __future__ import annotations
@@ -23,7 +29,20 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from rlvr_core.rewards.sandbox import OK, PASSED, WRONG_ANSWER, SandboxLimits, run_python
+from rlvr_core.rewards.sandbox import (
+    OK,
+    PASSED,
+    WRONG_ANSWER,
+    SandboxLimits,
+    SandboxUnavailable,
+    check_sandbox,
+    run_python,
+)
+
+__all__ = [
+    "CodeResult", "DEFAULT_LIMITS", "SandboxUnavailable", "TestCase", "extract_code", "normalize_output",
+    "parse_tests", "preflight", "run_tests", "verify_code",
+]  # fmt: skip
 
 DEFAULT_LIMITS = SandboxLimits()
 
@@ -174,10 +193,23 @@ def verify_code(completion: str, example: Mapping[str, Any], limits: SandboxLimi
     """1.0 if the completion's program passes every test of ``example``, else 0.0.
 
     Stops at the first failing test. Malformed examples raise ValueError (a data
-    bug); anything the completion does yields 0.0.
+    bug); anything the completion does yields 0.0. Raises ``SandboxUnavailable``
+    when bubblewrap is missing (see the module docstring).
     """
     tests = parse_tests(example)
     if not isinstance(completion, str):
         return 0.0
     result = run_tests(extract_code(completion), tests, limits, stop_on_failure=True)
     return 1.0 if result.all_passed else 0.0
+
+
+def preflight(limits: SandboxLimits | None = None) -> tuple[str, ...]:
+    """Refuse to start without a working sandbox: raise ``SandboxUnavailable`` with the fix.
+
+    Returns the isolation layers that will be active. ``get_verifier("code")`` calls
+    it, so a trainer fails at setup instead of scoring every rollout 0.0.
+    """
+    return check_sandbox(limits or DEFAULT_LIMITS)
+
+
+verify_code.preflight = preflight  # type: ignore[attr-defined]

@@ -1,7 +1,43 @@
-"""Run one untrusted Python program on one stdin, in a subprocess with limits.
+"""Run one untrusted Python program on one stdin, contained, under limits.
 
-Layers (each one is cheap; together they stop the usual ways generated code goes
-wrong, from an infinite loop to a fork bomb):
+Two isolation modes, chosen by ``SandboxLimits.isolation``:
+
+``"bwrap"`` (the default): bubblewrap, the sandbox Flatpak uses (Debian/Ubuntu
+package ``bubblewrap``). Each run gets
+
+1. new user, PID, network, IPC, UTS and mount namespaces (and a cgroup namespace
+   where the kernel has them), ``--die-with-parent`` and ``--new-session``;
+2. a read-only root that holds only ``/usr``, the interpreter's prefix (read-only,
+   at ``/opt/rlvr-python`` when it lies outside ``/usr``), a ``/proc`` of its own
+   PID namespace, ``/dev/null``, ``/dev/zero``, ``/dev/urandom``, a private
+   size-limited tmpfs ``/dev/shm`` (multiprocessing's semaphores) and, as working
+   directory, a private size-limited tmpfs ``/tmp`` holding ``main.py``. Nothing of
+   ``/root``, ``/home``, ``/etc``, the verifier's cwd, fds or environment is
+   visible; the environment is ``PATH``, ``PYTHONHASHSEED``, ``PYTHONIOENCODING``,
+   ``LANG``, ``HOME``, ``TMPDIR`` (and ``LD_LIBRARY_PATH`` for a relocated prefix);
+3. uid/gid 65534 inside the namespace, with no capabilities, an empty bounding set
+   and ``no_new_privs``. As root, the namespace maps uids 0 and 65534 to
+   themselves and the program drops to 65534 with ``setpriv``, so the host sees
+   it as ``nobody`` too (root-only files stay closed, ``RLIMIT_NPROC`` counts);
+   as any other user, bwrap maps 65534 to that user;
+4. a seccomp filter refusing new user namespaces (``unshare``/``clone`` with
+   ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS so libc falls back to ``clone``)
+   and foreign syscall ABIs, so the program cannot become root of a namespace of
+   its own and mount file systems there;
+5. rlimits set by ``prlimit`` before the interpreter starts: ``RLIMIT_CPU``,
+   ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``,
+   ``RLIMIT_CORE=0``;
+6. the wall-clock timeout and output caps: on exit, timeout or overflow the
+   namespace's init is killed through a pidfd, which ends every process in the
+   PID namespace (daemons included) before bwrap is reaped.
+
+No file is written on the host: the program and its stdin travel as sealed
+memfds, and the tmpfs goes away with the mount namespace. When bubblewrap is
+missing or cannot create namespaces here, ``run_python`` raises
+``SandboxUnavailable`` with the fix (``apt-get install bubblewrap``).
+
+``"inprocess"``: the earlier sandbox, only on explicit opt-in, with a
+``SandboxWarning``. Its layers:
 
 1. A fresh temporary directory as the working directory, removed afterwards.
 2. A minimal environment (``PATH``, ``PYTHONHASHSEED=0``, ``PYTHONIOENCODING``),
@@ -15,39 +51,40 @@ wrong, from an infinite loop to a fork bomb):
    socket creation and connection, ``ctypes``/``cffi`` imports, raising its own
    resource limits, sending signals, writing, creating, renaming, removing,
    linking or changing permissions of paths outside its directory, and reading
-   other processes' ``/proc`` entries (``/proc/<ppid>/environ`` would leak the
-   trainer's environment).
+   other processes' ``/proc`` entries.
 5. A new session and process group; on exit, timeout or output overflow the whole
    group is killed with SIGKILL, then any straggler still in the session.
-6. Wall-clock timeout, and stdout/stderr read in chunks with a byte cap, so a
-   program printing gigabytes is killed after the first ``max_output_bytes``.
-7. Where available (probed once, cached): ``unshare -n`` puts the program in an
-   empty network namespace, and when running as root the program runs as an
-   unprivileged uid (``nobody``), which makes ``RLIMIT_NPROC`` effective and the
-   parent's ``/proc`` entries unreadable. Both need the interpreter to be
-   executable by that uid (``SandboxLimits.python``); otherwise the run falls back
-   to layers 1-6 and ``RunResult.isolation`` says which layers were active. The
-   unprivileged uid also needs to reach the temporary directory (``TMPDIR``
-   searchable by others, as ``/tmp`` is); where it cannot, that layer is skipped.
+6. Wall-clock timeout, and stdout/stderr read in chunks with a byte cap.
+7. Where available: ``unshare -n`` (empty network namespace) and, as root, an
+   unprivileged uid (``nobody``) when that uid can execute ``SandboxLimits.python``
+   and reach the temporary directory; ``RunResult.isolation`` says which were on.
 
-The audit hook is defence in depth, not a security boundary against a determined
-adversary (CPython documents as much); for untrusted code at scale run the whole
-verifier inside a container as well. Programs get the standard library only.
+The audit hook runs inside the program's own interpreter and is not a security
+boundary: it can be bypassed from Python (a subinterpreter's ``run_string``,
+``sqlite3``/``readline`` writing files, ``pidfd_send_signal``, ``ioctl``). Use it
+only where bubblewrap cannot run and the completions are trusted. Programs get the
+standard library only in both modes.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import math
 import os
+import platform
 import selectors
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import lru_cache
 
 from rlvr_core.errors import require
@@ -67,24 +104,47 @@ VIOLATION_MARKER = b"[sandbox] blocked:"
 UNPRIVILEGED_UID = 65534  # nobody
 UNPRIVILEGED_GID = 65534  # nogroup
 
+BWRAP = "bwrap"
+INPROCESS = "inprocess"
+ISOLATIONS = (BWRAP, INPROCESS)
+INSTALL_HINT = (
+    "install bubblewrap: `apt-get install bubblewrap` (Debian/Ubuntu), `dnf install bubblewrap` "
+    "(Fedora) or `pacman -S bubblewrap` (Arch)"
+)
+PYTHON_MOUNT = "/opt/rlvr-python"  # where an interpreter prefix outside /usr appears in the sandbox
+SANDBOX_WORKDIR = "/tmp"  # the private tmpfs, the program's working directory
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot build the sandbox here; the message says how to fix it."""
+
+
+class SandboxWarning(UserWarning):
+    """The weaker in-process sandbox was chosen explicitly (``isolation="inprocess"``)."""
+
 
 @dataclass(frozen=True)
 class SandboxLimits:
     """Limits for one program run (one test case).
 
     cpu_seconds:      CPU time (RLIMIT_CPU, rounded up to whole seconds)
-    wall_seconds:     wall-clock limit; the process group is killed after it
+    wall_seconds:     wall-clock limit; every process of the run is killed after it
     memory_bytes:     address space (RLIMIT_AS); the interpreter itself needs ~30 MB
     max_output_bytes: cap on stdout and on stderr each; the run is killed beyond it
     max_file_bytes:   largest file the program may write (RLIMIT_FSIZE)
+    max_disk_bytes:   size of the private tmpfs working directory, and of the
+                      private /dev/shm (bwrap only)
     max_open_files:   RLIMIT_NOFILE
-    max_processes:    RLIMIT_NPROC, applied only when privileges were dropped
-                      (root ignores it, and for an ordinary user it counts all of
-                      that user's processes)
-    network_namespace: run under ``unshare -n`` when that works
-    drop_privileges:  when root, run as uid/gid 65534 when that uid can execute
-                      ``python``
-    python:           interpreter for the program (default: this interpreter)
+    max_processes:    RLIMIT_NPROC (bwrap: counted inside the run's namespace;
+                      inprocess: applied only when privileges were dropped)
+    isolation:        "bwrap" (default; see the module docstring) or "inprocess"
+                      (the weaker audit-hook sandbox, explicit opt-in, warns)
+    network_namespace: inprocess only: run under ``unshare -n`` when that works
+                      (bwrap always gives the program an empty network namespace)
+    drop_privileges:  inprocess only: when root, run as uid/gid 65534 when that uid
+                      can execute ``python`` (bwrap always runs it as 65534)
+    python:           interpreter for the program (default: this interpreter; a
+                      virtual environment's interpreter runs as its base)
     """
 
     cpu_seconds: float = 2.0
@@ -92,15 +152,28 @@ class SandboxLimits:
     memory_bytes: int = 512 * 2**20
     max_output_bytes: int = 2**20
     max_file_bytes: int = 2**20
+    max_disk_bytes: int = 16 * 2**20
     max_open_files: int = 64
     max_processes: int = 64
+    isolation: str = BWRAP
     network_namespace: bool = True
     drop_privileges: bool = True
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
+        require(
+            self.isolation in ISOLATIONS,
+            "SandboxLimits.isolation",
+            f"must be one of {', '.join(map(repr, ISOLATIONS))}, got {self.isolation!r}",
+        )
         require(self.cpu_seconds > 0, "SandboxLimits.cpu_seconds", f"must be > 0, got {self.cpu_seconds}")
+        require(
+            math.isfinite(self.cpu_seconds), "SandboxLimits.cpu_seconds", f"must be finite, got {self.cpu_seconds}"
+        )
         require(self.wall_seconds > 0, "SandboxLimits.wall_seconds", f"must be > 0, got {self.wall_seconds}")
+        require(
+            math.isfinite(self.wall_seconds), "SandboxLimits.wall_seconds", f"must be finite, got {self.wall_seconds}"
+        )
         require(
             self.memory_bytes >= 64 * 2**20,
             "SandboxLimits.memory_bytes",
@@ -109,8 +182,19 @@ class SandboxLimits:
         for name in ("max_output_bytes", "max_file_bytes", "max_open_files", "max_processes"):
             value = getattr(self, name)
             require(value >= 1, f"SandboxLimits.{name}", f"must be >= 1, got {value}")
+        require(
+            self.max_disk_bytes >= 2**20, "SandboxLimits.max_disk_bytes", f"must be >= 1 MiB, got {self.max_disk_bytes}"
+        )
         require(self.max_open_files >= 16, "SandboxLimits.max_open_files", "must be >= 16 (stdio and imports)")
         require(bool(self.python), "SandboxLimits.python", "must name an interpreter")
+        if self.isolation == BWRAP:
+            for name in ("network_namespace", "drop_privileges"):
+                require(
+                    getattr(self, name),
+                    f"SandboxLimits.{name}",
+                    "applies to isolation='inprocess' only; bwrap always runs the program without network "
+                    "and as an unprivileged uid",
+                )
 
 
 @dataclass(frozen=True)
@@ -118,12 +202,18 @@ class RunResult:
     """Outcome of one run.
 
     status:    OK, TIMEOUT, MEMORY_LIMIT, OUTPUT_LIMIT, RUNTIME_ERROR or SANDBOX_VIOLATION
-    returncode: process exit code (negative: killed by that signal); None if never started
+               (the last only in the in-process sandbox, whose hook ends the program)
+    returncode: the program's exit code (negative: killed by that signal); None if never started
     stdout:    captured stdout (at most max_output_bytes, decoded as UTF-8 with replacement)
     stderr:    captured stderr, last 8 KiB
     wall_seconds: measured wall time of the run
-    pid:       process id (also its process group and session id)
-    isolation: the optional layers that were active: "netns", "unprivileged"
+    pid:       host pid of the process started (bwrap, or the interpreter in-process;
+               also its process group and session id)
+    isolation: the layers that were active: bwrap: "bwrap", "userns", "pidns", "netns",
+               "ipcns", "utsns", "mountns", "unprivileged" and "seccomp" where the
+               filter exists for this machine; inprocess: "inprocess" plus "netns",
+               "unprivileged" where they worked
+    sandbox_pid: host pid of the PID namespace's init (bwrap only)
     """
 
     status: str
@@ -133,7 +223,430 @@ class RunResult:
     wall_seconds: float
     pid: int | None
     isolation: tuple[str, ...]
+    sandbox_pid: int | None = None
 
+
+def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) -> RunResult:
+    """Run ``code`` as ``__main__`` with ``stdin`` as its standard input, under ``limits``.
+
+    Never raises for anything the program does. Raises ``SandboxUnavailable`` when
+    bubblewrap is missing or cannot build the sandbox (the message says how to
+    install it), and ``OSError`` when the sandbox itself cannot start.
+    """
+    limits = limits or SandboxLimits()
+    if limits.isolation == INPROCESS:
+        warnings.warn(
+            "code sandbox: isolation='inprocess' is an audit hook inside the program's own interpreter "
+            "and can be bypassed from Python; use the default isolation='bwrap' (" + INSTALL_HINT + ")",
+            SandboxWarning,
+            stacklevel=2,
+        )
+        return _run_inprocess(code, stdin, limits)
+    return _run_bwrap(code, stdin, limits)
+
+
+def check_sandbox(limits: SandboxLimits | None = None) -> tuple[str, ...]:
+    """Raise ``SandboxUnavailable`` unless ``limits`` can run programs here; return the active layers.
+
+    For bwrap this builds the sandbox once (cached per interpreter) and runs a
+    self-test program in it; for the in-process mode it warns and returns.
+    """
+    limits = limits or SandboxLimits()
+    if limits.isolation == INPROCESS:
+        warnings.warn(
+            "code sandbox: isolation='inprocess' was chosen; it is weaker than bwrap (" + INSTALL_HINT + ")",
+            SandboxWarning,
+            stacklevel=2,
+        )
+        return (INPROCESS,)
+    return _bwrap_plan(limits.python, _is_root()).layers
+
+
+# ---------------------------------------------------------------------------------- bwrap
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class _BwrapPlan:
+    """What does not change between runs: tool paths, mounts, environment, filter."""
+
+    bwrap: str
+    drop: tuple[str, ...]  # setpriv command (as root) or () when bwrap maps the uid itself
+    prlimit: str
+    python: str  # the interpreter's path inside the sandbox
+    mounts: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    as_root: bool
+    seccomp: bytes | None
+    layers: tuple[str, ...]
+
+
+def _unavailable(why: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"code verifier: {why}. Candidate programs run under bubblewrap; {INSTALL_HINT}. "
+        "The weaker in-process sandbox runs only on explicit opt-in: SandboxLimits(isolation='inprocess')."
+    )
+
+
+def _host_tool(name: str) -> str:
+    """Absolute path of a host tool that must also exist inside the sandbox (under /usr)."""
+    found = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if found is None:
+        raise _unavailable(f"`{name}` (util-linux) was not found")
+    real = os.path.realpath(found)
+    if not real.startswith("/usr/"):
+        raise _unavailable(f"`{name}` resolves to {real}, outside /usr, so the sandbox cannot see it")
+    return real
+
+
+def _interpreter(python: str) -> tuple[str, str]:
+    """(real executable, real base prefix) of ``python`` (a venv's interpreter gives its base)."""
+    try:
+        done = subprocess.run(
+            [python, "-S", "-c", "import os, sys; print(os.path.realpath(sys.executable)); print(sys.base_prefix)"],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise _unavailable(f"cannot run the interpreter {python!r} ({e})") from e
+    lines = done.stdout.decode("utf-8", "replace").splitlines()
+    if done.returncode != 0 or len(lines) < 2:
+        raise _unavailable(f"cannot run the interpreter {python!r}: {done.stderr[-300:]!r}")
+    return lines[0], os.path.realpath(lines[1])
+
+
+def _seccomp_filter() -> bytes | None:
+    """A classic-BPF seccomp program: no new user namespaces, no foreign syscall ABI.
+
+    None on machines without a table here (the other layers still apply).
+    """
+    # audit arch, clone, unshare, clone3, x32 ABI bit to refuse (x86_64 only)
+    tables = {
+        "x86_64": (0xC000003E, 56, 272, 435, 0x40000000),
+        "aarch64": (0xC00000B7, 220, 97, 435, None),
+    }
+    entry = tables.get(platform.machine())
+    if entry is None or sys.byteorder != "little":
+        return None
+    arch, nr_clone, nr_unshare, nr_clone3, x32 = entry
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
+    clone_newuser = 0x10000000
+    # (code, k, jump-if-true label, jump-if-false label); labels resolve to relative offsets
+    prog: list[tuple[int, int, str | None, str | None]] = [
+        (ld, 4, None, None),  # seccomp_data.arch
+        (jeq, arch, None, "kill"),
+        (ld, 0, None, None),  # seccomp_data.nr
+    ]
+    if x32 is not None:
+        prog.append((jge, x32, "kill", None))
+    prog += [
+        (jeq, nr_clone3, "enosys", None),
+        (jeq, nr_unshare, "flags", None),
+        (jeq, nr_clone, "flags", None),
+        (ret, allow, None, None),
+        (ld, 16, None, None),  # "flags": low 32 bits of args[0]
+        (jset, clone_newuser, "eperm", None),
+        (ret, allow, None, None),
+        (ret, eperm, None, None),  # "eperm"
+        (ret, enosys, None, None),  # "enosys"
+        (ret, kill, None, None),  # "kill"
+    ]
+    labels = {"flags": len(prog) - 6, "eperm": len(prog) - 3, "enosys": len(prog) - 2, "kill": len(prog) - 1}
+    out = bytearray()
+    for i, (code, k, jt, jf) in enumerate(prog):
+        t = labels[jt] - i - 1 if jt else 0
+        f = labels[jf] - i - 1 if jf else 0
+        out += struct.pack("=HBBI", code, t, f, k)
+    return bytes(out)
+
+
+@lru_cache(maxsize=8)
+def _bwrap_plan(python: str, as_root: bool) -> _BwrapPlan:
+    """Build the sandbox for ``python`` and prove it with a self-test run (cached when it works)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise _unavailable("bubblewrap (`bwrap`) is not installed")
+    prlimit = _host_tool("prlimit")
+    drop: tuple[str, ...] = ()
+    if as_root:
+        drop = (
+            _host_tool("setpriv"),
+            f"--reuid={UNPRIVILEGED_UID}",
+            f"--regid={UNPRIVILEGED_GID}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        )
+    exe, prefix = _interpreter(python)
+    mounts: list[str] = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            mounts += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            mounts += ["--ro-bind", top, top]
+    env = [
+        ("PATH", "/usr/bin:/bin"),
+        ("PYTHONHASHSEED", "0"),
+        ("PYTHONIOENCODING", "utf-8"),
+        ("LANG", "C.UTF-8"),
+        ("HOME", SANDBOX_WORKDIR),
+        ("TMPDIR", SANDBOX_WORKDIR),
+    ]
+    if exe.startswith("/usr/"):
+        inside = exe
+    elif prefix != "/" and exe.startswith(prefix + "/"):
+        inside = PYTHON_MOUNT + exe[len(prefix):]
+        mounts += ["--perms", "0755", "--dir", os.path.dirname(PYTHON_MOUNT), "--ro-bind", prefix, PYTHON_MOUNT]
+        if os.path.isdir(os.path.join(prefix, "lib")):
+            env.append(("LD_LIBRARY_PATH", PYTHON_MOUNT + "/lib"))  # a shared libpython's RUNPATH names the host path
+    else:
+        raise _unavailable(f"the interpreter {exe} lies neither under /usr nor under its prefix {prefix}")
+    mounts += ["--proc", "/proc", "--perms", "0755", "--dir", "/dev"]
+    for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
+        if os.path.exists(dev):
+            mounts += ["--dev-bind", dev, dev]
+    seccomp = _seccomp_filter()
+    layers = ("bwrap", "userns", "pidns", "netns", "ipcns", "utsns", "mountns", "unprivileged") + (
+        ("seccomp",) if seccomp is not None else ()
+    )
+    plan = _BwrapPlan(bwrap, drop, prlimit, inside, tuple(mounts), tuple(env), as_root, seccomp, layers)
+    probe = "import os, sys\nprint(os.getuid(), os.getgid(), sys.version_info[0])\n"
+    result = _bwrap_execute(plan, probe, "", SandboxLimits(python=python, wall_seconds=30, cpu_seconds=10))
+    if result.status != OK or result.stdout.split() != [str(UNPRIVILEGED_UID), str(UNPRIVILEGED_GID), "3"]:
+        raise _unavailable(
+            f"bubblewrap is installed ({bwrap}) but its self-test failed (status {result.status}, "
+            f"exit code {result.returncode}, stdout {result.stdout[-200:]!r}, stderr {result.stderr[-600:]!r}); "
+            "it needs user namespaces (kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)"
+        )
+    return plan
+
+
+def _run_bwrap(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
+    return _bwrap_execute(_bwrap_plan(limits.python, _is_root()), code, stdin, limits)
+
+
+def _sealed_memfd(name: str, data: bytes) -> int:
+    """A read-only-by-seal anonymous file holding ``data``, positioned at its start."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_info(fd: int, deadline: float) -> dict:
+    """bwrap's --info-fd report (``child-pid``, namespace inodes); {} if bwrap ended without one."""
+    buf = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, min(0.25, deadline - time.monotonic()))):
+                continue
+            chunk = os.read(fd, 4096)
+            buf += chunk
+            if not chunk or b"}" in buf:
+                break
+    try:
+        info = json.loads(buf.decode())
+        int(info["child-pid"])
+        return info
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def _open_sandbox_init(info: dict) -> int | None:
+    """A pidfd for the sandbox's init, only if that pid is still the init of the run's PID namespace."""
+    if not info:
+        return None
+    child = int(info["child-pid"])
+    try:
+        pidfd = os.pidfd_open(child)
+    except OSError:
+        return None
+    try:
+        same = "pid-namespace" not in info or os.stat(f"/proc/{child}/ns/pid").st_ino == int(info["pid-namespace"])
+    except (OSError, ValueError):
+        same = False
+    if not same:  # it ended and its pid went to another process: never signal that one
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+# Runs as uid 65534 after setpriv and prlimit: closes any descriptor bwrap kept open
+# (its --userns-block-fd), then runs the program as __main__ from the tmpfs.
+_BWRAP_PRELUDE = (
+    "import os, sys\n"
+    "os.closerange(3, 1 << 16)\n"
+    "sys.argv = ['main.py']\n"
+    "with open('main.py', 'rb') as _f:\n"
+    "    _code = compile(_f.read(), 'main.py', 'exec')\n"
+    "del _f\n"
+    "exec(_code, {'__name__': '__main__', '__file__': 'main.py', '__builtins__': __builtins__})\n"
+)
+
+
+def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimits) -> RunResult:
+    cpu = max(1, math.ceil(limits.cpu_seconds))
+    own: list[int] = []  # descriptors to close in the parent once bwrap has them
+    prog_fd = _sealed_memfd("main.py", code.encode("utf-8", "surrogatepass"))
+    own.append(prog_fd)
+    stdin_fd = _sealed_memfd("stdin", stdin.encode("utf-8", "surrogatepass"))
+    own.append(stdin_fd)
+    info_r, info_w = os.pipe()
+    own.append(info_w)
+    passed = [prog_fd, info_w]
+    argv = [
+        plan.bwrap,
+        "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox",
+        "--clearenv",
+    ]  # fmt: skip
+    for key, value in plan.env:
+        argv += ["--setenv", key, value]
+    argv += list(plan.mounts)
+    argv += [
+        "--size", str(int(limits.max_disk_bytes)), "--perms", "01777", "--tmpfs", SANDBOX_WORKDIR,
+        "--size", str(int(limits.max_disk_bytes)), "--perms", "01777", "--tmpfs", "/dev/shm",  # POSIX semaphores
+        "--perms", "0444", "--file", str(prog_fd), SANDBOX_WORKDIR + "/main.py",
+        "--chdir", SANDBOX_WORKDIR, "--remount-ro", "/", "--info-fd", str(info_w),
+    ]  # fmt: skip
+    block_r = block_w = -1
+    if plan.as_root:
+        block_r, block_w = os.pipe()
+        own.append(block_r)
+        passed.append(block_r)
+        argv += ["--userns-block-fd", str(block_r)]
+    else:
+        argv += ["--uid", str(UNPRIVILEGED_UID), "--gid", str(UNPRIVILEGED_GID), "--disable-userns", "--cap-drop", "ALL"]
+    if plan.seccomp is not None:
+        seccomp_fd = _sealed_memfd("seccomp", plan.seccomp)
+        own.append(seccomp_fd)
+        passed.append(seccomp_fd)
+        argv += ["--seccomp", str(seccomp_fd)]
+    argv += ["--", *plan.drop, plan.prlimit]
+    argv += [
+        f"--cpu={cpu}:{cpu + 1}", f"--as={int(limits.memory_bytes)}", f"--fsize={int(limits.max_file_bytes)}",
+        f"--nofile={int(limits.max_open_files)}", f"--nproc={int(limits.max_processes)}", "--core=0",
+        "--", plan.python, "-S", "-s", "-B", "-P", "-c", _BWRAP_PRELUDE,
+    ]  # fmt: skip
+    proc: subprocess.Popen[bytes] | None = None
+    pidfd: int | None = None
+    child: int | None = None
+    try:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            stdin=stdin_fd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},  # bwrap's own environment, visible as /proc/1/environ inside
+            close_fds=True,
+            pass_fds=tuple(passed),
+            start_new_session=True,
+        )
+        for fd in own:
+            os.close(fd)
+        own.clear()
+        info = _read_info(info_r, start + max(10.0, limits.wall_seconds))
+        child = int(info["child-pid"]) if info else None
+        pidfd = _open_sandbox_init(info)  # signals through it cannot reach a recycled pid
+        if plan.as_root and pidfd is not None and child is not None:
+            # bwrap waits on the block fd while its namespace has no mapping yet: map uid/gid 0
+            # (bwrap's setup) and 65534 (the program, after setpriv) to themselves
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{child}/{name}", "w") as f:
+                    f.write(f"0 0 1\n{UNPRIVILEGED_UID} {UNPRIVILEGED_UID} 1\n")
+            os.write(block_w, b"1")
+        if block_w >= 0:
+            os.close(block_w)  # without the mapping (EOF, no go-ahead) bwrap fails its setup: the program never runs
+            block_w = -1
+
+        def kill() -> None:
+            _kill_sandbox(proc, pidfd)
+
+        out, err, killed_for = _collect(proc, limits, start, kill)
+        wall = time.monotonic() - start
+        returncode = _bwrap_returncode(proc.returncode)
+        status = _classify(returncode, err, killed_for, hook=False)
+        return RunResult(
+            status=status,
+            returncode=returncode,
+            stdout=out.decode("utf-8", errors="replace"),
+            stderr=err[-8192:].decode("utf-8", errors="replace"),
+            wall_seconds=wall,
+            pid=proc.pid,
+            isolation=plan.layers,
+            sandbox_pid=child,
+        )
+    finally:
+        if proc is not None:
+            _kill_sandbox(proc, pidfd)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        for fd in [*own, info_r, block_w, *([pidfd] if pidfd is not None else [])]:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def _kill_sandbox(proc: subprocess.Popen[bytes], pidfd: int | None) -> None:
+    """End every process of the run and reap bwrap.
+
+    SIGKILL to the PID namespace's init makes the kernel kill the namespace's other
+    processes and wait for them before init's exit reaches bwrap; bwrap then exits.
+    """
+    if proc.returncode is not None:
+        return
+    if pidfd is not None:
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap's --die-with-parent takes the namespace down
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+
+
+def _bwrap_returncode(code: int | None) -> int | None:
+    """bwrap reports a program killed by signal N as exit code 128 + N; give it as -N."""
+    if code is not None and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
+
+
+# ---------------------------------------------------------------------------------- in-process
 
 # The prelude runs in the child before the program: limits, then the audit hook,
 # then the program's code as __main__.
@@ -416,12 +929,12 @@ def _session_members(sid: int) -> list[int]:
     return found
 
 
-def _classify(returncode: int | None, stderr: bytes, killed_for: str | None) -> str:
+def _classify(returncode: int | None, stderr: bytes, killed_for: str | None, *, hook: bool = True) -> str:
     if killed_for is not None:
         return killed_for
     if returncode == 0:
         return OK
-    if returncode == VIOLATION_EXIT_CODE and VIOLATION_MARKER in stderr:
+    if hook and returncode == VIOLATION_EXIT_CODE and VIOLATION_MARKER in stderr:
         return SANDBOX_VIOLATION
     if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         return TIMEOUT  # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one
@@ -430,13 +943,8 @@ def _classify(returncode: int | None, stderr: bytes, killed_for: str | None) -> 
     return RUNTIME_ERROR
 
 
-def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) -> RunResult:
-    """Run ``code`` as ``__main__`` with ``stdin`` as its standard input, under ``limits``.
-
-    Never raises for anything the program does; raises ``OSError`` only when the
-    sandbox itself cannot start (no temporary directory, interpreter missing).
-    """
-    limits = limits or SandboxLimits()
+def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
+    """The in-process sandbox (audit hook, rlimits, optional ``unshare -n`` and uid drop)."""
     prefix, layers = _probe(limits.python, limits.network_namespace, limits.drop_privileges)
     workdir = tempfile.mkdtemp(prefix="rlvr_sandbox_")
     if "unprivileged" in layers and not _others_can_enter(os.path.dirname(workdir)):
@@ -488,7 +996,7 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
                 start_new_session=True,
                 **extra,
             )
-            out, err, killed_for = _collect(proc, limits, start)
+            out, err, killed_for = _collect(proc, limits, start, lambda: _kill_session(proc.pid))
             wall = time.monotonic() - start
         status = _classify(proc.returncode, err, killed_for)
         return RunResult(
@@ -498,7 +1006,7 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
             stderr=err[-8192:].decode("utf-8", errors="replace"),
             wall_seconds=wall,
             pid=proc.pid,
-            isolation=layers,
+            isolation=(INPROCESS, *layers),
         )
     finally:
         if proc is not None:
@@ -511,8 +1019,12 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _collect(proc: subprocess.Popen[bytes], limits: SandboxLimits, start: float) -> tuple[bytes, bytes, str | None]:
+def _collect(
+    proc: subprocess.Popen[bytes], limits: SandboxLimits, start: float, kill: Callable[[], None]
+) -> tuple[bytes, bytes, str | None]:
     """Read stdout/stderr in chunks until both close, the deadline passes or a cap is hit.
+
+    ``kill`` ends every process of the run (and reaps the one started).
 
     Returns (stdout, stderr, reason the group was killed or None).
     """
@@ -545,7 +1057,7 @@ def _collect(proc: subprocess.Popen[bytes], limits: SandboxLimits, start: float)
     finally:
         sel.close()
     if killed_for is not None:
-        _kill_session(proc.pid)
+        kill()
         proc.wait()
     else:
         remaining = max(0.0, deadline - time.monotonic())
@@ -553,6 +1065,6 @@ def _collect(proc: subprocess.Popen[bytes], limits: SandboxLimits, start: float)
             proc.wait(timeout=remaining)
         except subprocess.TimeoutExpired:  # closed its pipes but kept running
             killed_for = TIMEOUT
-            _kill_session(proc.pid)
+            kill()
             proc.wait()
     return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), killed_for

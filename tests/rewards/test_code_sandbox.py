@@ -1,9 +1,13 @@
-"""Sandboxed code verifier: correct, partly correct and hostile programs."""
+"""Code verifier: scoring, parsing, and the opt-in in-process sandbox's own hostile suite.
+
+Programs run under bubblewrap by default (tests/rewards/test_code_bwrap.py has the
+escapes); the in-process tests below opt in with ``isolation="inprocess"``.""" 
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -16,7 +20,16 @@ if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox relies on Linux rlimits, sessions and /proc", allow_module_level=True)
 
 from rlvr_core.rewards import get_verifier  # noqa: E402
-from rlvr_core.rewards.code import CodeResult, extract_code, normalize_output, parse_tests, run_tests, verify_code  # noqa: E402
+from rlvr_core.rewards import sandbox as sandbox_mod  # noqa: E402
+from rlvr_core.rewards.code import (  # noqa: E402
+    CodeResult,
+    extract_code,
+    normalize_output,
+    parse_tests,
+    preflight,
+    run_tests,
+    verify_code,
+)
 from rlvr_core.rewards.sandbox import (  # noqa: E402
     MEMORY_LIMIT,
     OK,
@@ -24,25 +37,26 @@ from rlvr_core.rewards.sandbox import (  # noqa: E402
     SANDBOX_VIOLATION,
     TIMEOUT,
     SandboxLimits,
+    SandboxUnavailable,
+    SandboxWarning,
     run_python,
 )
 
+pytestmark = [
+    pytest.mark.usefixtures("private_tmp"),
+    pytest.mark.filterwarnings("ignore::rlvr_core.rewards.sandbox.SandboxWarning"),
+]
+
+# bubblewrap (the default) for scoring; the in-process sandbox, explicitly, for its own suite
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20)
+INPROC = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, isolation="inprocess")
 ADD_TESTS = [
     {"input": "1 2\n", "output": "3\n"},
     {"input": "10 -4\n", "output": "6"},
     {"input": "100 200\n", "output": "300   \n\n"},
 ]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
-
-
-@pytest.fixture(autouse=True)
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Sandbox work dirs go under a test-owned folder so leftovers can be counted."""
-    root = tmp_path / "sandboxes"
-    root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
+ONE_TEST = {"tests": [{"input": "1 2\n", "output": "3\n"}]}
 
 
 def _group_or_session_members(pid: int) -> list[int]:
@@ -70,6 +84,7 @@ def _assert_clean(result, private_tmp: Path) -> None:
 # ---------------------------------------------------------------- scoring
 
 
+@pytest.mark.usefixtures("bwrap_sandbox")
 def test_correct_program_scores_one() -> None:
     completion = f"Here is my solution:\n```python\n{ADD}```\nIt reads two ints."
     assert verify_code(completion, {"tests": ADD_TESTS}, LIMITS) == 1.0
@@ -80,6 +95,7 @@ def test_correct_program_scores_one() -> None:
     assert get_verifier("code") is verify_code
 
 
+@pytest.mark.usefixtures("bwrap_sandbox")
 def test_partly_correct_program_gives_fraction_and_zero_reward() -> None:
     code = "a, b = map(int, input().split())\nprint(a + b if a < 50 else a - b)\n"
     completion = f"```python\n{code}```"
@@ -92,6 +108,7 @@ def test_partly_correct_program_gives_fraction_and_zero_reward() -> None:
     assert early.statuses == ("wrong_answer", "skipped", "skipped") and early.pass_fraction == 0.0
 
 
+@pytest.mark.usefixtures("bwrap_sandbox")
 def test_livecodebench_test_case_format() -> None:
     public = json.dumps([{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}])
     private = [{"input": "4 4\n", "output": "8\n", "testtype": "stdin"}]
@@ -115,6 +132,7 @@ def test_code_extraction_and_output_normalisation() -> None:
     assert normalize_output("a\n b") != normalize_output("a\nb")  # leading spaces matter
 
 
+@pytest.mark.usefixtures("bwrap_sandbox")
 def test_program_may_use_its_own_directory(private_tmp: Path) -> None:
     code = "open('scratch.txt', 'w').write('hi')\nimport os\nprint(open('scratch.txt').read(), os.path.exists('main.py'))"
     result = run_python(code, "", LIMITS)
@@ -122,6 +140,7 @@ def test_program_may_use_its_own_directory(private_tmp: Path) -> None:
     _assert_clean(result, private_tmp)
 
 
+@pytest.mark.usefixtures("bwrap_sandbox")
 def test_typical_contest_program_runs(private_tmp: Path) -> None:
     code = (
         "import sys, gc, heapq, bisect, math, itertools, functools, re, random, string\n"
@@ -137,7 +156,7 @@ def test_typical_contest_program_runs(private_tmp: Path) -> None:
     _assert_clean(result, private_tmp)
 
 
-# ---------------------------------------------------------------- hostile programs
+# ---------------------------------------------------------------- the in-process sandbox (explicit opt-in)
 
 HOSTILE = {
     # (program, expected status, bound on wall seconds: the wall limit plus 1 s of slack)
@@ -156,20 +175,20 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_program_is_contained(name: str, private_tmp: Path) -> None:
+def test_inprocess_hostile_program_is_contained(name: str, private_tmp: Path) -> None:
     code, expected_status, max_wall = HOSTILE[name]
     t0 = time.monotonic()
-    result = run_python(code, "1 2\n", LIMITS)
+    result = run_python(code, "1 2\n", INPROC)
     elapsed = time.monotonic() - t0
     assert result.status == expected_status, (result.status, result.stderr[-300:])
     assert elapsed < max_wall
     assert len(result.stdout.encode()) <= LIMITS.max_output_bytes
     _assert_clean(result, private_tmp)
-    assert verify_code(f"```python\n{code}```", {"tests": ADD_TESTS[:1]}, LIMITS) == 0.0
+    assert verify_code(f"```python\n{code}```", {"tests": ADD_TESTS[:1]}, INPROC) == 0.0
     assert list(private_tmp.iterdir()) == []
 
 
-def test_writing_outside_its_directory_is_blocked(private_tmp: Path) -> None:
+def test_inprocess_writing_outside_its_directory_is_blocked(private_tmp: Path) -> None:
     target = Path("/tmp") / f"sandbox_escape_{uuid.uuid4().hex}"
     attempts = [
         f"open({str(target)!r}, 'w').write('escaped')",
@@ -187,7 +206,7 @@ def test_writing_outside_its_directory_is_blocked(private_tmp: Path) -> None:
     ]
     try:
         for code in attempts:
-            result = run_python(code + "\nprint('done')", "", LIMITS)
+            result = run_python(code + "\nprint('done')", "", INPROC)
             assert result.status == SANDBOX_VIOLATION, (code, result.status, result.stderr[-300:])
             assert "done" not in result.stdout
             assert not target.exists(), code
@@ -199,18 +218,46 @@ def test_writing_outside_its_directory_is_blocked(private_tmp: Path) -> None:
                 leftover.unlink()
 
 
-def test_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch, private_tmp: Path) -> None:
+def test_inprocess_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch, private_tmp: Path) -> None:
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     monkeypatch.setenv("RLVR_TEST_SECRET", secret)
-    result = run_python("import os\nprint(sorted(os.environ.items()))", "", LIMITS)
+    result = run_python("import os\nprint(sorted(os.environ.items()))", "", INPROC)
     assert result.status == OK
     assert secret not in result.stdout and "RLVR_TEST_SECRET" not in result.stdout
     env = dict(eval(result.stdout))  # noqa: S307 - our own program's repr output
     assert set(env) <= {"PATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "LANG", "HOME", "TMPDIR", "LC_CTYPE"}
     # reading the parent's environment through /proc is blocked too
-    leak = run_python("import os\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read())", "", LIMITS)
+    leak = run_python("import os\nprint(open(f'/proc/{os.getppid()}/environ', 'rb').read())", "", INPROC)
     assert leak.status == SANDBOX_VIOLATION and secret not in leak.stdout
     _assert_clean(leak, private_tmp)
+
+
+def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs with or without bubblewrap installed: its absence is simulated."""
+    real_which = shutil.which
+    monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    sandbox_mod._bwrap_plan.cache_clear()
+    try:
+        from rlvr_core.training import Scorer
+
+        for refuse in (
+            lambda: Scorer("code", [ONE_TEST]),  # a trainer fails at setup, not with every reward 0.0
+            lambda: get_verifier("code"),
+            preflight,
+            lambda: verify_code("```python\nprint(3)\n```", ONE_TEST, LIMITS),
+            lambda: run_python("print(3)"),
+        ):
+            with pytest.raises(SandboxUnavailable, match=r"bubblewrap \(`bwrap`\) is not installed.*apt-get install bubblewrap.*isolation='inprocess'"):
+                refuse()
+        # the weaker mode still runs, on explicit opt-in, and warns
+        inproc = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, isolation="inprocess")
+        with pytest.warns(SandboxWarning, match="can be bypassed"):
+            assert verify_code("```python\nprint(3)\n```", ONE_TEST, inproc) == 1.0
+    finally:
+        monkeypatch.undo()
+        sandbox_mod._bwrap_plan.cache_clear()
+    if shutil.which("bwrap") is not None:
+        assert get_verifier("code") is verify_code
 
 
 def test_limits_reject_impossible_settings() -> None:
@@ -220,9 +267,17 @@ def test_limits_reject_impossible_settings() -> None:
         SandboxLimits(memory_bytes=1000)
     with pytest.raises(ConfigError, match="SandboxLimits.wall_seconds"):
         SandboxLimits(wall_seconds=0)
+    with pytest.raises(ConfigError, match="SandboxLimits.isolation.*'bwrap', 'inprocess'"):
+        SandboxLimits(isolation="none")
+    with pytest.raises(ConfigError, match="SandboxLimits.network_namespace: applies to isolation='inprocess' only"):
+        SandboxLimits(network_namespace=False)
+    with pytest.raises(ConfigError, match="SandboxLimits.max_disk_bytes"):
+        SandboxLimits(max_disk_bytes=10)
+    with pytest.raises(ConfigError, match="SandboxLimits.wall_seconds: must be finite"):
+        SandboxLimits(wall_seconds=float("inf"))
 
 
-def test_unprivileged_uid_where_available(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inprocess_unprivileged_uid_where_available(monkeypatch: pytest.MonkeyPatch) -> None:
     """As root with an interpreter the unprivileged uid can execute, the program runs as nobody."""
     if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
         pytest.skip("needs root and /usr/bin/python3")
@@ -237,7 +292,7 @@ def test_unprivileged_uid_where_available(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def _run_as_nobody(private_tmp: Path) -> None:
-    limits = SandboxLimits(cpu_seconds=1, wall_seconds=5, python="/usr/bin/python3")
+    limits = SandboxLimits(cpu_seconds=1, wall_seconds=5, python="/usr/bin/python3", isolation="inprocess")
     result = run_python("import os\nprint(os.getuid(), os.getgid(), os.getgroups())", "", limits)
     if "unprivileged" not in result.isolation:
         pytest.skip(f"unprivileged uid cannot run /usr/bin/python3 here (isolation={result.isolation})")
@@ -246,12 +301,20 @@ def _run_as_nobody(private_tmp: Path) -> None:
     _assert_clean(result, private_tmp)
 
 
-def test_unreachable_tmpdir_falls_back_to_current_user(private_tmp: Path) -> None:
+def test_inprocess_unreachable_tmpdir_falls_back_to_current_user(private_tmp: Path) -> None:
     """pytest's 0700 tmp_path is not searchable by nobody: the run still works, without that layer."""
     if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
         pytest.skip("needs root and /usr/bin/python3")
     private_tmp.chmod(0o700)
-    result = run_python("print(6 * 7)", "", SandboxLimits(python="/usr/bin/python3"))
+    result = run_python("print(6 * 7)", "", SandboxLimits(python="/usr/bin/python3", isolation="inprocess"))
     assert result.status == OK and result.stdout == "42\n"
     assert "unprivileged" not in result.isolation
+    _assert_clean(result, private_tmp)
+
+
+def test_inprocess_mode_warns_that_it_is_weaker(private_tmp: Path) -> None:
+    with pytest.warns(SandboxWarning, match="isolation='inprocess'.*can be bypassed.*apt-get install bubblewrap"):
+        result = run_python("print(6 * 7)", "", INPROC)
+    assert result.status == OK and result.stdout == "42\n"
+    assert result.isolation[0] == "inprocess"
     _assert_clean(result, private_tmp)

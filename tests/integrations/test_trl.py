@@ -189,16 +189,19 @@ def test_resume_from_checkpoint_restores_allocator_state(tmp_path, model_dir, da
     assert [_strip(h) for h in fresh.allocation_history] != [_strip(h) for h in straight.allocation_history[2:]]
 
 
+@pytest.mark.slow  # ~25 s of CPU, 2-3 min wall on a busy 2-core machine (two interpreters load torch + TRL)
 def test_two_process_gloo_run_is_consistent(tmp_path, model_dir):
+    # accelerate's multi-process launcher (torchrun underneath); GRPOConfig(use_cpu=True) makes it MULTI_CPU on gloo
+    # (`accelerate launch --cpu` would start a single process)
     accelerate = Path(sys.executable).parent / "accelerate"
-    cmd = [str(accelerate), "launch", "--num_processes", "2", "--num_machines", "1", "--cpu", "--mixed_precision",
-           "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+    cmd = [str(accelerate), "launch", "--num_processes", "2", "--num_machines", "1", "--multi_gpu", "--mixed_precision",
+           "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1", "--main_process_port", "29517",
            str(ROOT / "tests" / "integrations" / "trl_dist_run.py"), model_dir, str(tmp_path), "sara", "2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
-    assert all(x["world"] == 2 for x in ranks)
+    assert all(x["world"] == 2 and x["backend"] == "gloo" for x in ranks)
     h0, h1 = ([_strip(h) for h in x["history"]] for x in ranks)
     assert h0 == h1 and len(h0) == 2  # one global decision, replicated
     per_step = [Counter(s for s, _ in x["scored"]) for x in ranks]

@@ -1,4 +1,4 @@
-"""Run under ``accelerate launch --num_processes 2 --cpu``: AllocatedGRPOTrainer on gloo; each rank writes JSON.
+"""Run under ``accelerate launch --multi_gpu --num_processes 2`` with use_cpu=True (gloo): AllocatedGRPOTrainer on gloo; each rank writes JSON.
 
 argv: model_dir out_dir allocator steps
 """

@@ -239,6 +239,7 @@ class AllocatedGRPOTrainer(GRPOTrainer):
         self._replay: tuple | None = None
         self._replay_rewards: torch.Tensor | None = None
         self._in_rounds = False
+        self._row_cache: dict[int, dict[str, Any]] = {}
 
     # ----- hooks into TRL's generation and scoring ---------------------------------------
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -266,8 +267,15 @@ class AllocatedGRPOTrainer(GRPOTrainer):
             self._replay, self._replay_rewards, self.num_generations = None, None, saved
 
     # ----- the allocation step ---------------------------------------------------------------
-    def _row(self, idx: int) -> dict[str, Any]:
-        return dict(self.train_dataset[int(idx)])
+    def _rows(self, idxs: list[int]) -> list[dict[str, Any]]:
+        """Dataset rows by index: one batched read per call for rows not read yet this step."""
+        cache = self._row_cache
+        want = sorted({int(i) for i in idxs} - cache.keys())
+        if want:
+            cols = self.train_dataset[want]  # column dict
+            for j, i in enumerate(want):
+                cache[i] = {k: v[j] for k, v in cols.items()}
+        return [dict(cache[int(i)]) for i in idxs]
 
     def _check_same_proposal(self, requests: dict[int, int]) -> None:
         if self.accelerator.num_processes == 1:
@@ -286,7 +294,7 @@ class AllocatedGRPOTrainer(GRPOTrainer):
         share = math.ceil(R / W)
         mine = rows[rank * share:(rank + 1) * share]
         mine = mine + [rows[-1]] * (share - len(mine))  # padding rows (dropped below)
-        inputs = [self._row(q) for q in mine]
+        inputs = self._rows(mine)
         prompts = [x["prompt"] for x in inputs]
         self._in_rounds = True
         try:
@@ -319,6 +327,7 @@ class AllocatedGRPOTrainer(GRPOTrainer):
         alloc = self.allocator
         pad = 0
         t0 = time.perf_counter()
+        self._row_cache = {}
         alloc.start_step(self.prompt_source)
         while requests := alloc.propose():
             self._check_same_proposal(requests)
@@ -370,7 +379,7 @@ class AllocatedGRPOTrainer(GRPOTrainer):
                      {}, None, [])
         device = self.accelerator.device
         rpf = torch.stack([p["rewards_per_func"] for p in padded]).to(device)
-        local_inputs = [self._row(p["row"]) for p in local]
+        local_inputs = self._rows([p["row"] for p in local])
         with self._replaying(generated, rpf):
             out = super()._generate_and_score_completions(local_inputs)
         pad_local = torch.as_tensor(is_pad[mine], device=device)
@@ -379,6 +388,7 @@ class AllocatedGRPOTrainer(GRPOTrainer):
         loss_mask = out["completion_mask"] if out.get("tool_mask") is None else out["completion_mask"] * out["tool_mask"]
         out["num_items_in_batch"] = gather(loss_mask.sum()).sum()
         self._record(batch, stats, adv_padded, W * L - N)
+        self._row_cache = {}
         return out
 
     def _last_round_row(self) -> dict[str, Any]:

@@ -211,3 +211,13 @@ def test_two_process_gloo_run_is_consistent(tmp_path, model_dir):
         assert per_step[0][step] == per_step[1][step]  # equal shares (TRL's gathers need them)
         assert h["committed"] == 2 and h["effective_groups"] == 2
     assert ranks[0]["logged"][0]["allocation/rollouts"] == h0[0]["rollouts"]
+
+
+def test_example_quick_mode_runs():
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "trl_sara.py"), "--quick"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "sara inside TRL: per step" in r.stdout
+    total = [line for line in r.stdout.splitlines() if line.startswith("total: ")]
+    assert total and int(total[0].split()[1]) > 0

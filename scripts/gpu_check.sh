@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # GPU check: the HF rollout engine and the training loop on one CUDA GPU in bf16 with the
-# tiny policy. Prints rollouts/s, tokens/s and s/step; fails loudly (exit 1, "GPU CHECK
-# FAILED") if anything runs on the CPU instead of the GPU or not in bf16.
+# tiny policy; where trl is importable, also TRL's GRPOTrainer and AllocatedGRPOTrainer(sara)
+# on a tiny local chat model (s/step of each). Prints rollouts/s, tokens/s and s/step; fails
+# loudly (exit 1, "GPU CHECK FAILED") if anything runs on the CPU instead of the GPU or not in bf16.
 #
 # Needs torch (CUDA), transformers, numpy, scipy, pyyaml, safetensors; no internet, no vllm,
-# no datasets (rows are made here). Runs in well under 8 minutes (hard limit: 470 s).
+# no datasets (rows are made here; the optional TRL part uses TRL's own datasets dependency).
+# Runs in well under 8 minutes (hard limit: 470 s).
 #
 #   scripts/gpu_check.sh                 # on the GPU machine
 #   scripts/gpu_check.sh --allow-cpu     # dry run of the same logic on a CPU-only machine
@@ -224,6 +226,64 @@ results["training"] = {"steps": steps, "seconds_per_step": step_s, "wall_seconds
 print(f"[gpu-check] training (sara, bf16 autocast): {step_s:.3f} s/step over {len(timed)} steps, "
       f"{rolls / len(timed):.0f} rollouts/step, generation {rolls / max(gen_s, 1e-9):,.0f} rollouts/s "
       f"{toks / max(gen_s, 1e-9):,.0f} tokens/s, {updates} updates, peak {peak:.0f} MiB", flush=True)
+
+# ------------------------------------------- TRL: GRPOTrainer vs AllocatedGRPOTrainer(sara)
+try:
+    import trl  # noqa: F401  (trl and accelerate are pure-Python wheels; the check runs only where they are)
+except ImportError as e:
+    trl = None
+    print(f"[gpu-check] TRL: not importable ({e}); TRL check skipped", flush=True)
+if trl is not None:
+    from datasets import Dataset  # noqa: E402  (a TRL dependency)
+    from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+    from rlvr_core.integrations.trl import AllocatedGRPOTrainer  # noqa: E402
+    from tests.models.chat_model import build_chat_model  # noqa: E402
+
+    chat_dir = str(build_chat_model(os.path.join(work, "trl-chat")))
+    trl_rows = rows(problems(256, seed=3), "trl")
+    for r in trl_rows:
+        r["prompt"] = [{"role": "user", "content": r["prompt"]}]
+    trl_ds = Dataset.from_list(trl_rows)
+
+    def first_digit(completions, answer, **kw):
+        """Toy binary reward that gives a random model mixed groups: the answer's first digit appears."""
+        return [1.0 if str(a).lstrip("-")[0] in c[0]["content"] else 0.0 for c, a in zip(completions, answer)]
+
+    trl_steps = 10 if not dry else 2
+    bs, gens, comp = (64, 8, 16) if not dry else (8, 4, 6)
+    results["trl"] = {"version": trl.__version__, "steps": trl_steps, "per_device_train_batch_size": bs,
+                      "num_generations": gens, "max_completion_length": comp}
+    for label in ("plain", "sara"):
+        cfg_trl = GRPOConfig(output_dir=os.path.join(work, f"trl-{label}"), per_device_train_batch_size=bs,
+                             num_generations=gens, max_completion_length=comp, max_steps=trl_steps,
+                             use_cpu=dry, bf16=not dry, report_to="none", logging_steps=1, save_strategy="no",
+                             disable_tqdm=True, seed=0, learning_rate=1e-5)
+        kw = dict(model=chat_dir, reward_funcs=[first_digit], args=cfg_trl, train_dataset=trl_ds)
+        t0 = time.perf_counter()
+        trainer = GRPOTrainer(**kw) if label == "plain" else AllocatedGRPOTrainer(allocator="sara", **kw)
+        trainer.train()
+        wall = time.perf_counter() - t0
+        where_p = {p.device.type for p in trainer.model.parameters()}
+        if where_p != {device}:
+            fail(f"TRL {label}: the model's parameters are on {where_p}, not {device}")
+        st = [r["step_time"] for r in trainer.state.log_history if "step_time" in r]
+        if len(st) != trl_steps:
+            fail(f"TRL {label}: {len(st)} logged steps, expected {trl_steps}")
+        timed_st = st[1:] or st
+        entry = {"seconds_per_step": float(np.median(timed_st)), "wall_seconds": wall}
+        if label == "sara":
+            hist = trainer.allocation_history
+            entry.update(rollouts_per_step=float(np.mean([h["rollouts"] for h in hist])),
+                         effective_groups_per_step=float(np.mean([h["effective_groups"] for h in hist])),
+                         rounds_per_step=float(np.mean([h["rounds"] for h in hist])))
+        results["trl"][label] = entry
+        extra = (f", {entry['rollouts_per_step']:.0f} rollouts/step, {entry['rounds_per_step']:.1f} rounds/step, "
+                 f"{entry['effective_groups_per_step']:.1f} effective groups/step") if label == "sara" else ""
+        name = "GRPOTrainer" if label == "plain" else "AllocatedGRPOTrainer(sara)"
+        print(f"[gpu-check] TRL {trl.__version__} {name}: {entry['seconds_per_step']:.3f} s/step (median of "
+              f"{len(timed_st)}){extra}", flush=True)
+        del trainer
 results["total_seconds"] = time.perf_counter() - t_all
 if args.out:
     with open(args.out, "w") as f:

@@ -29,7 +29,6 @@ the antlr 4.9.3 runtime is the one omegaconf pins as well).
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import math
 import logging
@@ -81,15 +80,41 @@ def wall_seconds(timeout_seconds: int) -> float:
     return 3 * timeout_seconds + 2
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_gold(gold: str, timeout_seconds: int | None) -> tuple[Any, ...]:
-    """The parsed gold answer; a step scores many completions against the same few gold answers."""
-    return tuple(parse(gold, extraction_config=_GOLD_CONFIG, parsing_timeout=timeout_seconds))
+_GOLD_CACHE: dict[str, list[Any]] = {}
+_GOLD_CACHE_SIZE = 4096
+_WARM = False
+
+
+def _warm_up() -> None:
+    """Parse and compare once without time limits: math-verify's first call loads its LaTeX grammar and
+    sympy's parsers, which can take longer than a tight limit on a loaded machine, and would then score
+    a correct answer 0.0."""
+    global _WARM
+    if not _WARM:
+        verify(parse("$1/2$", extraction_config=_GOLD_CONFIG, parsing_timeout=None),
+               parse(r"\boxed{0.5}", extraction_config=_PRED_CONFIG, parsing_timeout=None), timeout_seconds=None)
+        _WARM = True
+
+
+def _parse_gold(gold: str, timeout_seconds: int | None) -> list[Any]:
+    """The parsed gold answer, kept once it parsed (a step scores many completions against the same
+    few gold answers); a failed parse is not kept."""
+    hit = _GOLD_CACHE.get(gold)
+    if hit is not None:
+        return hit
+    parsed = parse(gold, extraction_config=_GOLD_CONFIG, parsing_timeout=timeout_seconds)
+    if parsed:
+        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
+            _GOLD_CACHE.clear()
+        _GOLD_CACHE[gold] = parsed
+    return parsed
 
 
 def _check(gold: str, pred: str, timeout_seconds: int | None) -> bool:
     """math-verify's verdict; ``timeout_seconds`` None disables its signal timeouts."""
-    gold_parsed = list(_parse_gold(gold, timeout_seconds))
+    if timeout_seconds is not None:
+        _warm_up()
+    gold_parsed = _parse_gold(gold, timeout_seconds)
     if not gold_parsed:
         return False
     pred_parsed = parse(pred, extraction_config=_PRED_CONFIG, parsing_timeout=timeout_seconds)
@@ -102,6 +127,10 @@ def _serve() -> None:
     """Helper process loop: JSON lines ``[gold, pred, timeout]`` in, ``1``/``0`` lines out."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
     sys.stdout = sys.stderr  # nothing else may write to the answer channel
+    try:
+        _warm_up()  # before the first request: start-up is not a candidate's time
+    except Exception:  # noqa: BLE001 - a helper that cannot warm up still answers (or times out)
+        pass
     for line in sys.stdin:
         try:
             gold, pred, timeout_seconds = json.loads(line)

@@ -30,10 +30,10 @@ from flows.common import flow_run_id, load, write_json
 from rlvr_core.allocation import make_allocator
 from rlvr_core.checkpoint import latest_manifest, list_checkpoints, verify
 from rlvr_core.config import TrainConfig
-from rlvr_core.data.validate import validate_splits
+from rlvr_core.data.validate import check_against_policy, validate_splits
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import check_policy_folder, resolve_device
-from rlvr_core.training import check_resumable, data_digest
+from rlvr_core.training import TrainingStopped, check_resumable, data_digest
 from tasks import tracking
 from tasks.data import load_split
 from tasks.lineage import dvc_md5, git_commit
@@ -59,6 +59,18 @@ def summarize(allocator: str, history: list[dict[str, Any]], final_eval: dict[st
     }
 
 
+def check_trained(history: list[dict[str, Any]], out: Path) -> None:
+    """TrainingStopped when steps ran but none of them updated the policy (every update skipped or
+    non-finite): such a run must end FAILED, without a summary that looks like a result."""
+    steps = [r for r in history if "rollouts" in r]
+    if steps and not any(not r.get("update_skipped") and not r.get("nonfinite") for r in steps):
+        errors = steps[-1].get("verifier_errors", 0) + steps[-1].get("verifier_timeouts", 0)
+        raise TrainingStopped(f"{out}: {len(steps)} step(s) ran and none updated the policy (every step had no "
+                              f"effective group or a non-finite loss; {errors} verifier errors/timeouts); "
+                              "the run is marked failed and writes no summary: check the verifier, the data "
+                              "and train.lr")
+
+
 def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> None:
     """Refuse, before any tracking or rollout: missing/invalid data, a bad base model, bad allocator
     parameters, or checkpoints in ``out`` written with other settings or data."""
@@ -68,6 +80,8 @@ def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path)
     train_rows, test_rows = load_split(str(data), "train"), load_split(str(data), "test")
     validate_splits(train_rows, test_rows, task, source=str(data))
     check_policy_folder(base)  # PolicyLoadError names the folder and what is wrong with it (tiny or pretrained)
+    # prompts outside the tokenizer's vocabulary, or too long for the model's positions (a certain OOM)
+    check_against_policy(train_rows, test_rows, base, task, max_new_tokens=cfg.max_new_tokens, source=str(data))
     resolve_device(cfg.device)  # device: cuda on a machine without one fails here, before MLflow opens a run
     make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
     if (latest := latest_manifest(out / "checkpoints")) is not None:
@@ -131,6 +145,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
         if run_id:
             _quiet("log_dataset", tracking.log_dataset, run_id, str(data), "train", data_md5)
         res = run_training(cfg, str(base), str(data), task, str(out), run_id, track=True)
+        check_trained(res["history"], out)  # a run that never updated the policy must not look complete
         final_ckpt = next(f for f in reversed(list_checkpoints(out / "checkpoints")) if verify(f) is None)
         model_dir = export_policy(str(final_ckpt), str(base), str(out / "final_model"))
         summary = summarize(cfg.allocator, res["history"], res["final_eval"])

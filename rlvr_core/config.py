@@ -139,6 +139,10 @@ class TrainConfig:
     engine_options: extra keyword arguments for the engine (e.g. dtype, server_args, enable_sleep_mode)
     engine_retries, engine_retry_delay_s: retries of a failing generation round, and the pause between
     verifier_timeout_s: per-call verifier time limit (null: none); a timeout scores 0.0 and is counted
+    max_verifier_error_share: the run stops when more than this share of a step's rollouts are
+        verifier errors or timeouts (1: never)
+    verifier_workers: helper processes that score a step's completions in parallel, for verifiers
+        that run out of process (math); the others score in process
     device: where the policy trains and the HF engine samples: "cpu", "cuda" (or "cuda:N"),
         "auto" (cuda when visible, else cpu)
     dtype: "float32", or "bfloat16" (mixed precision: float32 weights and AdamW state,
@@ -176,6 +180,8 @@ class TrainConfig:
     engine_retries: int = 2
     engine_retry_delay_s: float = 1.0
     verifier_timeout_s: float | None = None
+    max_verifier_error_share: float = 0.5
+    verifier_workers: int = 2
     device: str = "cpu"
     dtype: str = "float32"
     micro_batch: int = 256

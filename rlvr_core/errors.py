@@ -39,3 +39,25 @@ def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> 
         raise ConfigError(msg if msg.startswith(section + ".") else f"{section}.{msg}") from None
     except TypeError as e:
         raise ConfigError(f"{section}: {e}") from None
+
+
+class VerifierTimeout(Exception):
+    """A verifier call ran past its time limit (``train.verifier_timeout_s``, or the verifier's own bound)."""
+
+
+class OutOfMemory(RuntimeError):
+    """The work did not fit in memory. Deterministic for the same inputs, so it is never retried;
+    the message names what to reduce."""
+
+
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an out-of-memory of any origin: ``MemoryError``, ``torch.OutOfMemoryError`` (CUDA, MPS),
+    the CPU allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory") and ``OutOfMemory``."""
+    if isinstance(exc, (MemoryError, OutOfMemory)):
+        return True
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch here
+        return True
+    return isinstance(exc, RuntimeError) and any(t in str(exc)[:2000].lower() for t in _OOM_TEXT)

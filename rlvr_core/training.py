@@ -23,7 +23,12 @@ Faults (see tests/reliability):
   written, so a restart resumes from the last checkpoint;
 - a verifier that raises, returns a non-finite value or runs past
   ``verifier_timeout_s`` scores 0.0 and is counted (``verifier_errors``,
-  ``verifier_timeouts``);
+  ``verifier_timeouts``); when more than ``max_verifier_error_share`` of a
+  step's rollouts fail so, the step raises ``TrainingStopped`` before its update;
+- prompts are checked against the policy's tokenizer and position limit before
+  anything is generated (``check_prompts_fit``); an out-of-memory in generation,
+  update or evaluation raises ``TrainingStopped`` naming what to reduce (the same
+  work would fail again, so it is not retried);
 - a non-finite loss or gradient skips the update; ``max_nonfinite`` in a row
   raise ``TrainingStopped``; a step without any effective group skips the update.
   Both are logged (``rlvr_core.training`` logger) and recorded in the metrics;
@@ -33,6 +38,7 @@ Faults (see tests/reliability):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -45,7 +51,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -54,8 +60,8 @@ from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_st
 from rlvr_core.allocation.loop import EngineError
 from rlvr_core.checkpoint import fault_point, load_latest, save_checkpoint
 from rlvr_core.config import TrainConfig
-from rlvr_core.data.validate import validate_splits
-from rlvr_core.errors import ConfigError
+from rlvr_core.data.validate import check_prompts_fit, position_limit, validate_splits
+from rlvr_core.errors import ConfigError, OutOfMemory, VerifierTimeout, is_out_of_memory
 from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig
 from rlvr_core.models.policy import load_any_policy as load_policy
@@ -89,51 +95,106 @@ class TrainResult:
     final_eval: dict[str, float]
 
 
-class VerifierTimeout(Exception):
-    """A verifier call ran past the Scorer's ``timeout_s``."""
-
-
 class Scorer:
     """Fills rollouts.reward with the verifier; a failed call scores 0.0 and is counted.
 
     ``errors`` counts calls that raised or returned a non-finite value,
     ``timeouts`` calls that ran past ``timeout_s`` seconds (None: no limit).
-    The limit uses ``signal.setitimer`` on the main thread when no other
+
+    Verifiers with a ``score_batch`` function (``math``: CPU-bound sympy work)
+    score a whole round at once on a pool of ``workers`` helper processes, each
+    call bounded by the verifier's own wall limit (``timeout_s``, None: the
+    verifier's default); see ``rlvr_core.rewards.math.score_batch``. The others
+    (``arithmetic``: microseconds a call) run here, one after the other. There
+    the limit uses ``signal.setitimer`` on the main thread when no other
     interval timer is running (it interrupts pure-Python loops); elsewhere the
     call runs on a daemon thread that is abandoned when it overruns (a thread
     cannot be stopped: a runaway verifier keeps a share of the interpreter until
     it returns, so off the main thread prefer verifiers that bound their own
-    work, like the sandboxed code verifier). Verifiers
-    that arm SIGALRM themselves (``math``) bring their own limits: leave
-    ``timeout_s`` None for them.
+    work, like the sandboxed code verifier).
+
+    Per step (``begin_step`` ... ``check_step``): when more than
+    ``max_error_share`` of the step's rollouts were errors or timeouts,
+    ``check_step`` raises TrainingStopped naming the verifier and the first
+    failure, so that a run whose rewards are failures does not train on them.
     """
 
     def __init__(self, verifier_name: str, rows: Sequence[Mapping[str, Any]], *,
-                 timeout_s: float | None = None) -> None:
-        if timeout_s is not None and not timeout_s > 0:
-            raise ConfigError(f"verifier timeout_s: need a positive number of seconds or None, got {timeout_s!r}")
+                 timeout_s: float | None = None, max_error_share: float = 0.5, workers: int = 2) -> None:
+        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
+                                          and timeout_s > 0):
+            raise ConfigError(f"train.verifier_timeout_s: need a positive finite number of seconds or null, "
+                              f"got {timeout_s!r}")
+        if not (isinstance(max_error_share, (int, float)) and 0 <= max_error_share <= 1):
+            raise ConfigError(f"train.max_verifier_error_share: need a number in [0, 1], got {max_error_share!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"train.verifier_workers: need an int >= 1, got {workers!r}")
+        self.name = verifier_name
         self.verify = get_verifier(verifier_name)
+        self.batch = getattr(self.verify, "score_batch", None)
         self.rows = rows
         self.timeout_s = timeout_s
+        self.max_error_share = float(max_error_share)
+        self.workers = workers
         self.errors = 0
         self.timeouts = 0
+        self.begin_step()
+
+    def begin_step(self) -> None:
+        """Start counting a new step's rollouts and failures."""
+        self.step_scored = 0
+        self.step_failed = 0
+        self.first_failure: str | None = None
+
+    def check_step(self, step: int) -> None:
+        """TrainingStopped when more than ``max_error_share`` of this step's rollouts failed to score."""
+        if self.step_scored and self.step_failed / self.step_scored > self.max_error_share:
+            raise TrainingStopped(
+                f"step {step}: {self.step_failed} of {self.step_scored} rollouts "
+                f"({self.step_failed / self.step_scored:.0%}) were errors or timeouts of the {self.name!r} verifier, "
+                f"more than train.max_verifier_error_share={self.max_error_share:g}; first: {self.first_failure}. "
+                "The run stops before updating on them: fix the verifier or its settings "
+                "(train.verifier_timeout_s) and start again")
+
+    def _failed(self, kind: str, detail: str) -> None:
+        self.step_failed += 1
+        if kind == "timeout":
+            self.timeouts += 1
+        else:
+            self.errors += 1
+        if self.first_failure is None:
+            self.first_failure = detail[:300]
 
     def __call__(self, rollouts: Rollouts) -> None:
+        texts = [pl["text"] for pl in (rollouts.payload or [])]
+        rows = [self.rows[pid] for pid in rollouts.prompt_id.tolist()[:len(texts)]]
+        if self.batch is not None:
+            results: list[Any] = list(self.batch(texts, rows, timeout_s=self.timeout_s, workers=self.workers))
+        else:
+            results = []
+            for text, row in zip(texts, rows):
+                try:
+                    results.append(self._call(text, row))
+                except Exception as e:  # noqa: BLE001 - a broken verifier must not stop training by itself
+                    results.append(e)
         rewards = np.zeros(len(rollouts))
-        for i, (pid, pl) in enumerate(zip(rollouts.prompt_id.tolist(), rollouts.payload or [])):
-            try:
-                r = self._call(pl["text"], self.rows[pid])
-            except VerifierTimeout:
-                self.timeouts += 1
-                continue
-            except Exception:  # noqa: BLE001 - a broken verifier must not stop training
-                self.errors += 1
-                continue
-            if math.isfinite(r):
+        for i, r in enumerate(results):
+            self.step_scored += 1
+            if isinstance(r, VerifierTimeout):
+                self._failed("timeout", f"timeout ({r})" if str(r) else f"timeout after {self.timeout_s} s")
+            elif isinstance(r, BaseException):
+                self._failed("error", f"{r.__class__.__name__}: {r}")
+            elif math.isfinite(r := float(r)):
                 rewards[i] = r
             else:
-                self.errors += 1
+                self._failed("error", f"non-finite reward {r}")
         rollouts.reward[:] = rewards
+
+    def close(self) -> None:
+        """Stop the verifier's helper processes, if it has any."""
+        close = getattr(self.verify, "close", None)
+        if close is not None:
+            close()
 
     def _call(self, text: str, row: Mapping[str, Any]) -> float:
         if self.timeout_s is None:
@@ -254,6 +315,9 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     np.random.seed(cfg.seed % 2**32)
 
     model, tok = load_policy(policy_dir, device=device)
+    limit = position_limit(model.config, tok)  # prompts the tokenizer cannot encode or the model cannot hold
+    for split, rows in (("train", train_rows), ("test", test_rows)):
+        check_prompts_fit(rows, tok, task, split, max_new_tokens=cfg.max_new_tokens, max_positions=limit)
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
     source = PromptSource(len(train_rows), seed=cfg.seed)
     engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
@@ -263,7 +327,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
                                                micro_batch=cfg.micro_batch),
                           ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
                           pad_id=tok.pad_token_id, device=device)
-    scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s)
+    scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s, max_error_share=cfg.max_verifier_error_share,
+                    workers=cfg.verifier_workers)
     rng = np.random.default_rng(cfg.seed)
     eval_idx = np.sort(rng.choice(len(test_rows), size=min(cfg.eval_size, len(test_rows)), replace=False))
     eval_rows = [test_rows[i] for i in eval_idx]
@@ -289,7 +354,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             shutil.rmtree(ckpt_dir, ignore_errors=True)
 
     def evaluate() -> dict[str, float]:
-        with precision(device, cfg.dtype):
+        with precision(device, cfg.dtype), _stop_on_oom("the held-out evaluation", f"train.eval_size (now {cfg.eval_size}), "
+                                                       f"train.eval_samples (now {cfg.eval_samples})"):
             return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
                                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                                    seed=cfg.seed, device=device)
@@ -314,13 +380,17 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
                 break  # a resumed run whose budget was already spent
             t0 = time.perf_counter()
             errors0, timeouts0 = scorer.errors, scorer.timeouts
-            with precision(device, cfg.dtype):
+            scorer.begin_step()
+            with precision(device, cfg.dtype), _stop_on_oom(f"step {step}: generation", "the prompt length, "
+                                                            f"train.max_new_tokens (now {cfg.max_new_tokens})"):
                 batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=cfg.engine_retries,
                                                    retry_delay_s=cfg.engine_retry_delay_s)
+            scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
             t1 = time.perf_counter()
             if getattr(engine, "enable_sleep_mode", False):
                 engine.sleep()  # a colocated server frees the accelerator while the trainer runs
-            with precision(device, cfg.dtype):
+            with precision(device, cfg.dtype), _stop_on_oom(f"step {step}: the policy update",
+                                                            f"train.micro_batch (now {cfg.micro_batch})"):
                 upd = trainer.step(batch)
             engine.update_weights()  # HF: shares the model object, nothing to do; vLLM: pushes the new weights
             t2 = time.perf_counter()
@@ -370,11 +440,27 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             if last:
                 break
     finally:
+        scorer.close()  # the verifier's helper processes, if any
         if hasattr(engine, "close"):
             engine.close()  # a rollout server this run started
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     steps_done = history[-1]["step"] if history else 0
     return TrainResult(run_dir, steps_done, resumed_from, history, final)
+
+
+@contextlib.contextmanager
+def _stop_on_oom(what: str, reduce: str) -> Iterator[None]:
+    """An out-of-memory inside becomes TrainingStopped (not retried: the same work would fail again),
+    naming ``what`` ran out and the settings to ``reduce``."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - only out-of-memory is translated
+        if not is_out_of_memory(e):
+            raise
+        if isinstance(e, OutOfMemory):  # it already says what did not fit and what to reduce
+            raise TrainingStopped(f"{what}: {str(e)[:800]}") from e
+        raise TrainingStopped(f"{what} ran out of memory ({e.__class__.__name__}: {str(e)[:400]}); "
+                              f"reduce {reduce}; retrying the same work cannot help") from e
 
 
 def _log_step_faults(step: int, effective: int, groups: int, hit_cap: Any, upd: Mapping[str, float],

@@ -74,10 +74,12 @@ def hub_dataset(cfg: PrepareConfig) -> tuple[Any, dict[str, Any]]:
 
 
 def load_split(data_dir: str, split: str) -> list[dict]:
-    """Rows of one split of a dataset saved by ``generate_dataset``."""
-    from datasets import load_from_disk
+    """Rows of one split of a dataset saved by ``generate_dataset``.
 
-    path = Path(data_dir)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no dataset; run `python -m flows.prepare` first")
-    return list(load_from_disk(str(path))[split])
+    Raises DataError (a ConfigError: not retried) naming the file and row for a missing folder or
+    split, an empty split, and truncated, non-UTF-8 or invalid JSON/arrow files
+    (``rlvr_core.data.disk.load_saved_split``).
+    """
+    from rlvr_core.data.disk import load_saved_split
+
+    return load_saved_split(data_dir, split)

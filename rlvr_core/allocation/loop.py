@@ -15,6 +15,7 @@ from typing import Callable
 
 from rlvr_core.allocation.base import Allocator
 from rlvr_core.allocation.source import PromptSource
+from rlvr_core.errors import is_out_of_memory
 from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts, StepStats, TrainBatch
 
@@ -39,7 +40,8 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
     is loaded back (engines without one are retried as they are), so a failure
     that advanced the sampling counter does not shift later samples. Attempt a
     waits ``retry_delay_s * 2**(a-1)`` seconds. ValueError and TypeError (a bad
-    request) are not retried.
+    request) and out-of-memory errors (``rlvr_core.errors.is_out_of_memory``) are
+    not retried.
 
     Returns:
         (rollouts, number of retries used)
@@ -58,7 +60,11 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
             return engine.generate(requests), attempt
         except _NOT_RETRIED:
             raise
-        except Exception as e:  # noqa: BLE001 - any engine fault (OOM, lost server, ...) is retried
+        except Exception as e:  # noqa: BLE001 - any other engine fault (lost server, ...) is retried
+            if is_out_of_memory(e):  # deterministic: the same round would run out of memory again
+                if snapshot is not None:
+                    engine.load_state_dict(snapshot)
+                raise
             if attempt == retries:
                 if snapshot is not None:
                     engine.load_state_dict(snapshot)

@@ -8,9 +8,18 @@ rollout is generated. It checks, per split:
   right Python type (``REQUIRED``; extra fields are allowed), a non-empty
   prompt, and for arithmetic an answer written as a decimal integer;
 - row ids are unique;
+- synthetic rows agree with their own fields (``check_consistent``): an
+  arithmetic prompt ``0377+0012=`` with the answer of ``a op b``, a Countdown
+  prompt with its numbers and target, and the recorded expression reaching it;
 
 and across splits that no prompt of the held-out split also appears in the
 training split (a leak that would inflate held-out accuracy).
+
+``check_prompts_fit`` checks the rows against the policy that will read them:
+every prompt (through the chat template when the tokenizer has one) encodes
+with the tokenizer, characters outside the tiny policy's vocabulary included,
+and prompt + ``max_new_tokens`` fits the model's positions. The train flow
+calls it before MLflow opens a run, the training loop before any rollout.
 
 Type and id checks reuse ``rlvr_core.data.splits.validate_rows`` on the
 required fields, and the overlap check reuses ``check_disjoint``.
@@ -18,6 +27,9 @@ required fields, and the overlap check reuses ``check_disjoint``.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rlvr_core.data.splits import FieldType, check_disjoint
@@ -78,11 +90,71 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], task: str, split: str, *, s
     for i, row in enumerate(projected):
         if not row["prompt"].strip():
             raise DataError(f"{where}{split} row {i} ({row['id']!r}): field 'prompt' is empty")
-        if task == "arithmetic" and not row["answer"].lstrip("-").isdecimal():
+        if task == "arithmetic" and not _ARITH_ANSWER.fullmatch(row["answer"]):
             raise DataError(f"{where}{split} row {i} ({row['id']!r}): field 'answer' must be a decimal integer "
-                            f"such as '130', got {row['answer']!r}")
+                            f"such as '130': 1 to {_MAX_ANSWER_DIGITS} ASCII digits, no sign, no leading zero "
+                            f"(a completion is the answer's digits reversed, so other answers can never be "
+                            f"matched), got {_short(row['answer'])}")
         if task == "math" and not row["answer"].strip():
             raise DataError(f"{where}{split} row {i} ({row['id']!r}): field 'answer' is empty")
+        problem = check_consistent(rows[i], task)
+        if problem:
+            raise DataError(f"{where}{split} row {i} ({row['id']!r}): {problem}; the row contradicts itself "
+                            "(an edited or corrupted data file?): regenerate the data (python -m flows.prepare)")
+
+
+_MAX_ANSWER_DIGITS = 12  # rlvr_core.data.arithmetic.MAX_COMPLETION_CHARS: longer answers are never parsed
+_ARITH_ANSWER = re.compile(rf"0|[1-9][0-9]{{0,{_MAX_ANSWER_DIGITS - 1}}}")
+_ARITH_PROMPT = re.compile(r"([0-9]{4})([-+*])([0-9]{4})=")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def check_consistent(row: Mapping[str, Any], task: str) -> str | None:
+    """Why a synthetic row contradicts itself, or None when it agrees (or carries nothing to compare).
+
+    arithmetic: a prompt in the generator's format ``f"{a:04d}{op}{b:04d}="`` must have the answer
+    ``a op b``; rows that carry ``a``, ``op``, ``b`` (and ``difficulty``) must have exactly that prompt.
+    countdown: rows must have the prompt ``format_prompt(numbers, target)``; a recorded ``answer``
+    expression must use every number once and reach the target.
+    """
+    if task == "arithmetic":
+        from rlvr_core.data.arithmetic import OPS, apply_op, format_prompt
+
+        prompt, answer = row["prompt"], row["answer"]
+        if all(k in row for k in ("a", "op", "b")):
+            a, op, b = row["a"], row["op"], row["b"]
+            if op not in OPS or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 9999
+                                        for x in (a, b)):
+                return f"fields a={_short(a)}, op={_short(op)}, b={_short(b)} are not an arithmetic problem"
+            if prompt != format_prompt(a, op, b):
+                return (f"field 'prompt' {_short(prompt)} does not match its fields a={a}, op={op!r}, b={b} "
+                        f"(expected {format_prompt(a, op, b)!r})")
+            if "difficulty" in row and row["difficulty"] != len(str(max(a, b))):
+                return f"field 'difficulty' {_short(row['difficulty'])} is not the digit count of max(a, b)={max(a, b)}"
+        m = _ARITH_PROMPT.fullmatch(prompt)
+        if m:
+            value = apply_op(int(m.group(1)), m.group(2), int(m.group(3)))
+            if str(value) != answer:
+                return f"field 'answer' {_short(answer)} is not the value of the prompt {prompt!r} ({value})"
+        return None
+    if task == "countdown":
+        from rlvr_core.data.countdown import format_prompt
+        from rlvr_core.rewards.countdown import verify_countdown
+
+        expected = format_prompt(row["numbers"], row["target"])
+        if row["prompt"] != expected:
+            return (f"field 'prompt' {_short(row['prompt'])} does not match its fields numbers={row['numbers']}, "
+                    f"target={row['target']} (expected {expected!r})")
+        answer = row.get("answer")
+        if isinstance(answer, str) and answer and verify_countdown(answer, row) != 1.0:
+            return (f"field 'answer' {_short(answer)} does not use every number of {row['numbers']} once to "
+                    f"reach the target {row['target']}")
+        return None
+    return None
 
 
 def validate_splits(train_rows: Sequence[Mapping[str, Any]], test_rows: Sequence[Mapping[str, Any]], task: str,
@@ -110,3 +182,92 @@ def _describe(schema: Mapping[str, FieldType]) -> str:
         return f"list[{t[1].__name__}]" if isinstance(t, tuple) else t.__name__
 
     return ", ".join(f"{k}: {name(t)}" for k, t in schema.items())
+
+
+# --------------------------------------------------------------------------- against the policy
+
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def position_limit(model_config: Any, tokenizer: Any) -> int | None:
+    """Most tokens (prompt + completion) the policy handles: the smaller of the model config's
+    position limit and the tokenizer's ``model_max_length`` (ignored when it is the "unset" huge value)."""
+    limits = []
+    for key in _POSITION_KEYS:
+        v = model_config.get(key) if isinstance(model_config, Mapping) else getattr(model_config, key, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            limits.append(v)
+            break
+    v = getattr(tokenizer, "model_max_length", None)
+    if isinstance(v, int) and 0 < v < 10**7:
+        limits.append(v)
+    return min(limits) if limits else None
+
+
+def check_prompts_fit(rows: Sequence[Mapping[str, Any]], tokenizer: Any, task: str, split: str, *,
+                      max_new_tokens: int, max_positions: int | None, source: str | None = None) -> None:
+    """Raise DataError unless every row's prompt can be given to the policy and completed.
+
+    The prompt is what the policy reads (``policy_prompts``: the chat template when the tokenizer
+    has one). For the tiny character-level policy each character must be in its vocabulary
+    (``check_text``); any tokenizer must encode it; and its tokens plus ``max_new_tokens`` must fit
+    ``max_positions`` (None: no limit known). A prompt too long for the model would otherwise be a
+    deterministic out-of-memory or garbage far past the trained positions.
+    """
+    from rlvr_core.models.policy import policy_prompts
+    from rlvr_core.models.tokenizer import check_text, vocabulary_problems
+    from rlvr_core.rollout.base import encode_prompt_pool
+
+    where = _where(source)
+    texts = policy_prompts(tokenizer, rows, task)
+    if not vocabulary_problems(tokenizer):  # the tiny character tokenizer: it fails opaquely on other characters
+        for i, text in enumerate(texts):
+            try:
+                check_text(text, what="prompt")
+            except (TypeError, ValueError) as e:
+                raise DataError(f"{where}{split} row {i} ({rows[i].get('id')!r}): {str(e)[:400]}") from None
+    try:
+        ids = encode_prompt_pool(tokenizer, texts)
+    except Exception:  # noqa: BLE001 - find the row that does not encode
+        for i, text in enumerate(texts):
+            try:
+                encode_prompt_pool(tokenizer, [text])
+            except Exception as e:  # noqa: BLE001
+                raise DataError(f"{where}{split} row {i} ({rows[i].get('id')!r}): the prompt does not encode with "
+                                f"the policy's tokenizer ({e.__class__.__name__}: {str(e)[:300]})") from None
+        raise
+    if max_positions is None:
+        return
+    for i, prompt_ids in enumerate(ids):
+        if len(prompt_ids) + max_new_tokens > max_positions:
+            longest = max(len(p) for p in ids)
+            too_long = sum(len(p) + max_new_tokens > max_positions for p in ids)
+            raise DataError(
+                f"{where}{split} row {i} ({rows[i].get('id')!r}): the prompt is {len(prompt_ids)} tokens "
+                f"({len(texts[i])} characters); with train.max_new_tokens={max_new_tokens} it needs "
+                f"{len(prompt_ids) + max_new_tokens} positions, but the policy holds {max_positions} "
+                f"({too_long} of {len(ids)} {split} rows are too long, the longest {longest} tokens): shorten or "
+                "drop those rows, or lower train.max_new_tokens")
+
+
+def check_against_policy(train_rows: Sequence[Mapping[str, Any]], test_rows: Sequence[Mapping[str, Any]],
+                         policy_dir: str | Path, task: str, *, max_new_tokens: int, source: str | None = None) -> None:
+    """``check_prompts_fit`` on both splits with the tokenizer and position limit of the policy folder
+    (the tokenizer and config.json only: no weights are loaded for a pretrained model)."""
+    from transformers import AutoTokenizer
+
+    from rlvr_core.models.policy import is_tiny_policy
+    from rlvr_core.models.tiny import PolicyLoadError
+    from rlvr_core.models.tiny import load_policy as load_tiny
+
+    path = Path(policy_dir)
+    try:
+        config = json.loads((path / "config.json").read_text())
+        tok = load_tiny(path)[1] if is_tiny_policy(path) else AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - check_policy_folder names folder problems; this is a fallback
+        raise PolicyLoadError(f"policy folder {str(path)!r}: could not read its tokenizer or config "
+                              f"({e.__class__.__name__}: {str(e)[:300]})") from e
+    limit = position_limit(config, tok)
+    check_prompts_fit(train_rows, tok, task, "train", max_new_tokens=max_new_tokens, max_positions=limit,
+                      source=source)
+    check_prompts_fit(test_rows, tok, task, "test", max_new_tokens=max_new_tokens, max_positions=limit, source=source)

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from rlvr_core.errors import require
+from rlvr_core.errors import OutOfMemory, is_out_of_memory, require
 from rlvr_core.rollout.base import encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
@@ -181,13 +181,30 @@ class HFEngine:
         try:
             with torch.inference_mode():
                 for start in range(0, len(seqs), self.micro_batch):
-                    c, l = self._forward_loop(seqs[start : start + self.micro_batch], max_new, generator)
+                    chunk = seqs[start : start + self.micro_batch]
+                    try:
+                        c, l = self._forward_loop(chunk, max_new, generator)
+                    except Exception as e:  # noqa: BLE001 - only out-of-memory is translated
+                        if not is_out_of_memory(e):
+                            raise
+                        raise self._out_of_memory(e, chunk, max_new) from e
                     comp.extend(c)
                     lps.extend(l)
         finally:
             if was_training:
                 self.model.train()
         return comp, lps
+
+    def _out_of_memory(self, e: BaseException, chunk: Sequence[Sequence[int]], max_new: int) -> OutOfMemory:
+        """OutOfMemory naming the batch that did not fit and what to reduce (the same batch would fail again)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        longest = max((len(s) for s in chunk), default=0)
+        return OutOfMemory(
+            f"generation ran out of memory on {self.device} for {len(chunk)} sequences of up to {longest} prompt "
+            f"tokens + {max_new} new tokens ({e.__class__.__name__}: {str(e)[:300]}); reduce the prompt length, "
+            f"train.max_new_tokens (now {self.max_new_tokens}) or the sequences per forward pass "
+            f"(train.engine_options.micro_batch, now {self.micro_batch}); retrying the same batch cannot help")
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

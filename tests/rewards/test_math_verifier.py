@@ -90,3 +90,76 @@ def test_worker_threads_use_helper_with_timeout() -> None:
         assert time.monotonic() - t0 < 30.0  # includes starting two helper interpreters
     finally:
         shutdown_helpers()
+
+
+# ----------------------------------------------------------------------------- a step's batch (issue 13 section 7)
+
+HOSTILE = (r"\boxed{9^{9^{9^{9}}}}", r"\boxed{" + "(" * 300 + "1" + ")" * 300 + "}", r"\boxed{10^{10^{10}}!}")
+
+
+def test_score_batch_agrees_with_verify_math() -> None:
+    from rlvr_core.errors import VerifierTimeout  # noqa: F401 - the type a killed helper reports
+    from rlvr_core.rewards.math import score_batch
+
+    cases = [(r"\boxed{0.5}", "1/2"), (r"\boxed{2}", "1/2"), ("", "3"), (r"so $\frac{2}{4}$", r"\frac12"),
+             (r"\boxed{204}", 204), ("I don't know", "7")]
+    try:
+        got = score_batch([c for c, _ in cases], [{"answer": a} for _, a in cases], timeout_s=1, workers=2)
+        assert got == [verify_math(c, {"answer": a}) for c, a in cases] == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+        bad = score_batch([r"\boxed{1}"], [{"solution": "x"}])
+        assert isinstance(bad[0], ValueError) and "non-empty 'answer'" in str(bad[0])
+        with pytest.raises(ValueError, match="workers"):
+            score_batch([], [], workers=0)
+    finally:
+        shutdown_helpers()
+
+
+def test_a_hostile_batch_is_bounded_and_parallel() -> None:
+    from rlvr_core.rewards.math import score_batch
+
+    try:
+        score_batch([r"\boxed{1}"] * 2, [{"answer": "1"}] * 2, timeout_s=1, workers=2)  # start both helpers
+        n = 12
+        t0 = time.monotonic()
+        got = score_batch([HOSTILE[i % 3] for i in range(n)], [{"answer": "5"}] * n, timeout_s=1, workers=2)
+        wall = time.monotonic() - t0
+        assert got == [0.0] * n
+        # each item runs until its 1 s limit: one after the other that is >= 12 s; two helpers halve it
+        assert wall < 0.9 * n, wall
+    finally:
+        shutdown_helpers()
+
+
+def test_the_scorer_gives_math_its_timeout_and_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import numpy as np
+
+    from rlvr_core.rewards import math as math_reward
+    from rlvr_core.training import Scorer, TrainingStopped
+    from rlvr_core.types import Rollouts
+
+    seen: list[tuple[int, str]] = []
+
+    def ask(gold: str, pred: str, seconds: int) -> bool | None:
+        seen.append((seconds, threading.current_thread().name))
+        return None if pred == "stuck" else pred == r"\boxed{5}"
+
+    monkeypatch.setattr(math_reward, "_ask_helper", ask)
+    rows = [{"id": "m0", "prompt": "2+3?", "answer": "5"}]
+    texts = [r"\boxed{5}", r"\boxed{4}", "stuck", r"\boxed{5}"]
+    ro = Rollouts(np.zeros(4, np.int64), np.zeros(4), np.ones(4, np.int64), [{"text": t} for t in texts])
+    scorer = Scorer("math", rows, timeout_s=0.5, workers=3)
+    assert scorer.batch is math_reward.score_batch
+    scorer(ro)
+    assert ro.reward.tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert scorer.timeouts == 1 and scorer.errors == 0 and "helper killed" in scorer.first_failure
+    assert {s for s, _ in seen} == {1} and all(name.startswith("math-verify") for _, name in seen)
+    seen.clear()
+    Scorer("math", rows)(ro)  # train.verifier_timeout_s null: math's own 2 s
+    assert {s for s, _ in seen} == {2}
+    stuck = Rollouts(np.zeros(2, np.int64), np.zeros(2), np.ones(2, np.int64), [{"text": "stuck"}] * 2)
+    scorer.begin_step()
+    scorer(stuck)
+    with pytest.raises(TrainingStopped, match=r"2 of 2 rollouts .*'math' verifier.*first: timeout"):
+        scorer.check_step(1)

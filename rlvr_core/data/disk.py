@@ -1,0 +1,119 @@
+"""Read one split of a dataset written by ``DatasetDict.save_to_disk`` (the prepare stage's output).
+
+``load_saved_split(data_dir, split)`` returns the split's rows as dicts, or
+raises one ``DataError`` naming the file and, where it applies, the row or
+field, for everything that can be wrong with the folder:
+
+- no folder, no ``dataset_dict.json``, or no such split in it;
+- a JSON file (``dataset_dict.json``, ``state.json``, ``dataset_info.json``)
+  that is not UTF-8 or not valid JSON (the byte offset, line and column named);
+- a split with 0 rows (``save_to_disk`` writes no arrow file for it);
+- a missing, truncated or corrupt ``.arrow`` file;
+- a row whose text is not valid UTF-8.
+
+``datasets`` itself answers these with IndexError, KeyError, OSError,
+UnicodeDecodeError or JSONDecodeError that name neither the file nor the row.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlvr_core.data.validate import DataError
+
+PREPARE = "run `python -m flows.prepare` (or `dvc repro prepare`) to regenerate it"
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document in ``path``; DataError naming the file and the position of the problem."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing; the dataset folder is incomplete; {PREPARE}") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r}); "
+                        f"the file is corrupt; {PREPARE}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+                        f"the file is corrupt; {PREPARE}") from None
+
+
+def load_saved_split(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
+    """Rows of ``split`` in the ``save_to_disk`` folder ``data_dir``; DataError for anything unreadable."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"{root}: no dataset; run `python -m flows.prepare` first")
+    index = read_json(root / "dataset_dict.json")
+    splits = index.get("splits") if isinstance(index, dict) else None
+    if not isinstance(splits, list):
+        raise DataError(f"{root / 'dataset_dict.json'}: field 'splits' must be a list of split names, "
+                        f"got {str(splits)[:100]}; {PREPARE}")
+    if split not in splits:
+        raise DataError(f"{root / 'dataset_dict.json'}: no {split!r} split (the dataset has {splits[:10]}); "
+                        f"training needs 'train' and 'test'; {PREPARE}")
+    folder = root / split
+    state = read_json(folder / "state.json")
+    read_json(folder / "dataset_info.json")
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise DataError(f"{folder / 'state.json'}: field '_data_files' must list the arrow files, "
+                        f"got {str(files)[:100]}; {PREPARE}")
+    if not files:
+        raise DataError(f"{folder}: the {split!r} split has 0 rows; {PREPARE} with n_train / n_test >= 1")
+    for f in files:
+        arrow = folder / f["filename"]
+        if not arrow.is_file():
+            raise DataError(f"{arrow}: missing (listed in {folder / 'state.json'}); {PREPARE}")
+    return _rows(folder, [folder / f["filename"] for f in files])
+
+
+def _rows(folder: Path, arrows: list[Path]) -> list[dict[str, Any]]:
+    from datasets import load_from_disk
+
+    try:
+        ds = load_from_disk(str(folder))
+    except Exception as e:  # noqa: BLE001 - pyarrow raises OSError / ArrowInvalid for a cut or corrupt file
+        names = ", ".join(str(a) for a in arrows)
+        raise DataError(f"{names}: cannot be read as an arrow table, the file is truncated or corrupt "
+                        f"({e.__class__.__name__}: {str(e)[:200]}); {PREPARE}") from None
+    rows: list[dict[str, Any]] = []
+    offsets = _row_offsets(arrows, ds)
+    try:
+        for row in ds:
+            rows.append(row)
+    except Exception as e:  # noqa: BLE001 - bad UTF-8 in a string column, a short record batch
+        i = len(rows)  # the first row that did not come back
+        file, at = offsets(i)
+        raise DataError(f"{file}: row {at} (row {i} of the {folder.name!r} split) cannot be read "
+                        f"({e.__class__.__name__}: {str(e)[:200]}); the file is corrupt; {PREPARE}") from None
+    return rows
+
+
+def _row_offsets(arrows: list[Path], ds: Any) -> Any:
+    """Row index of the split -> (arrow file, row inside it), from the dataset's per-file tables."""
+    sizes = []
+    try:
+        for table in getattr(ds.data, "tables", None) or [ds.data]:
+            sizes.append(len(table))
+    except Exception:  # noqa: BLE001 - only used for messages
+        sizes = []
+    if len(sizes) != len(arrows):
+        return lambda i: (arrows[0] if len(arrows) == 1 else ", ".join(map(str, arrows)), i)
+
+    def find(i: int) -> tuple[Path, int]:
+        for arrow, size in zip(arrows, sizes):
+            if i < size:
+                return arrow, i
+            i -= size
+        return arrows[-1], i
+
+    return find

@@ -1,0 +1,175 @@
+"""Issue 13 section 4: prompts are checked against the policy's tokenizer and length limit before
+training (and before MLflow opens a run); an out-of-memory fails at once, unretried, naming what to reduce."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlvr_core.allocation.loop import generate_with_retry
+from rlvr_core.config import TrainConfig
+from rlvr_core.data.validate import DataError
+from rlvr_core.errors import OutOfMemory, is_out_of_memory
+from rlvr_core.rollout.hf import HFEngine
+from rlvr_core.training import TrainingStopped, train
+from tests.reliability.common import CFG, dataset
+
+LONG = "1" * 19_999 + "="  # 20,000 characters of the tiny vocabulary
+
+
+def _plain_rows() -> tuple[list[dict], list[dict]]:
+    """The reliability data with only the fields the verifier reads (so any prompt is self-consistent)."""
+    ds = dataset()
+    keep = ("id", "prompt", "answer")
+    return ([{k: r[k] for k in keep} for r in ds["train"]], [{k: r[k] for k in keep} for r in ds["test"]])
+
+
+@pytest.fixture
+def no_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    def tripwire(self: Any, requests: Any) -> Any:
+        raise AssertionError("a rollout was generated before the bad input was refused")
+
+    monkeypatch.setattr(HFEngine, "generate", tripwire)
+
+
+@pytest.mark.parametrize("split, prompt, message", [
+    ("train", LONG, r"train row 3 .*the prompt is 20001 tokens \(20000 characters\); with train\.max_new_tokens=8 it "
+                    r"needs 20009 positions, but the policy holds 128.*lower train\.max_new_tokens"),
+    ("test", "12 + 34 =", r"test row 3 .*character ' ' at position 2 outside the tiny policy's vocabulary"),
+    ("train", "0012+0034=?", r"train row 3 .*character '\?' at position 10"),
+])
+def test_prompts_the_policy_cannot_read_are_refused_before_any_rollout(policy_dir: Path, tmp_path: Path,
+                                                                       no_rollouts: None, split: str, prompt: str,
+                                                                       message: str) -> None:
+    tr, te = _plain_rows()
+    rows = tr if split == "train" else te
+    rows[3] = {**rows[3], "prompt": prompt}
+    t0 = time.monotonic()
+    with pytest.raises(DataError, match=message):
+        train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "run").exists()
+
+
+def test_max_new_tokens_beyond_the_model_is_refused(policy_dir: Path, tmp_path: Path, no_rollouts: None) -> None:
+    tr, te = _plain_rows()
+    with pytest.raises(DataError, match=r"train row 0 .*train\.max_new_tokens=1000000000 it needs \d+ positions"):
+        train(TrainConfig(**{**CFG, "max_new_tokens": 10**9}), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+              run_dir=tmp_path / "run")
+
+
+# ----------------------------------------------------------------------------- the train flow
+
+PARAMS = """\
+prepare: {task: arithmetic, n_train: 400, n_test: 60, seed: 0}
+train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 2, eval_every: 1, eval_size: 20,
+        eval_samples: 0, checkpoint_every: 1, keep_last: 2}
+"""
+
+
+@pytest.mark.parametrize("prompt, message", [
+    (LONG, r"train row 5 .*the prompt is 20001 tokens"),
+    ("12+34=\u00a0", r"train row 5 .*character '\\xa0' at position 6"),
+])
+def test_flow_refuses_unreadable_prompts_before_mlflow(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       prompt: str, message: str) -> None:
+    import datasets
+
+    from flows.train import train as train_flow
+
+    tr, te = _plain_rows()
+    tr[5] = {**tr[5], "prompt": prompt}
+    root = tmp_path / "root"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(tr), "test": datasets.Dataset.from_list(te)}
+                         ).save_to_disk(str(root / "data/arithmetic"))
+    shutil.copytree(policy_dir, root / "models/warmstart")
+    (root / "params.yaml").write_text(PARAMS)
+    monkeypatch.setenv("RLVR_ROOT", str(root))
+    monkeypatch.setenv("RLVR_PARAMS", str(root / "params.yaml"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
+    with pytest.raises(DataError, match=f"{root / 'data/arithmetic'}: {message}"):
+        train_flow.fn(allocator="sara")
+    assert not (root / "runs").exists() and not (root / "mlflow.db").exists()  # no MLflow run was opened
+
+
+# ----------------------------------------------------------------------------- out of memory
+
+
+@pytest.mark.parametrize("exc, oom", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 160.00 GiB"), True),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 171798691840 bytes"), True),
+    (RuntimeError("CUDA error: out of memory"), True),
+    (MemoryError(), True),
+    (OutOfMemory("x"), True),
+    (RuntimeError("connection reset by peer"), False),
+    (OSError("disk"), False),
+])
+def test_out_of_memory_is_recognised(exc: BaseException, oom: bool) -> None:
+    assert is_out_of_memory(exc) is oom
+
+
+class _Engine:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc, self.calls, self.state = exc, 0, {"calls": 0}
+
+    def generate(self, requests: Any) -> Any:
+        self.calls += 1
+        self.state["calls"] += 1
+        raise self.exc
+
+    def state_dict(self) -> dict:
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = dict(state)
+
+
+def test_out_of_memory_is_not_retried_but_other_faults_are() -> None:
+    oom = _Engine(MemoryError("no room"))
+    t0 = time.monotonic()
+    with pytest.raises(MemoryError):
+        generate_with_retry(oom, {0: 4}, retries=3, retry_delay_s=5.0)
+    assert oom.calls == 1 and time.monotonic() - t0 < 1.0 and oom.state == {"calls": 0}  # state restored
+    flaky = _Engine(RuntimeError("server went away"))
+    with pytest.raises(Exception, match="after 3 attempt"):
+        generate_with_retry(flaky, {0: 4}, retries=2, retry_delay_s=0.0)
+    assert flaky.calls == 3
+
+
+def test_an_oom_in_generation_stops_training_at_once_naming_what_to_reduce(
+        policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"n": 0}
+    real = HFEngine._forward_loop
+
+    def forward(self: HFEngine, seqs: Any, max_new: int, generator: Any) -> Any:
+        if generator is None:  # greedy evaluation runs; sampling does not fit
+            return real(self, seqs, max_new, generator)
+        calls["n"] += 1
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 160.00 GiB")
+
+    monkeypatch.setattr(HFEngine, "_forward_loop", forward)
+    tr, te = _plain_rows()
+    t0 = time.monotonic()
+    with pytest.raises(TrainingStopped, match=r"^step 1: generation: generation ran out of memory on cpu for \d+ "
+                                              r"sequences of up to 11 prompt tokens \+ 8 new tokens.*reduce the prompt "
+                                              r"length, train\.max_new_tokens \(now 8\).*engine_options\.micro_batch.*"
+                                              r"retrying the same batch cannot help") as err:
+        train(TrainConfig(**{**CFG, "eval_samples": 0, "engine_retries": 3, "engine_retry_delay_s": 10.0}),
+              policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+    assert calls["n"] == 1, "an out-of-memory was retried"
+    assert time.monotonic() - t0 < 60  # no 10 s + 20 s + 40 s of retry delays
+    assert isinstance(err.value.__cause__, OutOfMemory)
+
+
+def test_prefect_does_not_retry_an_out_of_memory_stop() -> None:
+    from prefect.states import Failed
+
+    from tasks.training import run_training, should_retry
+
+    assert should_retry(run_training, None, Failed(data=TrainingStopped("step 1: generation ran out of memory"))) is False

@@ -8,7 +8,7 @@ name in ``rlvr_core.allocation.ALLOCATORS``) and ``allocator_params``::
     trainer.train()
 
 One generation step (every ``steps_per_generation * num_iterations`` micro-steps,
-where TRL generates) runs the allocation loop of DESIGN 3.1:
+where TRL generates) runs the allocation loop of docs/design.md §3.1:
 
 1. ``allocator.start_step(source)``; ``source`` yields dataset row indices in
    the order TRL's ``RepeatSampler`` would (a ``torch.randperm`` per epoch

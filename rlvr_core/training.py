@@ -257,10 +257,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
     source = PromptSource(len(train_rows), seed=cfg.seed)
     engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
-    trainer = GRPOTrainer(model, TrainerConfig(lr=cfg.lr, clip_eps=cfg.clip_eps, grad_clip=cfg.grad_clip,
-                                               kl_coef=cfg.kl_coef, advantage=cfg.advantage,
-                                               aggregation=cfg.aggregation, temperature=cfg.temperature,
-                                               micro_batch=cfg.micro_batch),
+    trainer = GRPOTrainer(model, TrainerConfig.from_train(cfg),
                           ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
                           pad_id=tok.pad_token_id, device=device)
     scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s)

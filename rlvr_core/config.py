@@ -186,11 +186,18 @@ def _need(value: Any, hint: Any, key: str) -> tuple[str, Any, str] | None:
 
 def check_fields(cls: type, values: Mapping[str, Any]) -> None:
     """ConfigError "key: got <value>; need <type>" for the first of ``values`` (known fields of dataclass
-    ``cls``) that does not fit its annotation; NaN and infinities never fit a number."""
+    ``cls``) that does not fit its annotation. NaN and infinities never fit a number, and no key of a
+    params section takes a negative number (the sections' own checks then bound each range)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.name in values and (bad := _need(values[f.name], hints[f.name], f.name)) is not None:
+        if f.name not in values:
+            continue
+        v = values[f.name]
+        if (bad := _need(v, hints[f.name], f.name)) is not None:
             raise ConfigError(f"{bad[0]}: got {short_repr(bad[1])}; need {bad[2]}")
+        numbers = [v] if _is_real(v) else [x for x in v if _is_real(x)] if isinstance(v, (list, tuple)) else []
+        if any(x < 0 for x in numbers):
+            raise ConfigError(f"{f.name}: got {short_repr(v)}; no params key takes a negative number")
 
 
 def _check_self(obj: Any) -> None:
@@ -237,11 +244,11 @@ class PrepareConfig:
     def __post_init__(self) -> None:
         _check_self(self)
         require(self.task in SYNTHETIC_TASKS + HUB_TASKS, "task",
-                f"got {self.task!r}; use 'arithmetic' or 'countdown' (synthetic) or 'math' (hub datasets)")
+                f"got {short_repr(self.task)}; use 'arithmetic' or 'countdown' (synthetic) or 'math' (hub datasets)")
         self._check_hub_fields()
-        require(_is_int(self.n_train) and self.n_train >= 1, "n_train", f"got {self.n_train!r}; need an int >= 1")
-        require(_is_int(self.n_test) and self.n_test >= 1, "n_test", f"got {self.n_test!r}; need an int >= 1")
-        require(self.seed >= 0, "seed", f"got {self.seed!r}; need an int >= 0")
+        require(_is_int(self.n_train) and self.n_train >= 1, "n_train", f"got {short_repr(self.n_train)}; need an int >= 1")
+        require(_is_int(self.n_test) and self.n_test >= 1, "n_test", f"got {short_repr(self.n_test)}; need an int >= 1")
+        require(self.seed >= 0, "seed", f"got {short_repr(self.seed)}; need an int >= 0")
         object.__setattr__(self, "digits", tuple(self.digits))
         require(len(self.digits) > 0 and all(_is_int(d) and 1 <= d <= 4 for d in self.digits)
                 and len(set(self.digits)) == len(self.digits), "digits", "give distinct digit counts in 1..4")
@@ -260,19 +267,19 @@ class PrepareConfig:
         if self.task in SYNTHETIC_TASKS:
             given = [k for k in hub_keys if getattr(self, k) is not None]
             require(not given, given[0] if given else "dataset",
-                    f"applies to task 'math' only; task {self.task!r} is generated, remove {given}")
+                    f"applies to task 'math' only; task {short_repr(self.task)} is generated, remove {given}")
             return
         names = DATASETS.names()
         for key in ("dataset", "eval_dataset"):
             v = getattr(self, key)
-            require(v is None or v in names, key, f"unknown dataset {v!r}; valid names: {', '.join(names)}")
+            require(v is None or v in names, key, f"unknown dataset {short_repr(v)}; valid names: {', '.join(names)}")
         for key in ("path", "eval_path", "eval_split"):
             v = getattr(self, key)
-            require(v is None or (isinstance(v, str) and v.strip() != ""), key, f"got {v!r}; need a non-empty string or null")
-        require(isinstance(self.split, str) and self.split.strip() != "", "split", f"got {self.split!r}; need a split name")
+            require(v is None or (isinstance(v, str) and v.strip() != ""), key, f"got {short_repr(v)}; need a non-empty string or null")
+        require(isinstance(self.split, str) and self.split.strip() != "", "split", f"got {short_repr(self.split)}; need a split name")
         for key in ("limit", "eval_limit"):
             v = getattr(self, key)
-            require(v is None or (_is_int(v) and v >= 1), key, f"got {v!r}; need an int >= 1 or null")
+            require(v is None or (_is_int(v) and v >= 1), key, f"got {short_repr(v)}; need an int >= 1 or null")
 
     def hub_sources(self) -> dict[str, dict[str, Any]]:
         """Task math: {"train"|"test": {dataset, path, split, limit}} for ``rlvr_core.data.hub.load_hub_dataset``."""
@@ -388,20 +395,20 @@ class TrainConfig:
                         ("eval_size", 1), ("eval_samples", 0), ("checkpoint_every", 1), ("keep_last", 1),
                         ("max_nonfinite", 1), ("engine_retries", 0), ("micro_batch", 1), ("seed", 0)):
             v = getattr(self, key)
-            require(v >= lo, key, f"got {v!r}; need an int >= {lo}")
+            require(v >= lo, key, f"got {short_repr(v)}; need an int >= {lo}")
         require(self.max_new_tokens <= MAX_NEW_TOKENS, "max_new_tokens",
                 f"got {self.max_new_tokens:,}; at most {MAX_NEW_TOKENS:,} tokens (a 32k context; the engine "
                 "reserves batch_size * k * max_new_tokens token slots up front)")
         require(self.max_rollouts is None or self.max_rollouts >= 1, "max_rollouts",
-                f"got {self.max_rollouts!r}; need an int >= 1 or null")
-        require(0 < self.lr < 1, "lr", f"got {self.lr!r}; need 0 < lr < 1 (1e-4 is the tested default)")
-        require(self.temperature > 0, "temperature", f"got {self.temperature!r}; need > 0")
-        require(0 < self.top_p <= 1, "top_p", f"got {self.top_p!r}; need 0 < top_p <= 1")
+                f"got {short_repr(self.max_rollouts)}; need an int >= 1 or null")
+        require(0 < self.lr < 1, "lr", f"got {short_repr(self.lr)}; need 0 < lr < 1 (1e-4 is the tested default)")
+        require(self.temperature > 0, "temperature", f"got {short_repr(self.temperature)}; need > 0")
+        require(0 < self.top_p <= 1, "top_p", f"got {short_repr(self.top_p)}; need 0 < top_p <= 1")
         require(self.eval_samples == 0 or self.eval_samples >= self.k, "eval_samples",
                 f"got {self.eval_samples}; need 0 or >= k={self.k} for pass@k")
-        require(self.engine_retry_delay_s >= 0, "engine_retry_delay_s", f"got {self.engine_retry_delay_s!r}; need >= 0")
+        require(self.engine_retry_delay_s >= 0, "engine_retry_delay_s", f"got {short_repr(self.engine_retry_delay_s)}; need >= 0")
         require(self.verifier_timeout_s is None or 0 < self.verifier_timeout_s <= MAX_VERIFIER_TIMEOUT_S,
-                "verifier_timeout_s", f"got {self.verifier_timeout_s!r}; need seconds in (0, "
+                "verifier_timeout_s", f"got {short_repr(self.verifier_timeout_s)}; need seconds in (0, "
                 f"{MAX_VERIFIER_TIMEOUT_S:g}] or null (the limit arms setitimer once per verifier call)")
         self._check_engine()
         TrainerConfig.from_train(self)  # the update's knobs: clip_eps in (0, 1), grad_clip > 0, betas, ...
@@ -426,8 +433,8 @@ class TrainConfig:
                                   else f"engine_options.{key}: set by the run, not an option")
             if key not in valid:
                 close = difflib.get_close_matches(key, valid, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"engine_options.{key}: not an option of engine {self.engine!r}{hint}; "
+                hint = f" (did you mean {short_repr(close[0])}?)" if close else ""
+                raise ConfigError(f"engine_options.{key}: not an option of engine {short_repr(self.engine)}{hint}; "
                                   f"valid: {', '.join(valid)}")
 
     def allocator_kwargs(self, name: str | None = None) -> dict[str, Any]:
@@ -447,10 +454,10 @@ class EvaluateConfig:
 
     def __post_init__(self) -> None:
         _check_self(self)
-        require(self.k >= 1, "k", f"got {self.k!r}; need an int >= 1")
+        require(self.k >= 1, "k", f"got {short_repr(self.k)}; need an int >= 1")
         require(self.n_samples == 0 or self.n_samples >= self.k, "n_samples",
-                f"got {self.n_samples!r}; need 0 or an int >= k")
-        require(self.temperature > 0, "temperature", f"got {self.temperature!r}; need > 0")
+                f"got {short_repr(self.n_samples)}; need 0 or an int >= k")
+        require(self.temperature > 0, "temperature", f"got {short_repr(self.temperature)}; need > 0")
         require(1 <= self.max_new_tokens <= MAX_NEW_TOKENS, "max_new_tokens",
                 f"got {self.max_new_tokens:,}; need 1 to {MAX_NEW_TOKENS:,} tokens (a 32k context)")
 
@@ -486,7 +493,7 @@ def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mappin
     for sec in raw:
         if sec not in SECTIONS and sec != "report":
             close = difflib.get_close_matches(str(sec), list(SECTIONS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = f" (did you mean {short_repr(close[0])}?)" if close else ""
             raise ConfigError(f"{path}: unknown section {short_repr(sec)}{hint}; valid: {', '.join(SECTIONS)}, report")
     for sec in SECTIONS:
         if raw.get(sec) is not None and not isinstance(raw[sec], Mapping):
@@ -507,7 +514,7 @@ def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mappin
         raise ConfigError(f"{path}: {e}{_from_overrides(str(e), overrides or {}, path)}") from None
     missing = [sec for sec in REQUIRED_SECTIONS if raw.get(sec) is None]
     if missing:
-        raise ConfigError(f"{path}: no {missing[0]!r} section; {need}")
+        raise ConfigError(f"{path}: no {short_repr(missing[0])} section; {need}")
     return params
 
 

@@ -169,5 +169,5 @@ if __name__ == "__main__":
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
     ap.add_argument("--out", default=None, help="run folder, relative to the project root (default runs/<allocator>)")
     a = ap.parse_args()
-    train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set, a.params) or None, params_file=a.params,
-          out_dir=a.out)
+    train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set, a.params) or None,
+          params_file=a.params, out_dir=a.out)

@@ -108,7 +108,7 @@ def _count_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
 def read_yaml(text: str, where: str) -> Any:
     """Parse ``text`` with ``ParamsLoader``; ConfigError naming ``where`` on bad or oversized YAML."""
     try:
-        return yaml.load(text, Loader=ParamsLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=ParamsLoader)  # a SafeLoader subclass
     except _ExpandsTooFar as e:
         raise ConfigError(f"{where}: {e}") from None
     except yaml.YAMLError as e:
@@ -387,7 +387,8 @@ class TrainConfig:
         object.__setattr__(self, "betas", tuple(self.betas))
         for name in (self.allocator, *self.allocators):
             if name not in ALLOCATORS:
-                raise ConfigError(f"allocator: unknown {short_repr(name)}; valid names: {', '.join(ALLOCATORS.names())}")
+                raise ConfigError(f"allocator: unknown {short_repr(name)}; "
+                                  f"valid names: {', '.join(ALLOCATORS.names())}")
         for name in self.allocator_params:
             require(name in ALLOCATORS, f"allocator_params.{name}",
                     f"unknown allocator; valid names: {', '.join(ALLOCATORS.names())}")
@@ -406,7 +407,8 @@ class TrainConfig:
         require(0 < self.top_p <= 1, "top_p", f"got {short_repr(self.top_p)}; need 0 < top_p <= 1")
         require(self.eval_samples == 0 or self.eval_samples >= self.k, "eval_samples",
                 f"got {self.eval_samples}; need 0 or >= k={self.k} for pass@k")
-        require(self.engine_retry_delay_s >= 0, "engine_retry_delay_s", f"got {short_repr(self.engine_retry_delay_s)}; need >= 0")
+        require(self.engine_retry_delay_s >= 0, "engine_retry_delay_s",
+                f"got {short_repr(self.engine_retry_delay_s)}; need >= 0")
         require(self.verifier_timeout_s is None or 0 < self.verifier_timeout_s <= MAX_VERIFIER_TIMEOUT_S,
                 "verifier_timeout_s", f"got {short_repr(self.verifier_timeout_s)}; need seconds in (0, "
                 f"{MAX_VERIFIER_TIMEOUT_S:g}] or null (the limit arms setitimer once per verifier call)")
@@ -425,7 +427,8 @@ class TrainConfig:
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             return
         set_by_run = {"self", "model", "tokenizer", "prompts", "temperature", "top_p", "max_new_tokens", "seed"}
-        valid = sorted(n for n, p in params.items() if n not in set_by_run and p.kind is not inspect.Parameter.VAR_POSITIONAL)
+        valid = sorted(n for n, p in params.items()
+                       if n not in set_by_run and p.kind is not inspect.Parameter.VAR_POSITIONAL)
         for key in self.engine_options:
             if key in set_by_run:
                 raise ConfigError(f"engine_options.{key}: set by the run (use train.{key})"

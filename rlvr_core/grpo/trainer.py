@@ -81,7 +81,7 @@ class TrainerConfig:
     compute_entropy: bool = True
 
     @classmethod
-    def from_train(cls, train: Any) -> "TrainerConfig":
+    def from_train(cls, train: Any) -> TrainerConfig:
         """This config from a ``train`` section (``rlvr_core.config.TrainConfig``): each field copied by name."""
         return cls(**{f.name: getattr(train, f.name) for f in fields(cls)})
 

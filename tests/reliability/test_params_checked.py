@@ -18,8 +18,14 @@ from typing import Any
 
 import pytest
 
-from rlvr_core.config import (MAX_NEW_TOKENS, MAX_YAML_NODES, SECTIONS, TrainConfig, load_params, parse_set,
-                              short_repr)
+from rlvr_core.config import (
+    MAX_YAML_NODES,
+    SECTIONS,
+    TrainConfig,
+    load_params,
+    parse_set,
+    short_repr,
+)
 from rlvr_core.errors import ConfigError
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.training import train
@@ -73,11 +79,10 @@ def _with_train(text: str, line: str) -> str:
     ("lr: -.inf", r"train\.lr: got -inf"),
     ("betas: [0.9, 1.0]", r"train\.betas: must be two numbers in \[0, 1\)"),
     ("betas: [0.9]", r"train\.betas: got \[0\.9\]; need a list of 2 items"),
-    ("engine_options: {bogus: 1}", r"train\.engine_options\.bogus: not an option of engine 'hf'.*valid: device, "
-                                   r"micro_batch"),
+    ("engine_options: {bogus: 1}", r"train\.engine_options\.bogus: not an option of engine 'hf'.*valid: device, micro"),
     ("engine_options: {temperature: 0.5}", r"train\.engine_options\.temperature: set by the run"),
-    ("max_new_tokens: 1000000000", r"train\.max_new_tokens: got 1,000,000,000; at most 32,768 tokens \(a 32k "
-                                   r"context; the engine reserves batch_size \* k \* max_new_tokens"),
+    ("max_new_tokens: 1000000000", (r"train\.max_new_tokens: got 1,000,000,000; at most 32,768 tokens \(a 32k "
+                                    r"context; the engine reserves batch_size \* k \* max_new_tokens")),
     ("k: .inf", r"train\.k: got inf; need an int"),
     ("eval_size: -1", r"train\.eval_size: got -1"),
     ("seed: -1", r"train\.seed: got -1"),

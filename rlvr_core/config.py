@@ -514,7 +514,8 @@ def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mappin
                 raise ConfigError(f"{sec}.{e}") from None
         params = Params(**{sec: from_mapping(cls, merged[sec], sec) for sec, cls in SECTIONS.items()})
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}{_from_overrides(str(e), overrides or {}, path)}") from None
+        msg = str(e) if len(str(e)) <= 600 else str(e)[:597] + "..."  # e.g. an unknown key 100k characters long
+        raise ConfigError(f"{path}: {msg}{_from_overrides(msg, overrides or {}, path)}") from None
     missing = [sec for sec in REQUIRED_SECTIONS if raw.get(sec) is None]
     if missing:
         raise ConfigError(f"{path}: no {short_repr(missing[0])} section; {need}")

@@ -23,10 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from prefect import flow
 
-from flows.common import flow_run_id, load, write_json
+from flows.common import flow_run_id, load, parse_set, write_json
 from rlvr_core.allocation import make_allocator
 from rlvr_core.checkpoint import latest_manifest, list_checkpoints, verify
 from rlvr_core.config import TrainConfig
@@ -85,7 +84,8 @@ def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path)
     resolve_device(cfg.device)  # device: cuda on a machine without one fails here, before MLflow opens a run
     make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
     if (latest := latest_manifest(out / "checkpoints")) is not None:
-        check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]))
+        check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]),
+                        step=latest[1].get("step"))
 
 
 def _quiet(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -175,17 +175,6 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     return {"run_id": run_id, "summary": summary, "timings": timings}
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
-    """['lr=1e-4', 'k=4'] -> {'lr': 0.0001, 'k': 4} (values parsed as YAML)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"--set {item!r}: use key=value, e.g. --set lr=1e-4")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--allocator", default=None)
@@ -195,5 +184,5 @@ if __name__ == "__main__":
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
     ap.add_argument("--out", default=None, help="run folder, relative to the project root (default runs/<allocator>)")
     a = ap.parse_args()
-    train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set) or None, params_file=a.params,
-          out_dir=a.out)
+    train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set, a.params) or None,
+          params_file=a.params, out_dir=a.out)

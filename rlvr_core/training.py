@@ -49,7 +49,7 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -59,7 +59,7 @@ import torch
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.allocation.loop import EngineError
 from rlvr_core.checkpoint import fault_point, load_latest, save_checkpoint
-from rlvr_core.config import TrainConfig
+from rlvr_core.config import TrainConfig, short_repr
 from rlvr_core.data.validate import check_prompts_fit, position_limit, validate_splits
 from rlvr_core.errors import ConfigError, OutOfMemory, VerifierTimeout, is_out_of_memory
 from rlvr_core.evaluation import evaluate_policy
@@ -76,10 +76,15 @@ log = logging.getLogger(__name__)
 __all__ = ["EngineError", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "VerifierTimeout",
            "check_resumable", "data_digest", "train"]
 
-# train-section keys that shape the trajectory: a checkpoint only resumes under the same values
-TRAJECTORY_KEYS: tuple[str, ...] = ("allocator", "allocator_params", "k", "batch_size", "seed", "lr", "clip_eps",
-                                    "grad_clip", "kl_coef", "advantage", "aggregation", "temperature", "top_p",
-                                    "max_new_tokens")
+# Keys a resumed run may change: how long it runs and how it is kept, not what it computes. A device
+# change (a run moved to another machine) is allowed too. Every other train key (TRAJECTORY_KEYS) shapes
+# the trajectory or what its records mean, and a checkpoint only resumes under the same values. That
+# includes the evaluation keys (eval_every, eval_size, eval_samples): a run's eval curve is one evaluation
+# set at one cadence, so a change is refused rather than recorded half-way through.
+RESUMABLE_KEYS: tuple[str, ...] = ("allocators", "steps", "max_rollouts", "checkpoint_every", "keep_last",
+                                   "max_nonfinite", "engine_retries", "engine_retry_delay_s", "device",
+                                   "compute_entropy", "max_verifier_error_share", "verifier_workers")
+TRAJECTORY_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in RESUMABLE_KEYS)
 
 
 class TrainingStopped(RuntimeError):
@@ -254,18 +259,23 @@ def data_digest(rows: Sequence[Mapping[str, Any]]) -> str:
     return h.hexdigest()
 
 
-def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, where: str) -> None:
+def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, where: str,
+                    step: int | None = None) -> None:
     """Raise ConfigError unless a checkpoint (its state, or its manifest's meta) was written under ``cfg``'s
-    trajectory settings (``TRAJECTORY_KEYS``) and on the same training split (``data_digest``)."""
+    trajectory settings (``TRAJECTORY_KEYS``), on the same training split (``data_digest``), and at a
+    ``step`` no later than ``cfg.steps`` (a shorter run cannot be had from a longer one)."""
     old, new = saved.get("config") or {}, asdict(cfg)
     changed = [k for k in TRAJECTORY_KEYS if k in old and _plain(old[k]) != _plain(new[k])]
     if changed:
-        diffs = ", ".join(f"train.{k}={old[k]!r} there, {new[k]!r} now" for k in changed)
+        diffs = ", ".join(f"train.{k}={short_repr(old[k])} there, {short_repr(new[k])} now" for k in changed)
         raise ConfigError(f"{where}: cannot resume, the run was started with other settings ({diffs}); "
                           "use the same settings, or start a fresh run folder")
     if saved.get("data_digest") not in (None, digest):
         raise ConfigError(f"{where}: cannot resume, the run was trained on a different training split "
                           "(prompt digest differs); use the same data, or start a fresh run folder")
+    if step is not None and step > cfg.steps:
+        raise ConfigError(f"{where}: cannot resume, the run already has {step} steps done, more than "
+                          f"train.steps={cfg.steps}; ask for {step} or more steps, or start a fresh run folder")
 
 
 def _plain(v: Any) -> Any:
@@ -321,10 +331,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
     source = PromptSource(len(train_rows), seed=cfg.seed)
     engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
-    trainer = GRPOTrainer(model, TrainerConfig(lr=cfg.lr, clip_eps=cfg.clip_eps, grad_clip=cfg.grad_clip,
-                                               kl_coef=cfg.kl_coef, advantage=cfg.advantage,
-                                               aggregation=cfg.aggregation, temperature=cfg.temperature,
-                                               micro_batch=cfg.micro_batch),
+    trainer = GRPOTrainer(model, TrainerConfig.from_train(cfg),
                           ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
                           pad_id=tok.pad_token_id, device=device)
     scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s, max_error_share=cfg.max_verifier_error_share,
@@ -337,7 +344,7 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     cum = {"rollouts": 0, "tokens": 0}
     if resume and (latest := load_latest(ckpt_dir)) is not None:
         step0, state = latest
-        check_resumable(state, cfg, digest, str(ckpt_dir / f"step_{step0:06d}"))
+        check_resumable(state, cfg, digest, str(ckpt_dir / f"step_{step0:06d}"), step=step0)
         trainer.load_state_dict(state["trainer"])
         allocator.load_state_dict(state["allocator"])
         source.load_state_dict(state["source"])

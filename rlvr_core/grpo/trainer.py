@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterator
 
 import numpy as np
@@ -39,7 +39,11 @@ _TOKEN_METRICS = ("clip_frac", "approx_kl", "kl_ref", "ratio_mean", "entropy", "
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """Settings of the policy update (params.yaml section ``train.grpo``).
+    """Settings of the policy update: the update keys of params.yaml's ``train`` section.
+
+    Each field is a field of ``rlvr_core.config.TrainConfig`` with the same default; a run builds
+    this from its section with ``from_train`` (tests/pipeline/test_params_defaults.py keeps the two
+    in step).
 
     lr:            AdamW learning rate (3e-4 and above degraded the CPU default policy)
     betas:         AdamW (beta1, beta2)
@@ -75,6 +79,11 @@ class TrainerConfig:
     epochs: int = 1
     only_effective: bool = True
     compute_entropy: bool = True
+
+    @classmethod
+    def from_train(cls, train: Any) -> TrainerConfig:
+        """This config from a ``train`` section (``rlvr_core.config.TrainConfig``): each field copied by name."""
+        return cls(**{f.name: getattr(train, f.name) for f in fields(cls)})
 
     def __post_init__(self) -> None:
         def finite(x: Any) -> bool:

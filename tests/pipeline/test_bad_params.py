@@ -14,11 +14,15 @@ from tests.pipeline.conftest import PROJECT, PY
     (["--allocator", "nosuch"], "unknown 'nosuch'"),
     (["--allocator", "sara", "--steps", "-3"], "train.steps: got -3"),
     (["--allocator", "sara", "--set", "lrr=0.1"], "did you mean 'lr'"),
+    (["--allocator", "sara", "--set", "lr=["], "tiny_params.yaml: train.lr (from --set 'lr=['): not valid YAML"),
+    # lr=5e-5 (a string to YAML 1.1) is read as a number: the first bad key is clip_eps, reported against the file
+    (["--set", "lr=5e-5", "--set", "clip_eps=.nan"],
+     "tiny_params.yaml: train.clip_eps: got nan; need a finite number (the value of train.clip_eps came from --set"),
 ])
 def test_bad_train_params_fail_before_rollouts(pipeline_env: dict[str, str], tmp_path: Path, args: list[str],
                                                message: str) -> None:
     p = subprocess.run([PY, "-m", "flows.train", *args], env=pipeline_env, cwd=PROJECT, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=300)  # a loaded 2-core machine takes 85 s to import the flow
     out = p.stdout + p.stderr
     assert p.returncode != 0
     assert message in out, out[-2000:]

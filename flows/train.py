@@ -33,6 +33,7 @@ from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import validate_splits
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import check_policy_folder, resolve_device
+from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import check_resumable, data_digest
 from tasks import tracking
 from tasks.data import load_split
@@ -114,6 +115,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     out = root() / out_dir if out_dir else run_dir(cfg.allocator)
     check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
+    lock = hold_run_folder(out)  # one writer per run folder: RunFolderBusy before anything is written or tracked
     for stale in ("summary.json", "train_timings.json", "curve.csv"):  # a crashed rerun must not look complete
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "final_model", ignore_errors=True)
@@ -156,6 +158,8 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
         if run_id:
             _quiet("end_run", tracking.end_run, run_id, "FAILED")
         raise
+    finally:
+        lock.release()
     print(f"train[{cfg.allocator}]: {summary['steps']} steps, final {summary['final_eval']} -> {out}")
     return {"run_id": run_id, "summary": summary, "timings": timings}
 

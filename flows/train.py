@@ -28,7 +28,7 @@ from prefect import flow
 
 from flows.common import flow_run_id, load, write_json
 from rlvr_core.allocation import make_allocator
-from rlvr_core.checkpoint import latest_manifest, list_checkpoints, verify
+from rlvr_core.checkpoint import check_format, latest_manifest, list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import validate_splits
 from rlvr_core.errors import ConfigError
@@ -72,6 +72,7 @@ def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path)
     resolve_device(cfg.device)  # device: cuda on a machine without one fails here, before MLflow opens a run
     make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
     if (latest := latest_manifest(out / "checkpoints")) is not None:
+        check_format(*latest)  # CheckpointError for a pickle-format checkpoint, before MLflow opens a run
         check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]))
 
 

@@ -271,8 +271,11 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_format(folder: Path, manifest: Mapping[str, Any]) -> None:
-    """Raise CheckpointError for a pickle-format or unknown-format checkpoint."""
+def check_format(folder: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """Raise CheckpointError for a pickle-format or unknown-format checkpoint (``latest_manifest``'s pair)."""
+    folder = Path(folder)
+    if not isinstance(manifest, Mapping) or not isinstance(manifest.get("files"), Mapping):
+        return  # a damaged manifest: loading skips the checkpoint
     if LEGACY_STATE in manifest["files"] or manifest.get("format") is None:
         raise CheckpointError(
             f"checkpoint {folder} is in the old pickle format ({LEGACY_STATE}), which can run code when loaded, "
@@ -318,7 +321,7 @@ def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: It
         manifest = _read_manifest(folder)
     except (OSError, ValueError) as e:
         raise ValueError(f"checkpoint {folder}: manifest unreadable ({e.__class__.__name__})") from None
-    _check_format(folder, manifest)
+    check_format(folder, manifest)
     problem = verify(folder)
     if problem:
         raise ValueError(f"checkpoint {folder}: {problem}")
@@ -371,7 +374,7 @@ def load_latest(root: str | os.PathLike, map_location: str = "cpu") -> tuple[int
             warnings.warn(f"skipping damaged checkpoint {folder}: manifest unreadable ({e.__class__.__name__})",
                           RuntimeWarning, stacklevel=2)
             continue
-        _check_format(folder, manifest)
+        check_format(folder, manifest)
         try:
             state = read_state(folder, map_location)
         except CheckpointError:

@@ -127,15 +127,37 @@ def test_a_pickle_under_a_new_format_name_is_never_unpickled(tmp_path: Path, dis
     assert not marker.exists()
 
 
-def test_training_on_a_pickle_format_run_folder_says_what_to_do(tmp_path: Path) -> None:
+def test_training_on_a_pickle_format_run_folder_says_what_to_do(policy_dir: Path, tmp_path: Path) -> None:
+    from rlvr_core.config import TrainConfig
     from rlvr_core.errors import ConfigError
+    from rlvr_core.training import train
+    from tests.reliability.common import CFG, dataset
 
-    folder = tmp_path / "checkpoints" / "step_000004"
+    folder = tmp_path / "run" / "checkpoints" / "step_000004"
     folder.mkdir(parents=True)
-    torch.save({"step": 4}, folder / "state.pt")
+    torch.save({"trainer": _Payload(tmp_path / "ran")}, folder / "state.pt")
     _rewrite_manifest(folder, ["state.pt"], None)
-    with pytest.raises(ConfigError, match="fresh folder"):  # not retried by the Prefect task (a ConfigError)
-        load_latest(tmp_path / "checkpoints")
+    ds = dataset()
+    with pytest.raises(ConfigError, match="old pickle format.*fresh folder"):  # a ConfigError: Prefect does not retry
+        train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+              run_dir=tmp_path / "run")
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_the_train_flow_refuses_a_pickle_format_run_folder_before_tracking(policy_dir: Path, tmp_path: Path) -> None:
+    from flows.train import check_inputs
+    from rlvr_core.config import TrainConfig
+    from tests.reliability.common import CFG, dataset
+
+    dataset().save_to_disk(str(tmp_path / "data"))
+    out = tmp_path / "run"
+    folder = out / "checkpoints" / "step_000002"
+    folder.mkdir(parents=True)
+    torch.save({"trainer": _Payload(tmp_path / "ran")}, folder / "state.pt")
+    _rewrite_manifest(folder, ["state.pt"], None)
+    with pytest.raises(CheckpointError, match="old pickle format"):  # check_inputs runs before MLflow opens a run
+        check_inputs(TrainConfig(**CFG), "arithmetic", tmp_path / "data", policy_dir, out)
+    assert not (tmp_path / "ran").exists() and not (out / "tracking.json").exists()
 
 
 def test_checkpoints_order_by_step_number_past_999999(tmp_path: Path) -> None:

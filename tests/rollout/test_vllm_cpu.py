@@ -72,7 +72,8 @@ def setup(tmp_path_factory):
     t0 = time.perf_counter()
     eng = VLLMEngine(model, tok, PROMPTS, policy_dir=folder, max_new_tokens=12, seed=3, dtype="float32",
                      server_python=SERVER_PYTHON, server_args=["--enforce-eager"], weights_dir=root / "shm",
-                     log_path=root / "server.log", start_timeout=300, request_timeout=300, max_restarts=2)
+                     log_path=root / "server.log", request_timeout=300, max_restarts=2,
+                     start_timeout=float(os.environ.get("RLVR_VLLM_START_TIMEOUT", 300)))  # a loaded machine: raise it
     print(f"\n[vllm-cpu] server start {time.perf_counter() - t0:.1f} s; {eng.health()}")
     yield model, tok, eng
     eng.close()

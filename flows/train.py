@@ -27,11 +27,12 @@ from prefect import flow
 
 from flows.common import flow_run_id, load, parse_set, write_json
 from rlvr_core.allocation import make_allocator
-from rlvr_core.checkpoint import latest_manifest, list_checkpoints, verify
+from rlvr_core.checkpoint import check_format, latest_manifest, list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import check_against_policy, validate_splits
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import check_policy_folder, resolve_device
+from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TrainingStopped, check_resumable, data_digest
 from tasks import tracking
 from tasks.data import load_split
@@ -84,6 +85,7 @@ def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path)
     resolve_device(cfg.device)  # device: cuda on a machine without one fails here, before MLflow opens a run
     make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
     if (latest := latest_manifest(out / "checkpoints")) is not None:
+        check_format(*latest)  # CheckpointError for a pickle-format checkpoint, before MLflow opens a run
         check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]),
                         step=latest[1].get("step"))
 
@@ -128,6 +130,12 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     out = root() / out_dir if out_dir else run_dir(cfg.allocator)
     check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
+    with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
+        return _train_in(cfg, task, data, base, out)
+
+
+def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
+    """The body of the train flow, run while this process holds the run folder ``out``."""
     for stale in ("summary.json", "train_timings.json", "curve.csv"):  # a crashed rerun must not look complete
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "final_model", ignore_errors=True)

@@ -68,6 +68,7 @@ from rlvr_core.models.policy import load_any_policy as load_policy
 from rlvr_core.models.policy import policy_prompts, precision, resolve_device
 from rlvr_core.rewards import get_verifier
 from rlvr_core.rollout import ENGINES
+from rlvr_core.runlock import holds_run_folder
 from rlvr_core.types import Rollouts
 
 StepCallback = Callable[[dict[str, Any]], None]
@@ -287,6 +288,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
+@holds_run_folder("run_dir")  # one writer per run folder (RunFolderBusy names the holder)
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
           resume: bool = True, on_step: StepCallback | None = None, device: str | None = None) -> TrainResult:
@@ -309,7 +311,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         TrainResult with every step's metrics (earlier ones read back on resume)
     Raises:
         ConfigError (DataError, PolicyLoadError) before any rollout for bad data,
-        a bad policy folder or a checkpoint of another configuration;
+        a bad policy folder or a checkpoint of another configuration; RunFolderBusy
+        (a ConfigError) when another process holds ``run_dir``;
         EngineError when generation keeps failing; TrainingStopped after
         ``cfg.max_nonfinite`` non-finite updates in a row.
     """

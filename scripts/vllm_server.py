@@ -7,17 +7,33 @@ client is ``rlvr_core/rollout/vllm.py``, which starts this program itself:
     .venv-vllm/bin/python scripts/vllm_server.py --model models/policy --port 0 \
         --ready-file /tmp/ready.json
 
-Endpoints (JSON bodies and answers; errors are {"error": message} with HTTP 400
-for a bad request, 500 for an engine error, 503 when the engine died):
+Authentication: every launch has a random token, given to the server in
+``$RLVR_VLLM_TOKEN`` (removed from the environment at start, so vLLM's engine
+processes do not inherit it) or in a file named by ``--token-file`` that only
+its owner can read (mode 0600 or stricter); never on the command line, where
+``ps`` shows it. Every request must carry ``Authorization: Bearer <token>``:
+without it the answer is 401, with a wrong token 403. The client that starts
+the server generates the token and sends it.
 
-  GET  /health        {"status", "model", "weights_version", "sleeping", "busy", "pid", "engine_pids", "vllm"}
+Weight files: ``/load_weights`` reads only files directly inside the server's
+own weights folder (``--weights-dir``: a folder owned by this user that no one
+else can read or write, in /dev/shm; by default the server creates one). The
+path is resolved first (symbolic links, ``..``); anything outside is refused
+with 403.
+
+Endpoints (JSON bodies and answers; errors are {"error": message} with HTTP 400
+for a bad request, 401/403 for a missing or wrong token or a weights path
+outside the weights folder, 500 for an engine error, 503 when the engine died):
+
+  GET  /health        {"status", "model", "weights_version", "sleeping", "busy", "pid", "engine_pids", "vllm",
+                       "weights_dir"}
   POST /generate      {"requests": [{"prompt_token_ids": [int], "n": int, "seed": int}],
                        "sampling": {"temperature", "top_p", "max_tokens"}}
                    -> {"results": [{"completions": [{"token_ids", "logprobs", "finish_reason"}]}],
                        "weights_version", "seconds", "tokens"}
   POST /score         {"sequences": [{"prompt_token_ids", "completion_token_ids"}]}
                    -> {"logprobs": [[float per completion token]]}    (raw model log-probs)
-  POST /load_weights  {"path": safetensors file, "version": int} -> {"weights_version", "tensors", "seconds"}
+  POST /load_weights  {"path": safetensors file in weights_dir, "version": int} -> {"weights_version", "tensors", "seconds"}
                        (in-place load in every worker, then a prefix-cache reset)
   POST /sleep         {"level": 1|2};  POST /wake_up {"tags": [...] | null}
   GET  /weights_digest  sha256 of the loaded parameters per worker (tests)
@@ -30,9 +46,12 @@ distribution actually sampled from), matching the HF engine.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import os
+import stat
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -42,10 +61,94 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_ENV = "RLVR_VLLM_TOKEN"
+MIN_TOKEN_CHARS = 16
 
 
 class BadRequest(ValueError):
     """A request body the server cannot serve; answered with HTTP 400."""
+
+
+class Forbidden(BadRequest):
+    """A request the server will not serve (a weights path outside its folder); answered with HTTP 403."""
+
+
+class SetupError(RuntimeError):
+    """The server cannot start safely (no token, an unsafe weights folder); the message says why."""
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def read_token(token_file: str | None = None, environ: dict[str, str] | None = None) -> str:
+    """This launch's token: from ``token_file`` (owner-only) or ``$RLVR_VLLM_TOKEN``, which is then removed."""
+    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    if token_file is not None:
+        try:
+            fd = os.open(token_file, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as e:
+            raise SetupError(f"--token-file {token_file}: {e.strerror} (a symbolic link is refused)") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not _private(st):
+                raise SetupError(f"--token-file {token_file}: must be a regular file of this user with mode 0600 "
+                                 f"or stricter (it has {stat.filemode(st.st_mode)}); `chmod 600 {token_file}`")
+            token = os.read(fd, 4096).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+    else:
+        token = environ.pop(TOKEN_ENV, "").strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise SetupError(f"no token: the server needs one of at least {MIN_TOKEN_CHARS} characters in ${TOKEN_ENV} "
+                         "or in --token-file (mode 0600); e.g. `export RLVR_VLLM_TOKEN=$(python -c 'import secrets; "
+                         "print(secrets.token_urlsafe(32))')`, and give the client the same token")
+    return token
+
+
+def check_auth(header: str | None, token: str) -> tuple[int, str] | None:
+    """None if ``header`` (the Authorization header) carries ``token``; else (401 or 403, why)."""
+    if not header:
+        return 401, "missing Authorization header: send 'Authorization: Bearer <token>' (this launch's token)"
+    scheme, _, given = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return 401, "the Authorization header must read 'Bearer <token>'"
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        return 403, "wrong token"
+    return None
+
+
+def prepare_weights_dir(path: str | None) -> Path:
+    """The resolved weights folder: ``path`` (must exist, be ours and owner-only) or a new one in /dev/shm."""
+    if path is None:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        return Path(tempfile.mkdtemp(prefix="rlvr-vllm-weights-", dir=base)).resolve()
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise SetupError(f"--weights-dir {path}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode) or not _private(st):
+        raise SetupError(f"--weights-dir {path}: must be a folder (not a symbolic link) of this user that no one "
+                         f"else can read or write (it is {stat.filemode(st.st_mode)}); `chmod 700 {path}`")
+    return Path(os.path.realpath(path))
+
+
+def resolve_weights_file(path: Any, weights_dir: Path) -> Path:
+    """The real path of weight file ``path`` if it lies directly in ``weights_dir``; Forbidden otherwise."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise BadRequest(f"path must be a file name in the server's weights folder, got {path!r}")
+    given = Path(path) if os.path.isabs(path) else weights_dir / path
+    if os.path.islink(given):
+        raise Forbidden(f"path {path!r} is a symbolic link; weight files must be regular files in {weights_dir}")
+    real = Path(os.path.realpath(given))
+    if real.parent != weights_dir:
+        raise Forbidden(f"path {path!r} resolves to {real}, outside the server's weights folder {weights_dir}; "
+                        "only files written there are loaded")
+    if real.suffix != ".safetensors":
+        raise Forbidden(f"path {path!r}: only .safetensors files are loaded")
+    if not real.is_file():
+        raise BadRequest(f"path {path!r} is not a readable weights file")
+    return real
 
 
 def _int_list(value: Any, what: str) -> list[int]:
@@ -57,7 +160,8 @@ def _int_list(value: Any, what: str) -> list[int]:
 class RolloutServer:
     """Owns the ``vllm.LLM``; every engine call holds one lock (LLM is not thread-safe)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, weights_dir: Path) -> None:
+        self.weights_dir = weights_dir
         # The worker extension must import in vLLM's engine process too (spawned or forked).
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
         sys.path.insert(0, str(HERE))
@@ -138,7 +242,8 @@ class RolloutServer:
         return {"status": "ok", "model": self.model, "weights_version": self.weights_version,
                 "sleeping": self.sleeping, "busy": self.busy, "pid": os.getpid(),
                 "engine_pids": self._engine_pids(), "shm_files": self._shm_files(), "vllm": self.vllm_version,
-                "load_seconds": round(self.load_seconds, 3), "warmup_seconds": round(self.warmup_seconds, 3)}
+                "load_seconds": round(self.load_seconds, 3), "warmup_seconds": round(self.warmup_seconds, 3),
+                "weights_dir": str(self.weights_dir)}
 
     def _locked(self, fn: Any, *a: Any) -> Any:
         with self.lock:
@@ -222,8 +327,7 @@ class RolloutServer:
 
     def load_weights(self, body: dict[str, Any]) -> dict[str, Any]:
         path, version = body.get("path"), body.get("version")
-        if not isinstance(path, str) or not Path(path).is_file():
-            raise BadRequest(f"path {path!r} is not a readable weights file")
+        path = str(resolve_weights_file(path, self.weights_dir))  # Forbidden (403) outside the weights folder
         if not isinstance(version, int):
             raise BadRequest(f"version must be an int, got {version!r}")
 
@@ -274,7 +378,8 @@ def _is_engine_dead(exc: BaseException) -> bool:
     return isinstance(exc, (EngineGone, EngineDeadError)) or type(exc).__name__ == "EngineDeadError"
 
 
-def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer]) -> type[BaseHTTPRequestHandler]:
+def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer], token: str) -> type[BaseHTTPRequestHandler]:
+    """The request handler: every request is checked against ``token`` before anything else."""
     posts = {"/generate": server.generate, "/score": server.score, "/load_weights": server.load_weights,
              "/sleep": server.sleep, "/wake_up": server.wake_up}
 
@@ -293,9 +398,19 @@ def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer]) ->
             self.wfile.write(data)
             self.wfile.flush()
 
+        def _authorized(self) -> bool:
+            refusal = check_auth(self.headers.get("Authorization"), token)
+            if refusal is None:
+                return True
+            self.close_connection = True  # the body (if any) is not read
+            self._send(refusal[0], {"error": refusal[1]})
+            return False
+
         def _dispatch(self, fn: Any, *a: Any) -> None:
             try:
                 self._send(200, fn(*a))
+            except Forbidden as e:
+                self._send(403, {"error": str(e)})
             except BadRequest as e:
                 self._send(400, {"error": str(e)})
             except Exception as e:  # noqa: BLE001 - every failure becomes an answer
@@ -309,6 +424,8 @@ def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer]) ->
                     self._send(500, {"error": f"{type(e).__name__}: {e}"})
 
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            if not self._authorized():
+                return
             if self.path == "/health":
                 if server.dead:
                     self._send(503, {"error": "engine died"})
@@ -320,6 +437,8 @@ def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer]) ->
                 self._send(404, {"error": f"no GET {self.path}"})
 
         def do_POST(self) -> None:  # noqa: N802
+            if not self._authorized():
+                return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -353,6 +472,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-num-seqs", type=int, default=None)
     ap.add_argument("--enable-sleep-mode", action="store_true")
     ap.add_argument("--enforce-eager", action="store_true", help="no torch.compile / CUDA graphs (faster start)")
+    ap.add_argument("--token-file", default=None,
+                    help=f"file holding this launch's token (mode 0600); default ${TOKEN_ENV}")
+    ap.add_argument("--weights-dir", default=None,
+                    help="owner-only folder /load_weights reads from (default: a new one in /dev/shm)")
     args = ap.parse_args(argv)
     if args.host not in LOOPBACK and not args.host.startswith("127."):
         ap.error(f"--host {args.host}: the rollout server binds loopback addresses only")
@@ -364,9 +487,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
-    server = RolloutServer(args)
+    try:  # before vLLM starts its engine processes: they must not inherit the token
+        token = read_token(args.token_file)
+        weights_dir = prepare_weights_dir(args.weights_dir)
+    except SetupError as e:
+        print(f"[server] refusing to start: {e}", file=sys.stderr, flush=True)
+        return 2
+    server = RolloutServer(args, weights_dir)
     ref: list[ThreadingHTTPServer] = []
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(server, ref))
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(server, ref, token))
     httpd.daemon_threads = True
     ref.append(httpd)
     port = httpd.server_address[1]
@@ -375,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "start_seconds": time.perf_counter() - t0}))
         os.replace(tmp, args.ready_file)
     print(f"[server] ready on http://{args.host}:{port} after {time.perf_counter() - t0:.1f} s "
-          f"(vllm {server.vllm_version}, model {args.model})", file=sys.stderr, flush=True)
+          f"(vllm {server.vllm_version}, model {args.model}, weights folder {weights_dir})", file=sys.stderr, flush=True)
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:
@@ -384,6 +513,10 @@ def main(argv: list[str] | None = None) -> int:
             server.llm.llm_engine.engine_core.shutdown()
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
+        if args.weights_dir is None:  # the folder this server made for itself
+            import shutil
+
+            shutil.rmtree(weights_dir, ignore_errors=True)
     return 0
 
 

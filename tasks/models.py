@@ -43,20 +43,15 @@ def checkpoint_policy(checkpoint: str, base_policy_dir: str, device: str = "cpu"
     The base policy folder (tiny or any causal LM, ``load_any_policy``) gives the
     architecture and tokenizer; the checkpoint's trainer state gives the weights.
     """
-    import torch
-
-    from rlvr_core.checkpoint import STATE, verify
+    from rlvr_core.checkpoint import read_state
     from rlvr_core.models.policy import load_any_policy
 
     folder = Path(checkpoint)
-    problem = verify(folder)
-    if problem:
-        raise ValueError(f"checkpoint {folder}: {problem}")
-    # mmap: a large model's checkpoint (weights + optimizer state) is not read into memory as a whole
-    state = torch.load(folder / STATE, map_location="cpu", weights_only=False, mmap=True)
+    # safetensors and JSON only (a pickle-format checkpoint is refused); only the policy weights' tensors are read
+    weights = read_state(folder, part=("trainer", "model"))
     model, tok = load_any_policy(base_policy_dir)
-    model.load_state_dict(state["trainer"]["model"])
-    del state
+    model.load_state_dict(weights)
+    del weights
     model.to(device)
     model.eval()
     return model, tok, int(json.loads((folder / "manifest.json").read_text())["step"])

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from rlvr_core.checkpoint import read_state
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.errors import ConfigError
@@ -47,8 +48,8 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path, allocator):
     assert _strip(resumed.metrics) == _strip(full.metrics)
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 3, 4]  # nothing missing or duplicated
-    a = torch.load(next((tmp_path / "full" / "checkpoints").glob("step_000004")) / "state.pt", weights_only=False)
-    b = torch.load(next((tmp_path / "split" / "checkpoints").glob("step_000004")) / "state.pt", weights_only=False)
+    a = read_state(tmp_path / "full" / "checkpoints" / "step_000004")
+    b = read_state(tmp_path / "split" / "checkpoints" / "step_000004")
     for k, v in a["trainer"]["model"].items():
         assert torch.equal(v, b["trainer"]["model"][k]), k
 

@@ -24,6 +24,16 @@ load it in place inside its workers (a vLLM worker extension reached through
 the old weights is reused. ``sleep()`` / ``wake_up()`` free and restore the
 server's GPU memory so that training and generation share one GPU.
 
+Security: each server launch gets a fresh random token, generated here and
+handed to the server in its environment (``$RLVR_VLLM_TOKEN``, never on the
+command line), and every request carries it (``Authorization: Bearer``); the
+server refuses requests without it (401) or with another (403). Weights are
+written to a private folder (mode 0700) that this client creates in /dev/shm
+for the server it starts (``--weights-dir``), and the server loads weight files
+from that folder only. For a server given by ``url``, the token comes from
+``token_file`` or ``$RLVR_VLLM_TOKEN``, and the folder is the one the server
+reports in ``/health``.
+
 Failure handling: a server that dies (its process exits, the connection is
 refused or reset, it answers 503 because its engine died, or a request times
 out) is detected on the next request. A server this client started is killed
@@ -38,6 +48,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +70,8 @@ from rlvr_core.types import Rollouts
 
 #: The server program, run with the vLLM environment's interpreter.
 SERVER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_server.py"
+#: Environment variable that carries a launch's token to the server (and, for ``url``, to this client).
+TOKEN_ENV = "RLVR_VLLM_TOKEN"
 #: Interpreter of the environment ``make vllm-cpu-env`` builds.
 DEFAULT_SERVER_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 
@@ -87,6 +101,18 @@ def _is_loopback(host: str) -> bool:
                    for info in socket.getaddrinfo(host, None))
     except socket.gaierror:
         return False
+
+
+def _read_token_file(path: str | os.PathLike) -> str:
+    """The token in ``path``; ConfigError unless it is a regular file only its owner can read."""
+    try:
+        st = os.stat(path)
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise ConfigError(f"token_file: {path}: {e.strerror}") from None
+    require(st.st_uid == os.getuid() and not st.st_mode & 0o077, "token_file",
+            f"{path} must belong to this user with mode 0600 or stricter (`chmod 600 {path}`)")
+    return token
 
 
 def _default_weights_dir() -> Path:
@@ -131,7 +157,10 @@ class VLLMEngine:
         start_timeout: seconds to wait for a started server to answer ``/health``.
         request_timeout: seconds one request may take before the server counts as hung.
         max_restarts: restarts (or reconnects) allowed within one call before it fails.
-        weights_dir: where pushed weight files go (default ``/dev/shm``, else the temp dir).
+        weights_dir: where the private folder of pushed weight files is made for a server this
+            engine starts (default ``/dev/shm``, else the temp dir); a ``url`` server names its own.
+        token_file: for ``url``: a file holding the server's token (default ``$RLVR_VLLM_TOKEN``).
+            A server this engine starts gets a fresh random token instead.
         log_path: file that receives the server's stdout and stderr (default: a temp file).
     """
 
@@ -160,6 +189,7 @@ class VLLMEngine:
         max_restarts: int = 2,
         weights_dir: str | os.PathLike | None = None,
         log_path: str | os.PathLike | None = None,
+        token_file: str | os.PathLike | None = None,
     ) -> None:
         require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
         require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
@@ -180,6 +210,9 @@ class VLLMEngine:
             host = urllib.parse.urlsplit(url).hostname or ""
             require(url.startswith("http://") and _is_loopback(host), "url",
                     f"must be http:// on a loopback address (the server binds 127.0.0.1 only), got {url!r}")
+            token = _read_token_file(token_file) if token_file is not None else os.environ.get(TOKEN_ENV, "").strip()
+            require(bool(token), "token_file",
+                    f"a server given by url needs its token: pass token_file (mode 0600) or set ${TOKEN_ENV}")
         if tokenizer is None:
             require(policy_dir is not None, "tokenizer", "pass the policy's tokenizer or policy_dir to load it from")
             from transformers import AutoTokenizer
@@ -208,6 +241,9 @@ class VLLMEngine:
         self.weights_dir = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
         self.log_path = Path(log_path) if log_path is not None else None
         self.external = url is not None
+        self._token: str | None = token if url is not None else None  # a started server gets one per launch
+        self._weights_folder: Path | None = None  # where the server loads weight files from
+        self._own_folder = False  # the folder was made here (removed on close)
         self.url: str | None = url.rstrip("/") if url is not None else None
         self.restarts = 0  # server restarts (or reconnects) over the engine's life
         self.weights_version = 0  # weight pushes so far; the server reports the version it holds
@@ -256,7 +292,8 @@ class VLLMEngine:
     def _server_command(self, ready_file: Path) -> list[str]:
         cmd = [str(self.server_python), str(self.server_script), "--model", str(self.policy_dir), "--host", "127.0.0.1",
                "--port", "0", "--ready-file", str(ready_file), "--dtype", self.dtype,
-               "--max-model-len", str(self.max_model_len), "--seed", str(self.seed)]
+               "--max-model-len", str(self.max_model_len), "--seed", str(self.seed),
+               "--weights-dir", str(self._weights_folder)]
         if self.gpu_memory_utilization is not None:
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.enable_sleep_mode:
@@ -272,6 +309,7 @@ class VLLMEngine:
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         env.pop("PYTHONPATH", None)  # the training environment's packages must not shadow the server's
         env.update(self.server_env)
+        env[TOKEN_ENV] = self._token or ""  # this launch's token: in the environment, not on the command line
         return env
 
     def _log_tail(self, chars: int = 3000) -> str:
@@ -296,6 +334,11 @@ class VLLMEngine:
         os.close(fd)
         ready_file = Path(ready)
         ready_file.unlink()
+        if self._weights_folder is None:  # private (0700), kept across restarts, removed on close
+            self.weights_dir.mkdir(parents=True, exist_ok=True)
+            self._weights_folder = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=self.weights_dir)).resolve()
+            self._own_folder = True
+        self._token = secrets.token_urlsafe(32)  # a fresh token for every launch
         self._log_file = open(self.log_path, "ab")
         self._log_file.write(f"\n=== starting server at {time.strftime('%H:%M:%S')} ===\n".encode())
         self._log_file.flush()
@@ -374,7 +417,12 @@ class VLLMEngine:
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                self._get("/health", timeout=10.0)
+                health = self._get("/health", timeout=10.0)
+                folder = health.get("weights_dir")
+                if not isinstance(folder, str) or not folder:
+                    raise VLLMServerError(f"the vLLM server at {self.url} reports no weights_dir in /health; it is "
+                                          "an older server without weight-path checks: update scripts/vllm_server.py")
+                self._weights_folder = Path(folder)
                 return
             except ServerUnavailable as e:
                 last = e
@@ -391,6 +439,12 @@ class VLLMEngine:
             self._kill_server()
         self._ensure_server()
         self.sleeping = False
+        if self._weights_file is not None and self._weights_folder is not None \
+                and self._weights_file.parent != self._weights_folder:  # a url server that came back elsewhere
+            moved = self._weights_folder / self._weights_file.name
+            shutil.copyfile(self._weights_file, moved)
+            self._weights_file.unlink(missing_ok=True)
+            self._weights_file = moved
         if self._weights_file is not None:
             self._post("/load_weights", {"path": str(self._weights_file), "version": self.weights_version})
 
@@ -400,7 +454,8 @@ class VLLMEngine:
             raise ServerUnavailable("no server address yet")
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self._token}"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"{}")
@@ -411,6 +466,9 @@ class VLLMEngine:
                 msg = ""
             if e.code == 503:
                 raise ServerUnavailable(f"{path}: 503 {msg}") from e
+            if e.code in (401, 403) and not path.startswith("/load_weights"):
+                raise VLLMServerError(f"the vLLM server at {self.url} refused the token for {path} (HTTP {e.code}): "
+                                      f"{msg}" + (f"; check token_file / ${TOKEN_ENV}" if self.external else "")) from e
             raise VLLMServerError(f"the vLLM server refused {path} (HTTP {e.code}): {msg}") from e
         except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout, http.client.HTTPException) as e:
             raise ServerUnavailable(f"{path}: {e}") from e
@@ -555,8 +613,9 @@ class VLLMEngine:
                 continue
             seen.add(key)
             tensors[name] = t.detach().to("cpu").contiguous().clone()
-        self.weights_dir.mkdir(parents=True, exist_ok=True)
-        final = self.weights_dir / f"rlvr-vllm-{os.getpid()}-{id(self):x}-v{self.weights_version + 1}.safetensors"
+        if self._weights_folder is None:
+            raise VLLMServerError("no weights folder yet: the server has not answered")
+        final = self._weights_folder / f"rlvr-vllm-{os.getpid()}-{id(self):x}-v{self.weights_version + 1}.safetensors"
         tmp = final.with_suffix(".tmp")
         save_file(tensors, str(tmp))
         os.replace(tmp, final)
@@ -632,6 +691,9 @@ class VLLMEngine:
         if self._weights_file is not None:
             self._weights_file.unlink(missing_ok=True)
             self._weights_file = None
+        if self._own_folder and self._weights_folder is not None:
+            shutil.rmtree(self._weights_folder, ignore_errors=True)
+            self._weights_folder, self._own_folder = None, False
 
     def __enter__(self) -> "VLLMEngine":
         return self

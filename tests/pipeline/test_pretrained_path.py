@@ -17,6 +17,7 @@ import torch
 import yaml
 
 import rlvr_core.training as training
+from rlvr_core.checkpoint import read_state
 from rlvr_core.config import PrepareConfig, TrainConfig, load_params
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import PolicyLoadError, load_any_policy, snapshot_base_model
@@ -179,7 +180,7 @@ def test_bf16_autocast_training_step_on_cpu(chat_model, math_rows, tmp_path, mon
     res = training.train(_train_cfg(steps=1, dtype="bfloat16"), policy_dir=chat_model, train_rows=train_rows,
                          test_rows=test_rows, run_dir=tmp_path / "run", task="math")
     assert res.steps_done == 1
-    state = torch.load(tmp_path / "run/checkpoints/step_000001/state.pt", weights_only=False)
+    state = read_state(tmp_path / "run/checkpoints/step_000001")
     assert all(v.dtype == torch.float32 for v in state["trainer"]["model"].values() if v.is_floating_point())
 
 

@@ -39,7 +39,9 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def final_state(run_dir: Path, step: int) -> dict[str, Any]:
-    return torch.load(run_dir / "checkpoints" / f"step_{step:06d}" / "state.pt", weights_only=False)
+    from rlvr_core.checkpoint import read_state
+
+    return read_state(run_dir / "checkpoints" / f"step_{step:06d}")
 
 
 def assert_same(a: Any, b: Any, path: str = "state") -> None:

@@ -38,9 +38,10 @@ def _flip_byte(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage, problem", [
-    (lambda f: _truncate(f / "state.pt"), "bytes, manifest says"),
-    (lambda f: _flip_byte(f / "state.pt"), "content hash does not match"),
-    (lambda f: (f / "state.pt").unlink(), "state.pt missing"),
+    (lambda f: _truncate(f / "tensors.safetensors"), "bytes, manifest says"),
+    (lambda f: _flip_byte(f / "tensors.safetensors"), "content hash does not match"),
+    (lambda f: _flip_byte(f / "state.json"), "content hash does not match"),
+    (lambda f: (f / "tensors.safetensors").unlink(), "tensors.safetensors missing"),
     (lambda f: (f / "manifest.json").write_text('{"step": 3, "fi'), "manifest unreadable"),
     (lambda f: (f / "manifest.json").unlink(), "manifest unreadable"),
 ])
@@ -57,7 +58,7 @@ def test_damaged_newest_checkpoint_is_reported_and_skipped(tmp_path: Path, damag
 def test_every_checkpoint_damaged_means_a_fresh_start(tmp_path: Path) -> None:
     _write(tmp_path, range(1, 3))
     for f in list_checkpoints(tmp_path):
-        _flip_byte(f / "state.pt")
+        _flip_byte(f / "tensors.safetensors")
     with pytest.warns(RuntimeWarning, match="skipping damaged checkpoint"):
         assert load_latest(tmp_path) is None
 
@@ -85,8 +86,8 @@ def test_keep_last_prunes_old_checkpoints_and_temporaries(tmp_path: Path) -> Non
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000004", "step_000005"]
     assert not list(tmp_path.glob(".tmp_*"))
     manifest = json.loads((tmp_path / "step_000005/manifest.json").read_text())
-    assert manifest["step"] == 5 and len(manifest["files"]["state.pt"]["sha256"]) == 64
-    _flip_byte(tmp_path / "step_000005/state.pt")  # a damaged one is never counted among the kept
+    assert manifest["step"] == 5 and len(manifest["files"]["tensors.safetensors"]["sha256"]) == 64
+    _flip_byte(tmp_path / "step_000005/tensors.safetensors")  # a damaged one is never counted among the kept
     prune(tmp_path, keep_last=1)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000004", "step_000005"]
     with pytest.raises(ValueError, match="keep_last"):
@@ -99,7 +100,7 @@ def test_training_resumes_from_the_checkpoint_before_a_corrupted_one(policy_dir:
     full = train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "full")
     run = tmp_path / "damaged"
     train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
-    _truncate(run / "checkpoints/step_000004/state.pt")  # e.g. a disk that lost the tail of the newest file
+    _truncate(run / "checkpoints/step_000004/tensors.safetensors")  # e.g. a disk that lost the tail of the newest file
     with pytest.warns(RuntimeWarning, match="step_000004"):
         again = train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
     assert again.resumed_from == 2

@@ -55,7 +55,7 @@ CHAIN = [
     ("generate:3", 2),    # during the allocation rounds of step 3
     ("update:3", 2),      # right after the policy update of step 3, before its metrics line
     ("metrics:4", 4),     # step 4's metrics line written, its checkpoint not yet
-    ("checkpoint:4", 4),  # half-way through writing checkpoint 4 (state.pt written, no manifest)
+    ("checkpoint:4", 4),  # half-way through writing checkpoint 4 (state files written, no manifest)
 ]
 
 
@@ -69,7 +69,7 @@ def test_sigkill_at_each_point_then_resume_matches_uninterrupted(policy_dir: Pat
         assert [r["step"] for r in read_metrics(run)] == list(range(last_step + 1)), kill_at
         assert [c.name for c in (run / "checkpoints").glob("step_*")] == ["step_000002"], kill_at
     tmp = run / "checkpoints" / ".tmp_step_000004"
-    assert (tmp / "state.pt").is_file() and not (tmp / "manifest.json").exists()
+    assert (tmp / "tensors.safetensors").is_file() and (tmp / "state.json").is_file() and not (tmp / "manifest.json").exists()
     _check_resumed(run, reference, policy_dir, 2)
 
 

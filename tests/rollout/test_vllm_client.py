@@ -5,6 +5,11 @@ as a child process started by the client itself (this file run as a script,
 with the same command line as scripts/vllm_server.py), so restarts after a
 server death are real process deaths. No vllm is needed.
 
+The fake checks tokens and weight paths with the real server's own functions
+(``check_auth``, ``resolve_weights_file`` of scripts/vllm_server.py, which imports
+no vllm at module level); the real server's request handler itself is tested
+with a stand-in for ``vllm.LLM`` at the end of this file.
+
 The fake "generates" deterministically from (seed + child index, weights digest):
 the same seeds give the same completions, different weights give different ones.
 """
@@ -12,8 +17,10 @@ the same seeds give the same completions, different weights give different ones.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,14 +34,20 @@ import numpy as np
 
 VOCAB = 22
 EOS = 2
+_spec = importlib.util.spec_from_file_location("rlvr_vllm_server",
+                                               Path(__file__).resolve().parents[2] / "scripts" / "vllm_server.py")
+server_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(server_mod)  # type: ignore[union-attr]
 
 
 # ----------------------------------------------------------------------------- the fake server
 class FakeState:
     """What the fake holds: a weights digest and counters; fault switches come from the environment."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, token: str, weights_dir: str | None = None) -> None:
         self.model = model
+        self.token = token
+        self.weights_dir = server_mod.prepare_weights_dir(weights_dir)
         self.weights_version = 0
         self.digest = self._digest_file(Path(model) / "model.safetensors")
         self.generate_calls = 0
@@ -98,7 +111,13 @@ class FakeState:
     def load_weights(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.sleeping:
             return 400, {"error": "asleep"}
-        self.digest = self._digest_file(Path(body["path"]))
+        try:
+            path = server_mod.resolve_weights_file(body.get("path"), self.weights_dir)
+        except server_mod.Forbidden as e:
+            return 403, {"error": str(e)}
+        except server_mod.BadRequest as e:
+            return 400, {"error": str(e)}
+        self.digest = self._digest_file(path)
         self.weights_version = body["version"]
         return 200, {"weights_version": self.weights_version, "tensors": [1], "seconds": 0.0}
 
@@ -117,7 +136,7 @@ class FakeState:
             Path(shm).touch()
         return {"shm_files": [shm] if shm else [], "status": "ok", "model": self.model, "weights_version": self.weights_version, "digest": self.digest,
                 "sleeping": self.sleeping, "busy": False, "pid": os.getpid(), "engine_pids": [], "vllm": "fake",
-                "generate_calls": self.generate_calls}
+                "generate_calls": self.generate_calls, "weights_dir": str(self.weights_dir)}
 
 
 def fake_httpd(state: FakeState, port: int = 0) -> ThreadingHTTPServer:
@@ -135,13 +154,24 @@ def fake_httpd(state: FakeState, port: int = 0) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(data)
 
+        def _authorized(self) -> bool:
+            refusal = server_mod.check_auth(self.headers.get("Authorization"), state.token)
+            if refusal is not None:
+                self.close_connection = True
+                self._send(refusal[0], {"error": refusal[1]})
+            return refusal is None
+
         def do_GET(self) -> None:  # noqa: N802
+            if not self._authorized():
+                return
             if self.path == "/health":
                 self._send(200, state.health())
             else:
                 self._send(404, {"error": "no such path"})
 
         def do_POST(self) -> None:  # noqa: N802
+            if not self._authorized():
+                return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path == "/shutdown":
                 self._send(200, {"status": "stopping"})
@@ -156,6 +186,7 @@ def fake_httpd(state: FakeState, port: int = 0) -> ThreadingHTTPServer:
                 code, obj = fn(body)
             self._send(code, obj)
 
+    Handler.state = state  # type: ignore[attr-defined]
     httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     httpd.daemon_threads = True
     return httpd
@@ -167,13 +198,14 @@ def _serve_main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ready-file", default=None)
+    ap.add_argument("--weights-dir", default=None)
     args, _ = ap.parse_known_args()
     if os.environ.get("FAKE_FAIL_START"):
         print("fake: refusing to start (FAKE_FAIL_START)", file=sys.stderr, flush=True)
         sys.exit(4)
     with open(os.environ.get("FAKE_ARGV_LOG", os.devnull), "a") as f:
         f.write(json.dumps(sys.argv[1:]) + "\n")
-    state = FakeState(args.model)
+    state = FakeState(args.model, server_mod.read_token(None), args.weights_dir)
     httpd = fake_httpd(state, args.port)
     if args.ready_file:
         Path(args.ready_file + ".tmp").write_text(json.dumps({"port": httpd.server_address[1], "pid": os.getpid()}))
@@ -215,10 +247,15 @@ def _owned(policy, tmp_path, **kw) -> VLLMEngine:
     return VLLMEngine(model, tok, PROMPTS, **args)
 
 
+TOKEN = "test-token-" + "x" * 20
+
+
 @pytest.fixture
-def inproc(policy):
-    """A fake server in this process; yields (state, url)."""
-    state = FakeState(str(policy[2]))
+def inproc(policy, tmp_path, monkeypatch):
+    """A fake server in this process (token ``TOKEN``, given to clients in the environment); yields (state, url)."""
+    monkeypatch.setenv("RLVR_VLLM_TOKEN", TOKEN)
+    (tmp_path / "server-shm").mkdir(mode=0o700)
+    state = FakeState(str(policy[2]), TOKEN, str(tmp_path / "server-shm"))
     httpd = fake_httpd(state)
     t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
@@ -307,14 +344,14 @@ def test_update_weights_pushes_a_shared_memory_file(policy, inproc, tmp_path):
 
     model, tok, _ = policy
     state, url = inproc
-    eng = VLLMEngine(model, tok, PROMPTS, url=url, weights_dir=tmp_path)
+    eng = VLLMEngine(model, tok, PROMPTS, url=url, weights_dir=tmp_path / "ignored")  # a url server names its folder
     before = _rows(eng.generate({1: 4}))
     eng.load_state_dict({"seed": 0, "calls": 0})
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01)
     eng.update_weights()  # pushes model.state_dict()
-    files = list(tmp_path.glob("*.safetensors"))
+    files = list(state.weights_dir.glob("*.safetensors"))
     assert len(files) == 1 and state.weights_version == 1 == eng.weights_version
     pushed = load_file(str(files[0]))
     sd = model.state_dict()
@@ -326,8 +363,9 @@ def test_update_weights_pushes_a_shared_memory_file(policy, inproc, tmp_path):
     after = _rows(eng.generate({1: 4}))
     assert after != before  # same seeds, new weights
     eng.update_weights({k: v.clone() for k, v in sd.items()})  # an explicit state dict
-    assert state.weights_version == 2 and len(list(tmp_path.glob("*.safetensors"))) == 1  # old file removed
-    bare = VLLMEngine(None, tok, PROMPTS, url=url, weights_dir=tmp_path)
+    assert state.weights_version == 2 and len(list(state.weights_dir.glob("*.safetensors"))) == 1  # old file removed
+    assert not (tmp_path / "ignored").exists()
+    bare = VLLMEngine(None, tok, PROMPTS, url=url)
     with pytest.raises(ValueError, match="holds no model"):
         bare.update_weights()
     with pytest.raises(TypeError, match="state"):
@@ -395,7 +433,7 @@ def test_a_killed_servers_shared_memory_is_removed(policy, tmp_path):
         assert len(eng.generate({0: 2})) == 2 and eng.restarts == 1
         second = Path(f"{prefix}-{eng.health()['pid']}")
         assert not first.exists() and second.exists()  # the dead server's segment is gone
-        assert list((tmp_path / "shm").glob("*.safetensors"))  # our weight file is never taken for theirs
+        assert list((tmp_path / "shm").glob("rlvr-vllm-*/*.safetensors"))  # our weight file is never taken for theirs
     finally:
         eng.close()
     assert not second.exists()
@@ -438,7 +476,7 @@ def test_server_command_line_and_close(policy, tmp_path):
     eng.update_weights()
     eng.close()
     eng.close()  # idempotent
-    assert not list((tmp_path / "shm").glob("*.safetensors"))
+    assert not list((tmp_path / "shm").iterdir())  # the private weights folder and its file are gone
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
@@ -453,10 +491,11 @@ def test_a_wrong_answer_is_an_error_not_a_restart(policy, tmp_path):
         eng.close()
 
 
-def test_external_server_is_waited_for_then_reused(policy, tmp_path):
+def test_external_server_is_waited_for_then_reused(policy, tmp_path, monkeypatch):
     """A server given by url is not ours to restart: the client waits for it to come back."""
     model, tok, folder = policy
-    state = FakeState(str(folder))
+    monkeypatch.setenv("RLVR_VLLM_TOKEN", TOKEN)
+    state = FakeState(str(folder), TOKEN)  # a folder of its own in /dev/shm
     httpd = fake_httpd(state)
     port = httpd.server_address[1]
     t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -469,7 +508,7 @@ def test_external_server_is_waited_for_then_reused(policy, tmp_path):
 
     def supervisor() -> None:  # brings a fresh server up on the same port a little later
         time.sleep(1.0)
-        h = fake_httpd(FakeState(str(folder)), port)
+        h = fake_httpd(FakeState(str(folder), TOKEN), port)  # another folder: the last weights are copied there
         back.append(h)
         h.serve_forever(poll_interval=0.05)
 
@@ -482,6 +521,8 @@ def test_external_server_is_waited_for_then_reused(policy, tmp_path):
         for h in back:
             h.shutdown()
             h.server_close()
+        for st in (state, *[h.RequestHandlerClass.state for h in back]):
+            shutil.rmtree(st.weights_dir, ignore_errors=True)
     with pytest.raises(VLLMServerError, match="did not answer /health"):
         VLLMEngine(model, tok, PROMPTS, url=f"http://127.0.0.1:{port}", start_timeout=1)
 
@@ -494,3 +535,200 @@ def test_kill_signal_reaches_the_whole_server_group(policy, tmp_path):
     eng._proc.wait(timeout=10)
     assert len(eng.generate({0: 1})) == 1 and eng.restarts == 1
     eng.close()
+
+
+# ----------------------------------------------------------------------------- token and weight-path refusals
+def _raw(url: str, path: str, body: dict | None = None, token: str | None = None) -> tuple[int, dict]:
+    """One request with no client logic: (HTTP status, JSON answer)."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
+                                 method="GET" if body is None else "POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+class _StubLLM:
+    """Stands in for ``vllm.LLM`` behind the real server's handler: records what the engine was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def generate(self, *a, **kw):
+        self.calls.append(("generate",))
+        return []
+
+    def collective_rpc(self, name, args=()):
+        self.calls.append((name, *args))
+        return [1]
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+@pytest.fixture
+def real_handler(tmp_path):
+    """scripts/vllm_server.py's own handler and RolloutServer endpoints over a stub LLM, on 127.0.0.1."""
+    folder = tmp_path / "weights"
+    folder.mkdir(mode=0o700)
+    srv = object.__new__(server_mod.RolloutServer)  # everything but the vLLM start-up in __init__
+    srv.__dict__.update(weights_dir=server_mod.prepare_weights_dir(str(folder)), llm=_StubLLM(), lock=threading.Lock(),
+                        weights_version=0, sleeping=False, busy=False, dead=False, model="stub", vllm_version="stub",
+                        load_seconds=0.0, warmup_seconds=0.0)
+    ref: list = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), server_mod.make_handler(srv, ref, TOKEN))
+    httpd.daemon_threads = True
+    ref.append(httpd)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield srv, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+GEN = {"requests": [{"prompt_token_ids": [1, 3], "n": 1, "seed": 0}], "sampling": {"max_tokens": 2}}
+
+
+@pytest.mark.parametrize("where", ["real", "fake"])
+def test_requests_without_the_token_or_with_a_wrong_one_are_refused(where, real_handler, inproc, tmp_path):
+    srv, url = real_handler if where == "real" else inproc
+    weights = srv.weights_dir / "w.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.ones(2, np.float32)}, str(weights))
+    for path, body in (("/health", None), ("/generate", GEN), ("/load_weights", {"path": str(weights), "version": 1}),
+                       ("/shutdown", {})):
+        code, ans = _raw(url, path, body)
+        assert code == 401 and "Authorization" in ans["error"], (path, code, ans)
+        code, ans = _raw(url, path, body, token=TOKEN[:-1] + "y")
+        assert code == 403 and ans["error"] == "wrong token", (path, code, ans)
+    assert _raw(url, "/health", token="")[0] == 401
+    if where == "real":
+        assert srv.llm.calls == [] and srv.weights_version == 0  # nothing reached the engine
+    else:
+        assert srv.generate_calls == 0 and srv.weights_version == 0
+    code, ans = _raw(url, "/health", token=TOKEN)
+    assert code == 200 and ans["weights_dir"] == str(srv.weights_dir)
+
+
+def test_the_client_sends_its_token_and_reports_a_refusal(policy, inproc, monkeypatch):
+    model, tok, _ = policy
+    state, url = inproc
+    eng = VLLMEngine(model, tok, PROMPTS, url=url)
+    assert len(eng.generate({0: 2})) == 2
+    monkeypatch.setenv("RLVR_VLLM_TOKEN", "not-the-token-of-this-server")
+    with pytest.raises(VLLMServerError, match=r"refused the token for /health \(HTTP 403\).*RLVR_VLLM_TOKEN"):
+        VLLMEngine(model, tok, PROMPTS, url=url)
+    monkeypatch.delenv("RLVR_VLLM_TOKEN")
+    with pytest.raises(ConfigError, match="needs its token"):
+        VLLMEngine(model, tok, PROMPTS, url=url)
+
+
+def test_token_file_must_be_owner_only(policy, inproc, tmp_path, monkeypatch):
+    model, tok, _ = policy
+    _, url = inproc
+    monkeypatch.delenv("RLVR_VLLM_TOKEN")
+    f = tmp_path / "token"
+    f.write_text(TOKEN + "\n")
+    f.chmod(0o644)
+    with pytest.raises(ConfigError, match="mode 0600"):
+        VLLMEngine(model, tok, PROMPTS, url=url, token_file=f)
+    f.chmod(0o600)
+    assert len(VLLMEngine(model, tok, PROMPTS, url=url, token_file=f).generate({1: 1})) == 1
+
+
+@pytest.mark.parametrize("where", ["real", "fake"])
+def test_load_weights_reads_only_the_servers_own_folder(where, real_handler, inproc, tmp_path):
+    from safetensors.numpy import save_file
+
+    srv, url = real_handler if where == "real" else inproc
+    inside = srv.weights_dir / "ok.safetensors"
+    outside = tmp_path / "elsewhere" / "evil.safetensors"
+    outside.parent.mkdir()
+    for f in (inside, outside):
+        save_file({"w": np.ones(2, np.float32)}, str(f))
+    (srv.weights_dir / "link.safetensors").symlink_to(outside)
+    (srv.weights_dir / "inner-link.safetensors").symlink_to(inside)
+    (srv.weights_dir / "sub").symlink_to(outside.parent, target_is_directory=True)
+    (srv.weights_dir / "notes.txt").write_text("x")
+    refused = {
+        str(outside): "outside the server's weights folder",
+        str(srv.weights_dir / ".." / "elsewhere" / "evil.safetensors"): "outside the server's weights folder",
+        str(srv.weights_dir / "sub" / "evil.safetensors"): "outside the server's weights folder",
+        str(srv.weights_dir / "link.safetensors"): "symbolic link",
+        str(srv.weights_dir / "inner-link.safetensors"): "symbolic link",
+        "../elsewhere/evil.safetensors": "outside the server's weights folder",
+        str(srv.weights_dir / "notes.txt"): "only .safetensors",
+        "/etc/passwd": "outside the server's weights folder",
+    }
+    for path, why in refused.items():
+        code, ans = _raw(url, "/load_weights", {"path": path, "version": 1}, token=TOKEN)
+        assert code == 403 and why in ans["error"], (path, code, ans)
+    assert _raw(url, "/load_weights", {"path": str(srv.weights_dir / "absent.safetensors"), "version": 1},
+                token=TOKEN)[0] == 400
+    assert srv.weights_version == 0
+    if where == "real":
+        assert srv.llm.calls == []
+    code, ans = _raw(url, "/load_weights", {"path": str(inside), "version": 1}, token=TOKEN)
+    assert code == 200 and ans["weights_version"] == 1, ans
+    if where == "real":
+        assert srv.llm.calls == [("rlvr_load_weights_from_file", str(inside)), ("reset_prefix_cache",)]
+    assert _raw(url, "/load_weights", {"path": "ok.safetensors", "version": 2}, token=TOKEN)[0] == 200  # a bare name
+
+
+def test_owned_server_gets_a_fresh_token_per_launch_never_on_its_command_line(policy, tmp_path):
+    argv_log = tmp_path / "argv.jsonl"
+    eng = _owned(policy, tmp_path, server_env={"FAKE_ARGV_LOG": str(argv_log)})
+    try:
+        first, pid0 = eng._token, eng.health()["pid"]
+        folder = eng._weights_folder
+        assert folder.parent == (tmp_path / "shm").resolve() and (folder.stat().st_mode & 0o777) == 0o700
+        with open(f"/proc/{pid0}/cmdline", "rb") as f:
+            assert first.encode() not in f.read()
+        assert _raw(eng.url, "/health")[0] == 401 and _raw(eng.url, "/health", token=first)[0] == 200
+        os.kill(pid0, signal.SIGKILL)
+        eng._proc.wait(timeout=10)
+        assert len(eng.generate({0: 1})) == 1 and eng.restarts == 1
+        assert eng._token != first and _raw(eng.url, "/health", token=first)[0] == 403
+        assert eng._weights_folder == folder  # the same private folder across restarts
+        argv = [json.loads(line) for line in argv_log.read_text().splitlines()]
+        assert len(argv) == 2 and all(a[a.index("--weights-dir") + 1] == str(folder) for a in argv)
+        assert not any(first in x or eng._token in x for a in argv for x in a)
+    finally:
+        eng.close()
+    assert not folder.exists()
+
+
+def test_server_refuses_to_start_without_a_token_or_with_an_unsafe_setup(policy, tmp_path):
+    _, _, folder = policy
+    script = Path(server_mod.__file__)
+    env = {k: v for k, v in os.environ.items() if k != "RLVR_VLLM_TOKEN"}
+    p = subprocess.run([sys.executable, str(script), "--model", str(folder)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "refusing to start: no token" in p.stderr
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    p = subprocess.run([sys.executable, str(script), "--model", str(folder), "--weights-dir", str(loose)],
+                       env={**env, "RLVR_VLLM_TOKEN": TOKEN}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--weights-dir" in p.stderr and "chmod 700" in p.stderr
+    tf = tmp_path / "tok"
+    tf.write_text(TOKEN)
+    tf.chmod(0o640)
+    with pytest.raises(server_mod.SetupError, match="mode 0600"):
+        server_mod.read_token(str(tf))
+    tf.chmod(0o600)
+    assert server_mod.read_token(str(tf)) == TOKEN
+    (tmp_path / "tok-link").symlink_to(tf)
+    with pytest.raises(server_mod.SetupError, match="symbolic link"):
+        server_mod.read_token(str(tmp_path / "tok-link"))
+    environ = {"RLVR_VLLM_TOKEN": TOKEN}
+    assert server_mod.read_token(None, environ) == TOKEN and "RLVR_VLLM_TOKEN" not in environ  # not inherited
+    with pytest.raises(server_mod.SetupError, match="no token"):
+        server_mod.read_token(None, {"RLVR_VLLM_TOKEN": "short"})

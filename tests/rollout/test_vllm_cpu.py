@@ -72,7 +72,8 @@ def setup(tmp_path_factory):
     t0 = time.perf_counter()
     eng = VLLMEngine(model, tok, PROMPTS, policy_dir=folder, max_new_tokens=12, seed=3, dtype="float32",
                      server_python=SERVER_PYTHON, server_args=["--enforce-eager"], weights_dir=root / "shm",
-                     log_path=root / "server.log", start_timeout=300, request_timeout=300, max_restarts=2)
+                     log_path=root / "server.log", request_timeout=300, max_restarts=2,
+                     start_timeout=float(os.environ.get("RLVR_VLLM_START_TIMEOUT", 300)))  # a loaded machine: raise it
     print(f"\n[vllm-cpu] server start {time.perf_counter() - t0:.1f} s; {eng.health()}")
     yield model, tok, eng
     eng.close()
@@ -145,6 +146,46 @@ def test_weight_push_then_server_logprobs_match_hf(setup):
     ro = eng.generate({0: 8})
     assert max(np.abs(np.asarray(pl["logprobs"]) - _hf_logprobs(model, pl["prompt_ids"], pl["completion_ids"])).max()
                for pl in ro.payload) < LOGPROB_ATOL
+
+
+def _raw(url: str, path: str, body: dict | None = None, token: str | None = None) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    req = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
+                                 method="GET" if body is None else "POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def test_the_real_server_refuses_other_callers_and_other_weight_files(setup, tmp_path):
+    """Without the launch's token: 401, with another: 403; weight files outside its folder: 403, unchanged model."""
+    from safetensors.torch import save_file
+
+    model, tok, eng = setup
+    gen = {"requests": [{"prompt_token_ids": [1, 3], "n": 1, "seed": 0}], "sampling": {"max_tokens": 2}}
+    for path, body in (("/health", None), ("/generate", gen), ("/weights_digest", None)):
+        assert _raw(eng.url, path, body)[0] == 401, path
+        assert _raw(eng.url, path, body, token="x" * 43)[0] == 403, path
+    digest = _raw(eng.url, "/weights_digest", token=eng._token)[1]["digests"]
+    hostile = tmp_path / "hostile.safetensors"
+    save_file({k: torch.zeros_like(v) for k, v in model.state_dict().items() if k != "lm_head.weight"}, str(hostile))
+    link = eng._weights_folder / "link.safetensors"
+    link.symlink_to(hostile)
+    try:
+        for path in (str(hostile), str(link), str(eng._weights_folder / ".." / hostile.name), "/etc/passwd"):
+            code, ans = _raw(eng.url, "/load_weights", {"path": path, "version": 99}, token=eng._token)
+            assert code == 403, (path, code, ans)
+        assert _raw(eng.url, "/load_weights", {"path": str(hostile), "version": 99})[0] == 401
+    finally:
+        link.unlink()
+    assert _raw(eng.url, "/weights_digest", token=eng._token)[1]["digests"] == digest  # the policy is unchanged
+    assert eng.health()["weights_version"] == eng.weights_version
 
 
 def _kill_mid_round(eng: VLLMEngine, target: str) -> tuple[object, float]:

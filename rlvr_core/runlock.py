@@ -1,0 +1,133 @@
+"""One writer per run folder: an exclusive ``flock`` on ``<run folder>/run.lock``.
+
+``hold_run_folder(folder)`` takes the lock without waiting, or raises ``RunFolderBusy``
+naming the folder and the holder's pid. The kernel releases a ``flock`` when the last
+descriptor of its open file closes, so a process killed with SIGKILL leaves no stale
+lock: the file stays, and the next run takes the lock on it. The lock file holds the
+holder's pid, host and start time (JSON) for the error message only; it is never
+deleted, because deleting it would let two processes lock two different files.
+
+Within one process the lock is re-entrant: the flow takes it, and ``training.train``
+(called from the flow, or directly by library users) takes it again without blocking
+itself. ``holds_run_folder(arg)`` is a decorator that holds the folder given as the
+function's argument ``arg`` for the duration of the call.
+
+A child made by ``fork`` without ``exec`` shares the locked descriptor and keeps the
+lock while it lives; children started with ``exec`` (subprocess) do not inherit it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import inspect
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from rlvr_core.errors import ConfigError
+
+LOCK_NAME = "run.lock"
+F = TypeVar("F", bound=Callable[..., Any])
+
+_mutex = threading.RLock()  # re-entrant: __del__ may run inside a held section
+_held: dict[str, list[int]] = {}  # resolved folder -> [fd, holds]
+
+
+class RunFolderBusy(ConfigError):
+    """Another process is writing this run folder (a ConfigError: retrying does not help)."""
+
+
+class RunLock:
+    """A hold on a run folder's lock; ``release`` (or leaving the ``with`` block) gives it back."""
+
+    def __init__(self, key: str, folder: Path) -> None:
+        self.key, self.folder, self._released = key, folder, False
+
+    def release(self) -> None:
+        with _mutex:
+            if self._released:
+                return
+            self._released = True
+            entry = _held.get(self.key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _held[self.key]
+                os.close(entry[0])  # closing the only descriptor releases the flock
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # a hold dropped without release (an exception before the caller's finally)
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        info = {}
+    if not info.get("pid"):
+        return "pid unknown"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
+    return f"pid {info['pid']} on {info.get('host', '?')}, since {since}"
+
+
+def hold_run_folder(folder: str | os.PathLike) -> RunLock:
+    """Take the exclusive lock of run folder ``folder`` (created if missing); raise RunFolderBusy if held."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(folder)
+    path = Path(key) / LOCK_NAME
+    with _mutex:
+        if key in _held:
+            _held[key][1] += 1
+            return RunLock(key, folder)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunFolderBusy(
+                f"run folder {folder} is being written by another process ({_holder(path)}); one writer per run "
+                f"folder: wait for it to finish or stop it, or use another run folder (--out)") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
+        _held[key] = [fd, 1]
+        return RunLock(key, folder)
+
+
+def holds_run_folder(arg: str) -> Callable[[F], F]:
+    """Decorator: hold the run folder passed as argument ``arg`` while the function runs."""
+
+    def deco(fn: F) -> F:
+        sig = inspect.signature(fn)
+        if arg not in sig.parameters:
+            raise TypeError(f"{fn.__qualname__} has no argument {arg!r}")
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with hold_run_folder(sig.bind(*args, **kwargs).arguments[arg]):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
+__all__ = ["LOCK_NAME", "RunFolderBusy", "RunLock", "hold_run_folder", "holds_run_folder"]

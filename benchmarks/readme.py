@@ -2,7 +2,10 @@
 
 The README holds ``<!-- <name>:start -->`` / ``<!-- <name>:end -->`` pairs; each
 is replaced by benchmarks/results/<name>.md as the benchmark wrote it. A table whose
-<name>_targets.json records a quick (smoke) run is not pasted.
+<name>_targets.json records a quick (smoke) run is not pasted. Two short headline tables are
+derived here from the benchmarks' JSON files first: ``training_headline.md`` from
+``training_protocols.json`` (the training study) and ``allocation_headline.md`` from
+``allocation_targets.json`` (the simulated allocation benchmark).
 Usage: python -m benchmarks.readme
 """
 
@@ -14,6 +17,71 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _interval(cell: dict | None, fmt: str) -> str:
+    """``median [lo, hi]`` of a study cell; 'never' where the median (or a bound) is not finite."""
+    def one(v: float | None) -> str:
+        return "never" if v is None or v != v or v == float("inf") else format(v, fmt)
+    if not cell:
+        return "-"
+    return f"{one(cell.get('median'))} [{one(cell.get('lo'))}, {one(cell.get('hi'))}]"
+
+
+def training_headline(protocols: list[dict]) -> str:
+    """The README's training table: every (regime, protocol, allocator) cell of the study that has run."""
+    rows = [r for r in protocols if not r.get("quick")]
+    targets = {r["regime"]: r["target"] for r in rows if r.get("target") is not None}
+    out = ["Held-out greedy accuracy of the tiny policy; medians over seeds with 95% bootstrap intervals; "
+           "'never': the median run did not reach the target within its budget. Targets (80% of uniform "
+           "GRPO's gain): " + ", ".join(f"`{g}` {t:.4f}" for g, t in sorted(targets.items())) + ".",
+           "",
+           "| regime | protocol | allocator | seeds | reached | rollouts to target | seconds to target | final acc (SE) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        se = r.get("final_accuracy_se")
+        acc = "-" if r.get("final_accuracy") is None else f"{r['final_accuracy']:.3f}" + (f" ({se:.3f})" if se else "")
+        out.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | {r['reached']}/{r['seeds']} "
+                   f"| {_interval(r.get('rollouts_to_target'), ',.0f')} | {_interval(r.get('seconds_to_target'), '.1f')} "
+                   f"| {acc} |")
+    return "\n".join(out) + "\n"
+
+
+ALLOCATION_TARGETS = {
+    "sara_vs_dapo_saving_early_k8": "`sara` spends >= 22% fewer rollouts per effective group than `dapo` on `early`",
+    "sara_vs_dapo_saving_ushape_k8": "the same on `ushape`",
+    "sara_carry_vs_dapo_saving_drift_k8": "`sara[carry]` spends >= 35% fewer than `dapo` on `drift`",
+    "vigor_useful_share_above_grpo": "`vigor` has a higher useful share than `grpo`, every scenario, k = 8 and 16",
+    "decision_round_ms_1024_live": "one decision round for 1,024 live prompts < 5 ms (slowest allocator, median)",
+}
+
+
+def allocation_headline(targets: dict) -> str:
+    """The README's allocation table: each target of benchmarks/results/allocation_targets.json, measured."""
+    out = ["| target (simulated engine, k = 8) | measured | met |", "|---|---|---|"]
+    for key, what in ALLOCATION_TARGETS.items():
+        t = targets["targets"].get(key)
+        if t is None:
+            continue
+        v = t["value"]
+        if isinstance(v, dict) and key == "vigor_useful_share_above_grpo":
+            ours, theirs = zip(*v.values())
+            shown = f"{min(ours):.2f}-{max(ours):.2f} vs {min(theirs):.2f}-{max(theirs):.2f}"
+        elif isinstance(v, dict):
+            shown = f"{max(v.values()):.1f} ms"
+        else:
+            shown = f"{100 * v:.1f}%"
+        out.append(f"| {what} | {shown} | {'yes' if t['met'] else '**no**'} |")
+    return "\n".join(out) + "\n"
+
+
+def write_headlines(results: Path) -> None:
+    """Derive the headline tables from the benchmarks' JSON files (when they exist) into results/."""
+    protocols, targets = results / "training_protocols.json", results / "allocation_targets.json"
+    if protocols.is_file():
+        (results / "training_headline.md").write_text(training_headline(json.loads(protocols.read_text())))
+    if targets.is_file() and not _quick_run(targets):
+        (results / "allocation_headline.md").write_text(allocation_headline(json.loads(targets.read_text())))
 
 
 def sync(readme: Path = ROOT / "README.md", results: Path = ROOT / "benchmarks" / "results") -> list[str]:
@@ -44,4 +112,5 @@ def _quick_run(meta: Path) -> bool:
 
 
 if __name__ == "__main__":
+    write_headlines(ROOT / "benchmarks" / "results")
     print("synced:", ", ".join(sync()) or "nothing")

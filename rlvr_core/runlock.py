@@ -9,8 +9,8 @@ deleted, because deleting it would let two processes lock two different files.
 
 Within one process the lock is re-entrant: the flow takes it, and ``training.train``
 (called from the flow, or directly by library users) takes it again without blocking
-itself. ``holds_run_folder(arg)`` is a decorator that holds the folder given as the
-function's argument ``arg`` for the duration of the call.
+itself. ``train`` takes it once its inputs passed their checks, so refused input leaves no
+run folder behind.
 
 A child made by ``fork`` without ``exec`` shares the locked descriptor and keeps the
 lock while it lives; children started with ``exec`` (subprocess) do not inherit it.
@@ -19,20 +19,17 @@ lock while it lives; children started with ``exec`` (subprocess) do not inherit 
 from __future__ import annotations
 
 import fcntl
-import functools
-import inspect
 import json
 import os
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 from rlvr_core.errors import ConfigError
 
 LOCK_NAME = "run.lock"
-F = TypeVar("F", bound=Callable[..., Any])
 
 _mutex = threading.RLock()  # re-entrant: __del__ may run inside a held section
 _held: dict[str, list[int]] = {}  # resolved folder -> [fd, holds]
@@ -112,22 +109,4 @@ def hold_run_folder(folder: str | os.PathLike) -> RunLock:
         return RunLock(key, folder)
 
 
-def holds_run_folder(arg: str) -> Callable[[F], F]:
-    """Decorator: hold the run folder passed as argument ``arg`` while the function runs."""
-
-    def deco(fn: F) -> F:
-        sig = inspect.signature(fn)
-        if arg not in sig.parameters:
-            raise TypeError(f"{fn.__qualname__} has no argument {arg!r}")
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with hold_run_folder(sig.bind(*args, **kwargs).arguments[arg]):
-                return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return deco
-
-
-__all__ = ["LOCK_NAME", "RunFolderBusy", "RunLock", "hold_run_folder", "holds_run_folder"]
+__all__ = ["LOCK_NAME", "RunFolderBusy", "RunLock", "hold_run_folder"]

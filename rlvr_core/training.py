@@ -68,7 +68,7 @@ from rlvr_core.models.policy import load_any_policy as load_policy
 from rlvr_core.models.policy import policy_prompts, precision, resolve_device
 from rlvr_core.rewards import get_verifier
 from rlvr_core.rollout import ENGINES
-from rlvr_core.runlock import holds_run_folder
+from rlvr_core.runlock import hold_run_folder
 from rlvr_core.types import Rollouts
 
 StepCallback = Callable[[dict[str, Any]], None]
@@ -288,7 +288,6 @@ def _plain(v: Any) -> Any:
     return v
 
 
-@holds_run_folder("run_dir")  # one writer per run folder (RunFolderBusy names the holder)
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
           resume: bool = True, on_step: StepCallback | None = None, device: str | None = None) -> TrainResult:
@@ -322,8 +321,6 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     device = resolve_device(cfg.device if device is None else device)
     digest = data_digest(train_rows)
     run_dir = Path(run_dir)
-    ckpt_dir = run_dir / "checkpoints"
-    metrics_path = run_dir / "metrics.jsonl"
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
 
@@ -331,6 +328,18 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     limit = position_limit(model.config, tok)  # prompts the tokenizer cannot encode or the model cannot hold
     for split, rows in (("train", train_rows), ("test", test_rows)):
         check_prompts_fit(rows, tok, task, split, max_new_tokens=cfg.max_new_tokens, max_positions=limit)
+    # one writer per run folder (RunFolderBusy names the holder), taken once the inputs passed their checks
+    with hold_run_folder(run_dir):
+        return _train_held(cfg, model, tok, policy_dir=policy_dir, train_rows=train_rows, test_rows=test_rows,
+                           run_dir=run_dir, task=task, resume=resume, on_step=on_step, device=device, digest=digest)
+
+
+def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.PathLike,
+                train_rows: list[Mapping[str, Any]], test_rows: list[Mapping[str, Any]], run_dir: Path, task: str,
+                resume: bool, on_step: StepCallback | None, device: str, digest: str) -> TrainResult:
+    """The body of ``train`` once its inputs are checked and this process holds ``run_dir``."""
+    ckpt_dir = run_dir / "checkpoints"
+    metrics_path = run_dir / "metrics.jsonl"
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
     source = PromptSource(len(train_rows), seed=cfg.seed)
     engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
@@ -364,8 +373,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
             shutil.rmtree(ckpt_dir, ignore_errors=True)
 
     def evaluate() -> dict[str, float]:
-        with precision(device, cfg.dtype), _stop_on_oom("the held-out evaluation", f"train.eval_size (now {cfg.eval_size}), "
-                                                       f"train.eval_samples (now {cfg.eval_samples})"):
+        reduce = f"train.eval_size (now {cfg.eval_size}), train.eval_samples (now {cfg.eval_samples})"
+        with precision(device, cfg.dtype), _stop_on_oom("the held-out evaluation", reduce):
             return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
                                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                                    seed=cfg.seed, device=device)

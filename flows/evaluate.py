@@ -24,7 +24,7 @@ from flows.common import load, write_json
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
-from tasks import tracking
+from tasks import remote, tracking
 from tasks.evaluation import checkpoint_id, evaluate_checkpoint
 from tasks.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 
@@ -87,7 +87,10 @@ def nightly_pass(params: Params) -> dict[str, Any]:
 def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: bool = False,
              params_file: str | None = None) -> dict[str, Any]:
     """Evaluate one checkpoint, every checkpoint of one run, the nightly pass, or (default) every final checkpoint."""
+    sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
     params = load(params_file)
+    if sync:  # dvc pull: data, warm start and every training stage's outputs
+        sync.pull(sync.training_stages())
     if nightly:
         return nightly_pass(params)
     if checkpoint:

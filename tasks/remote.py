@@ -187,7 +187,7 @@ def _stages(top: Path) -> list[tuple[str, list[str], list[str]]]:
     from dvc.repo import Repo
 
     with Repo(str(top)) as repo:
-        return [(st.addressing, [str(o.def_path) for o in st.outs],
+        return [(st.name, [str(o.def_path) for o in st.outs],
                  [str(d.def_path) for d in st.deps if not isinstance(d, ParamsDependency)])
                 for st in repo.index.stages]
 

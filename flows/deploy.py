@@ -51,10 +51,12 @@ def deploy(source: str, pool: str, ref: str = "main", params: str | None = None,
     eval_flow = flow.from_source(source=repo, entrypoint="flows/evaluate.py:evaluate")
     extra = {"params_file": params} if params else {}
     ids = [train_flow.deploy(name=a.replace("+", "-"), work_pool_name=pool, parameters={"allocator": a, **extra},
-                             tags=["train", a, "gpu"], job_variables=jobvars, build=False, push=False)
+                             tags=["train", a, "gpu"], job_variables=jobvars, build=False, push=False,
+                             print_next_steps=False, ignore_warnings=True)
            for a in ALLOCATORS]
     ids.append(eval_flow.deploy(name="nightly", work_pool_name=pool, parameters={"nightly": True, **extra},
-                                cron=cron, tags=["evaluate", "gpu"], job_variables=jobvars, build=False, push=False))
+                                cron=cron, tags=["evaluate", "gpu"], job_variables=jobvars, build=False, push=False,
+                                print_next_steps=False, ignore_warnings=True))
     return [str(i) for i in ids]
 
 

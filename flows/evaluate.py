@@ -57,6 +57,8 @@ def nightly_pass(params: Params) -> dict[str, Any]:
     out = root() / NIGHTLY
     index_path = out / INDEX
     index: dict[str, list[int]] = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    if remote.remote_name():  # a worker's fresh clone has no index: the tracking server knows what was evaluated
+        index = {k: sorted({*index.get(k, []), *v}) for k, v in {**index, **tracking.nightly_evaluated()}.items()}
     done: dict[str, Any] = {}
     for run in training_runs():
         ckpt = newest_intact(run)

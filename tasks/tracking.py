@@ -294,3 +294,21 @@ def get_run(run_id: str) -> Any:
 
 def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in _client().get_metric_history(run_id, key)]
+
+
+def nightly_evaluated() -> dict[str, list[int]]:
+    """{run folder name: checkpoint steps} of every nightly evaluation the store holds (FINISHED runs).
+
+    A worker's clone starts without reports/nightly/index.json; the tracking server knows what was evaluated.
+    """
+    client = _client()
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is None:
+        return {}
+    out: dict[str, set[int]] = {}
+    for run in client.search_runs([exp.experiment_id], "tags.kind = 'nightly-eval' and attributes.status = 'FINISHED'",
+                                  max_results=50000):
+        name, ckpt = run.data.tags.get("run"), run.data.tags.get("checkpoint", "")
+        if name and Path(ckpt).name.startswith("step_"):
+            out.setdefault(name, set()).add(int(Path(ckpt).name.split("_")[-1]))
+    return {k: sorted(v) for k, v in out.items()}

@@ -313,3 +313,19 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
     assert (second / "runs/sara/final_model").is_dir()
     status = sh(env, second, PY, "-m", "dvc", "status", "prepare", "warmstart", "train@sara")
     assert "up to date" in status.lower() or status.strip() == "", status
+
+
+def test_nightly_index_from_the_tracking_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's clone has no reports/nightly/index.json: finished nightly evaluations come from MLflow."""
+    from tasks import tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("RLVR_ROOT", str(tmp_path))
+    assert tracking.nightly_evaluated() == {}
+    for name, step, status in (("sara", 2, "FINISHED"), ("sara", 4, "FINISHED"), ("grpo", 2, "FAILED"),
+                               ("experiment", 6, "FINISHED")):
+        rid = tracking.start_run(f"eval-{name}-step{step}", {}, {"kind": "nightly-eval", "run": name,
+                                                                  "checkpoint": f"/w/runs/{name}/checkpoints/step_{step:06d}"})
+        tracking.end_run(rid, status)
+    tracking.end_run(tracking.start_run("train-sara", {}, {"run_dir": "/w/runs/sara"}))
+    assert tracking.nightly_evaluated() == {"sara": [2, 4], "experiment": [6]}

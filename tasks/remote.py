@@ -218,13 +218,26 @@ class Remote:
             todo += [producer[d] for d in deps.get(st, []) if d in producer]
         return seen
 
-    def pull(self, stages: Iterable[str]) -> None:
+    def pull(self, stages: Iterable[str], upstream_required: bool = True) -> None:
         """`dvc pull` the outputs of ``stages`` and of everything they depend on; outputs dvc.lock does not
-        record yet (a stage never run) are skipped."""
+        record yet (a stage never run) are skipped, except (``upstream_required``) those of the stages
+        ``stages`` depend on, whose absence is a ConfigError naming them."""
+        stages = list(stages)
         targets = self.needs(stages)
-        if targets:
+        if not targets:
+            return
+        try:
             out = dvc("pull", "--remote", self.name, "--allow-missing", *targets, cwd=self.top)
-            print(f"remote: pulled {', '.join(sorted(targets))} from {self.name}: {out.strip().splitlines()[-1:]}")
+        except RuntimeError as e:
+            raise ConfigError(f"dvc pull from remote {self.name!r} failed (were the outputs `dvc push`ed by the "
+                              f"machine that made them?): {str(e)[-1500:]}") from None
+        print(f"remote: pulled {', '.join(sorted(targets))} from {self.name}: {out.strip().splitlines()[-1:]}")
+        if upstream_required:
+            outs = {a: o for a, o, _ in _stages(self.top)}
+            missing = [f"{p} ({a})" for a in targets if a not in stages for p in outs[a] if not (self.top / p).exists()]
+            if missing:
+                raise ConfigError(f"not in dvc.lock or not in DVC remote {self.name!r}: {', '.join(missing)}; on the "
+                                  "machine that has them: `dvc repro <stage> && dvc push`, then commit and push dvc.lock")
 
     def training_stages(self) -> list[str]:
         """Every stage with a checkpoints output (train@<allocator>, experiment)."""

@@ -329,3 +329,15 @@ def test_nightly_index_from_the_tracking_store(tmp_path: Path, monkeypatch: pyte
         tracking.end_run(rid, status)
     tracking.end_run(tracking.start_run("train-sara", {}, {"run_dir": "/w/runs/sara"}))
     assert tracking.nightly_evaluated() == {"sara": [2, 4], "experiment": [6]}
+
+
+def test_inputs_missing_from_the_remote(worker_clone: Path) -> None:
+    """A clone whose dvc.lock records no data or warm start stops, naming them, before check_inputs runs."""
+    from tasks import remote
+
+    (worker_clone / "dvc.yaml").write_text((PROJECT / "dvc.yaml").read_text())
+    sync = remote.Remote("store", worker_clone)
+    assert sync.needs(["train@sara"]) == ["train@sara", "warmstart", "prepare"]
+    with pytest.raises(ConfigError, match=r"not in dvc.lock or not in DVC remote 'store': models/warmstart \(warmstart\)"
+                                          r".*data/arithmetic \(prepare\)"):
+        sync.pull(["train@sara"])

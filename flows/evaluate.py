@@ -24,7 +24,7 @@ from flows.common import load, write_json
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
-from tasks import tracking
+from tasks import remote, tracking
 from tasks.evaluation import checkpoint_id, evaluate_checkpoint
 from tasks.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 
@@ -57,6 +57,8 @@ def nightly_pass(params: Params) -> dict[str, Any]:
     out = root() / NIGHTLY
     index_path = out / INDEX
     index: dict[str, list[int]] = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    if remote.remote_name():  # a worker's fresh clone has no index: the tracking server knows what was evaluated
+        index = {k: sorted({*index.get(k, []), *v}) for k, v in {**index, **tracking.nightly_evaluated()}.items()}
     done: dict[str, Any] = {}
     for run in training_runs():
         ckpt = newest_intact(run)
@@ -87,7 +89,10 @@ def nightly_pass(params: Params) -> dict[str, Any]:
 def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: bool = False,
              params_file: str | None = None) -> dict[str, Any]:
     """Evaluate one checkpoint, every checkpoint of one run, the nightly pass, or (default) every final checkpoint."""
+    sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
     params = load(params_file)
+    if sync:  # dvc pull: data, warm start and every training stage's outputs
+        sync.pull(sync.training_stages())
     if nightly:
         return nightly_pass(params)
     if checkpoint:

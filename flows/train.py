@@ -34,7 +34,7 @@ from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import check_policy_folder, resolve_device
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TrainingStopped, check_resumable, data_digest
-from tasks import tracking
+from tasks import remote, tracking
 from tasks.data import load_split
 from tasks.lineage import dvc_md5, git_commit
 from tasks.models import export_policy
@@ -125,13 +125,20 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
+    sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     out = root() / out_dir if out_dir else run_dir(cfg.allocator)
+    stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
     check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
     with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
-        return _train_in(cfg, task, data, base, out)
+        result = _train_in(cfg, task, data, base, out)
+    summary = result["summary"]
+    if stage:  # dvc commit + push of the stage, dvc.lock to git
+        sync.publish(stage, [out / "summary.json", out / "tracking.json"])
+    print(f"train[{cfg.allocator}]: {summary['steps']} steps, final {summary['final_eval']} -> {out}")
+    return result
 
 
 def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
@@ -179,7 +186,6 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
         if run_id:
             _quiet("end_run", tracking.end_run, run_id, "FAILED")
         raise
-    print(f"train[{cfg.allocator}]: {summary['steps']} steps, final {summary['final_eval']} -> {out}")
     return {"run_id": run_id, "summary": summary, "timings": timings}
 
 

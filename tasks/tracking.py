@@ -2,7 +2,8 @@
 
 Runs are addressed by id through ``MlflowClient`` (no global active run), so a
 task can log into the flow's run from any thread. The default store is a SQLite
-file under the root (``mlflow.db``); MLFLOW_TRACKING_URI overrides it.
+file under the root (``mlflow.db``); MLFLOW_TRACKING_URI overrides it, e.g. with the URL of the
+``mlflow server`` every worker logs to (docs/cluster.md).
 
 Training never waits on, nor dies with, the tracking server: ``StepLogger``
 appends step metrics it cannot send to a local JSONL spool (with a warning),
@@ -52,8 +53,11 @@ def _experiment_id(client: Any, name: str = EXPERIMENT) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
+    # a tracking server stores artifacts itself (its --artifacts-destination, uploaded through it); a local
+    # store keeps them beside it under <root>/mlartifacts
+    server = tracking_uri().startswith(("http://", "https://"))
     try:
-        return client.create_experiment(name, artifact_location=(root() / "mlartifacts").as_uri())
+        return client.create_experiment(name, artifact_location=None if server else (root() / "mlartifacts").as_uri())
     except Exception:  # noqa: BLE001 - created concurrently by another flow run
         return client.get_experiment_by_name(name).experiment_id
 
@@ -290,3 +294,21 @@ def get_run(run_id: str) -> Any:
 
 def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in _client().get_metric_history(run_id, key)]
+
+
+def nightly_evaluated() -> dict[str, list[int]]:
+    """{run folder name: checkpoint steps} of every nightly evaluation the store holds (FINISHED runs).
+
+    A worker's clone starts without reports/nightly/index.json; the tracking server knows what was evaluated.
+    """
+    client = _client()
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is None:
+        return {}
+    out: dict[str, set[int]] = {}
+    for run in client.search_runs([exp.experiment_id], "tags.kind = 'nightly-eval' and attributes.status = 'FINISHED'",
+                                  max_results=50000):
+        name, ckpt = run.data.tags.get("run"), run.data.tags.get("checkpoint", "")
+        if name and Path(ckpt).name.startswith("step_"):
+            out.setdefault(name, set()).add(int(Path(ckpt).name.split("_")[-1]))
+    return {k: sorted(v) for k, v in out.items()}

@@ -63,7 +63,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}/api"
     try:
-        deadline = time.time() + 150
+        deadline = time.time() + 300  # a loaded 2-core CI machine needs more than 150 s
         while True:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=2) as r:

@@ -1,0 +1,310 @@
+"""Flows on work-pool workers: inputs come from the DVC remote, outputs go back to it.
+
+Off unless $RLVR_DVC_REMOTE names a DVC remote (a name from `dvc remote list`, or a URL, added to the
+clone's .dvc/config.local), so `make run` and local flows behave as before; inside `dvc repro` (DVC sets
+DVC_STAGE) it is off too, since DVC itself records the stage there.
+
+On a worker (a fresh clone made by the Prefect pull step):
+  setup()      before anything is computed: the clone is a DVC repo, the remote exists, has credentials
+               and answers, MLFLOW_TRACKING_URI is a tracking server that answers, the params file is
+               in the repository; each failure is a ConfigError naming what is missing
+  pull(...)    `dvc pull` of what a stage needs: the outputs of the stages it depends on (data, warm
+               start) and its own outputs (the checkpoints of a run it resumes)
+  publish(...) `dvc commit` of the stage + `dvc push`, then dvc.lock and the run's small git-tracked files
+               (the summary metric, tracking.json) committed and pushed to the branch the worker cloned,
+               so the next clone (another worker, a laptop) pulls exactly these outputs and resumes or
+               evaluates them; `dvc status` there is clean
+$RLVR_GIT_PUSH=0 leaves the git commit local (then push dvc.lock yourself).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+from urllib.parse import urlparse
+
+from rlvr_core.errors import ConfigError
+from tasks.paths import params_path, root
+
+ENV = "RLVR_DVC_REMOTE"
+URL_REMOTE = "rlvr-worker"  # the name a URL given in $RLVR_DVC_REMOTE is registered under
+PROBE_TIMEOUT_S = 20.0
+
+
+def remote_name() -> str | None:
+    """$RLVR_DVC_REMOTE, or None (local mode, or inside `dvc repro`)."""
+    if os.environ.get("DVC_STAGE"):
+        return None
+    return os.environ.get(ENV) or None
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"`{' '.join(cmd)}` failed in {cwd} (exit {p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+    return p
+
+
+def dvc(*args: str, cwd: Path | None = None, timeout: float = 1800) -> str:
+    """Run the dvc CLI of this interpreter's environment in ``cwd`` (default the root)."""
+    return _run([sys.executable, "-m", "dvc", *args], cwd or root(), timeout).stdout
+
+
+def git(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return _run(["git", *args], cwd or root(), 120, check)
+
+
+# ------------------------------------------------------------------ checks before compute
+
+def _credentials_missing(scheme: str, conf: dict[str, Any]) -> str | None:
+    """What is missing for the remote's credentials, or None when some credentials are there."""
+    env, home = os.environ, Path(os.environ.get("HOME", "~")).expanduser()
+    if scheme == "s3":
+        if conf.get("access_key_id") and conf.get("secret_access_key"):
+            return None
+        if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+            return None
+        if conf.get("profile") or env.get("AWS_PROFILE") or env.get("AWS_WEB_IDENTITY_TOKEN_FILE") \
+                or env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") or env.get("AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+            return None
+        creds = conf.get("credentialpath") or env.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials"
+        if Path(creds).expanduser().is_file():
+            return None
+        return ("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or "
+                f"`dvc remote modify --local <remote> access_key_id/secret_access_key`), or write {creds}")
+    if scheme == "ssh":
+        if conf.get("password") or conf.get("ask_password") or env.get("SSH_AUTH_SOCK"):
+            return None
+        keys = [conf["keyfile"]] if conf.get("keyfile") else [home / ".ssh" / n for n in
+                                                              ("id_ed25519", "id_rsa", "id_ecdsa")]
+        if any(Path(k).expanduser().is_file() for k in keys):
+            return None
+        return ("no SSH credentials: no ssh-agent (SSH_AUTH_SOCK), no key file (" + ", ".join(map(str, keys)) +
+                "), no password (`dvc remote modify --local <remote> keyfile|password ...`)")
+    return None
+
+
+def _probe(fn: Callable[[], Any], timeout: float) -> BaseException | None:
+    """Run ``fn`` in a thread; its exception, a TimeoutError after ``timeout``, or None."""
+    box: list[BaseException | None] = [TimeoutError(f"no answer in {timeout:.0f} s")]
+
+    def target() -> None:
+        try:
+            fn()
+            box[0] = None
+        except BaseException as e:  # noqa: BLE001
+            box[0] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    return box[0]
+
+
+def check_remote(name: str, top: Path) -> str:
+    """Resolve ``name`` to a configured remote of the DVC repo at ``top``, with credentials, that answers;
+    returns the remote name. ConfigError names what is missing."""
+    if not (top / ".dvc").is_dir():
+        raise ConfigError(f"{ENV}={name}: {top} is not a DVC repository (no .dvc/); commit the .dvc/ folder "
+                          "(`dvc init`, `dvc remote add -d <name> <url>`) to the repository the workers clone")
+    from dvc.repo import Repo
+
+    if "://" in name or name.startswith("/"):
+        dvc("remote", "add", "--local", "--force", URL_REMOTE, name, cwd=top)
+        name = URL_REMOTE
+    with Repo(str(top)) as repo:
+        remotes = repo.config.get("remote", {})
+        if name not in remotes:
+            raise ConfigError(f"{ENV}={name}: no DVC remote of that name in {top / '.dvc' / 'config'} "
+                              f"(configured: {', '.join(sorted(remotes)) or 'none'}); `dvc remote add {name} <url>` "
+                              "or set the variable to the remote's URL")
+        conf = dict(remotes[name])
+        url = str(conf.get("url", ""))
+        scheme = urlparse(url).scheme if "://" in url else ""
+        if scheme in ("", "file"):  # a directory: a shared/NFS mount on every worker
+            path = Path(urlparse(url).path if scheme else url)
+            path = path if path.is_absolute() else (top / ".dvc" / path).resolve()
+            if not path.is_dir():
+                raise ConfigError(f"DVC remote {name!r} ({url}) is unreachable from this worker: {path} is not a "
+                                  "directory (mount the shared storage here, or fix the remote's url)")
+            if not os.access(path, os.W_OK):
+                raise ConfigError(f"DVC remote {name!r} ({url}): {path} is not writable by this worker")
+            return name
+        if (missing := _credentials_missing(scheme, conf)) is not None:
+            raise ConfigError(f"DVC remote {name!r} ({url}): {missing}")
+        try:
+            remote = repo.cloud.get_remote(name)
+        except Exception as e:  # noqa: BLE001 - e.g. the dvc-s3 / dvc-ssh plugin is not installed
+            raise ConfigError(f"DVC remote {name!r} ({url}) cannot be opened on this worker: {e}") from None
+        if (err := _probe(lambda: remote.fs.exists(remote.path), PROBE_TIMEOUT_S)) is not None:
+            raise ConfigError(f"DVC remote {name!r} ({url}) is unreachable from this worker "
+                              f"({err.__class__.__name__}: {str(err)[:300]})") from None
+    return name
+
+
+def check_tracking_server(uri: str) -> None:
+    """A worker logs to one MLflow server: ``uri`` must be http(s) and answer /health."""
+    if not uri.startswith(("http://", "https://")):
+        raise ConfigError(f"{ENV} is set (a worker) but the MLflow tracking URI is {uri}: its runs would stay in "
+                          "this temporary clone; set MLFLOW_TRACKING_URI=http://<tracking server>:<port> "
+                          "(see docs/cluster.md)")
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as r:
+            if r.status == 200:
+                return
+            err = f"HTTP {r.status}"
+    except (OSError, urllib.error.URLError) as e:
+        err = f"{e.__class__.__name__}: {e}"
+    raise ConfigError(f"MLflow tracking server {uri} is unreachable ({err}); a worker does not start without it, "
+                      "since its spool (runs/<allocator>/mlflow_spool.jsonl) would stay in this temporary clone. "
+                      "Once a run has started, an outage is still spooled there and replayed when the server is back")
+
+
+def check_params_file(params_file: str | None, top: Path) -> Path:
+    """The params file the flow reads must be a file committed to the repository at ``top``."""
+    path = params_path(params_file)
+    path = path if path.is_absolute() else (top / path)
+    rel = path.resolve().relative_to(top.resolve()) if path.resolve().is_relative_to(top.resolve()) else None
+    tracked = rel is not None and git("ls-files", "--error-unmatch", str(rel), cwd=top, check=False).returncode == 0
+    if not path.is_file() or not tracked:
+        raise ConfigError(f"params file {params_file or path}: not in the repository this worker cloned "
+                          f"({top}); commit it and deploy again (flows.deploy --params <path inside the repository>)")
+    return path
+
+
+# ------------------------------------------------------------------ the stage graph
+
+def _stages(top: Path) -> list[tuple[str, list[str], list[str]]]:
+    """(addressing, output paths, dependency paths) of every dvc.yaml stage (params excluded)."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    with Repo(str(top)) as repo:
+        return [(st.name, [str(o.def_path) for o in st.outs],
+                 [str(d.def_path) for d in st.deps if not isinstance(d, ParamsDependency)])
+                for st in repo.index.stages]
+
+
+@dataclass
+class Remote:
+    """A worker's link to the DVC remote ``name`` for the clone at ``top``."""
+
+    name: str
+    top: Path
+
+    def stage_of(self, run: Path) -> str | None:
+        """The dvc.yaml stage whose outputs include run folder ``run``'s checkpoints."""
+        rel = str((run / "checkpoints").resolve().relative_to(self.top.resolve()))
+        return next((a for a, outs, _ in _stages(self.top) if rel in outs), None)
+
+    def needs(self, stages: Iterable[str]) -> list[str]:
+        """Every stage of ``stages`` plus the stages producing their dependencies (transitively)."""
+        graph = _stages(self.top)
+        producer = {o: a for a, outs, _ in graph for o in outs}
+        deps = {a: d for a, _, d in graph}
+        todo, seen = list(stages), []
+        while todo:
+            st = todo.pop()
+            if st in seen:
+                continue
+            seen.append(st)
+            todo += [producer[d] for d in deps.get(st, []) if d in producer]
+        return seen
+
+    def pull(self, stages: Iterable[str], upstream_required: bool = True) -> None:
+        """`dvc pull` the outputs of ``stages`` and of everything they depend on; outputs dvc.lock does not
+        record yet (a stage never run) are skipped, except (``upstream_required``) those of the stages
+        ``stages`` depend on, whose absence is a ConfigError naming them."""
+        stages = list(stages)
+        targets = self.needs(stages)
+        if not targets:
+            return
+        try:
+            out = dvc("pull", "--remote", self.name, "--allow-missing", *targets, cwd=self.top)
+        except RuntimeError as e:
+            raise ConfigError(f"dvc pull from remote {self.name!r} failed (were the outputs `dvc push`ed by the "
+                              f"machine that made them?): {str(e)[-1500:]}") from None
+        print(f"remote: pulled {', '.join(sorted(targets))} from {self.name}: {out.strip().splitlines()[-1:]}")
+        if upstream_required:
+            outs = {a: o for a, o, _ in _stages(self.top)}
+            missing = [f"{p} ({a})" for a in targets if a not in stages for p in outs[a] if not (self.top / p).exists()]
+            if missing:
+                raise ConfigError(f"not in dvc.lock or not in DVC remote {self.name!r}: {', '.join(missing)}; on the "
+                                  "machine that has them: `dvc repro <stage> && dvc push`, then commit and push dvc.lock")
+
+    def training_stages(self) -> list[str]:
+        """Every stage with a checkpoints output (train@<allocator>, experiment)."""
+        return [a for a, outs, _ in _stages(self.top) if any(o.endswith("/checkpoints") for o in outs)]
+
+    def publish(self, stage: str, files: Iterable[Path] = ()) -> str:
+        """Record ``stage`` in dvc.lock, push its outputs, commit dvc.lock + ``files`` to git and push the
+        commit to the cloned branch; returns the commit."""
+        dvc("commit", "--force", stage, cwd=self.top)
+        dvc("push", "--remote", self.name, stage, cwd=self.top)
+        rels = ["dvc.lock"] + [str(Path(f).resolve().relative_to(self.top.resolve())) for f in files if Path(f).is_file()]
+        git("add", "--force", *rels, cwd=self.top)
+        if git("diff", "--cached", "--quiet", cwd=self.top, check=False).returncode != 0:
+            who = [] if git("config", "user.email", cwd=self.top, check=False).stdout.strip() else \
+                ["-c", "user.name=rlvr-worker", "-c", "user.email=rlvr-worker@localhost"]
+            git(*who, "commit", "-q", "-m", f"{stage}: outputs pushed to DVC remote {self.name}", cwd=self.top)
+        head = git("rev-parse", "HEAD", cwd=self.top).stdout.strip()
+        if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
+            self._git_push()
+        return head
+
+    def _git_push(self, tries: int = 3) -> None:
+        branch = git("rev-parse", "--abbrev-ref", "HEAD", cwd=self.top).stdout.strip()
+        for _ in range(tries):
+            if git("push", "-q", "origin", f"HEAD:{branch}", cwd=self.top, check=False).returncode == 0:
+                return
+            # another worker pushed first: replay this commit on top of theirs
+            p = git("pull", "-q", "--rebase", "origin", branch, cwd=self.top, check=False)
+            if p.returncode != 0:
+                git("rebase", "--abort", cwd=self.top, check=False)
+                raise RuntimeError(f"git: could not rebase this worker's dvc.lock commit onto origin/{branch}:\n"
+                                   f"{(p.stdout + p.stderr)[-2000:]}\nthe outputs are in DVC remote {self.name}; "
+                                   "merge dvc.lock by hand")
+        raise RuntimeError(f"git push of dvc.lock to origin/{branch} failed {tries} times; the outputs are in DVC "
+                           f"remote {self.name}")
+
+
+def setup(params_file: str | None = None) -> Remote | None:
+    """None in local mode; on a worker, every check of this module before compute, then the Remote."""
+    name = remote_name()
+    if name is None:
+        return None
+    from tasks.tracking import tracking_uri
+
+    top = root()
+    name = check_remote(name, top)
+    check_tracking_server(tracking_uri())
+    check_params_file(params_file, top)
+    return Remote(name, top)
+
+
+def prepare_training(sync: Remote, out: Path, params: Any) -> str:
+    """The stage training into ``out``, after checking dvc.lock can record this run honestly and pulling its
+    inputs and the checkpoints it resumes."""
+    from rlvr_core.config import load_params
+
+    stage = sync.stage_of(out)
+    if stage is None:
+        raise ConfigError(f"{ENV} is set but no dvc.yaml stage writes {out / 'checkpoints'}: only a stage's outputs "
+                          "can be pushed; add the allocator to train.allocators in params.yaml")
+    committed = load_params(sync.top / "params.yaml")
+    for sec in ("prepare", "train"):
+        ours, theirs = vars(getattr(params, sec)), vars(getattr(committed, sec))
+        skip = {"allocator"} if stage.startswith("train@") else set()  # the stage's cmd passes --allocator
+        if diff := {k: v for k, v in ours.items() if k not in skip and theirs.get(k) != v}:
+            raise ConfigError(f"{ENV} is set: dvc.lock records stage {stage} with the params of params.yaml, but this "
+                              f"run's {sec} differs ({diff}); commit the change to params.yaml and deploy that commit "
+                              "instead of passing it as a flow parameter")
+    sync.pull([stage])
+    return stage

@@ -117,9 +117,8 @@ def main() -> None:
     ap.add_argument("--alloc-steps", type=int, default=12)
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args()
-    from datasets import Dataset
-
     import trl
+    from datasets import Dataset
 
     rows = arithmetic_rows(48)
     ds = Dataset.from_list(rows)

@@ -23,7 +23,7 @@ class WeightLoadExtension:
     """Methods added to every vLLM worker (``self`` is the worker)."""
 
     def _rlvr_model(self) -> Any:
-        runner = getattr(self, "model_runner")
+        runner = self.model_runner
         return runner.get_model() if hasattr(runner, "get_model") else runner.model
 
     def rlvr_load_weights_from_file(self, path: str) -> int:

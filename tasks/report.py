@@ -10,7 +10,6 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-
 CURVE_FIELDS = ("step", "cum_rollouts", "cum_tokens", "greedy_acc")
 
 

@@ -72,7 +72,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
 
 def start_run(run_name: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
     """Create a run with the flattened ``params`` and ``tags``; returns its id."""
-    from mlflow.entities import Param, RunTag
+    from mlflow.entities import Param
 
     client = _client()
     run = client.create_run(_experiment_id(client), run_name=run_name, tags={k: str(v) for k, v in tags.items()})

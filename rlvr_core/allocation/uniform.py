@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from rlvr_core.allocation.base import Allocator, AllocatorParams

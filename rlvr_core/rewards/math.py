@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
 import logging
+import math
 import os
 import queue
 import select

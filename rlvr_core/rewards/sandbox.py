@@ -83,8 +83,8 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from rlvr_core.errors import require

@@ -21,8 +21,18 @@ import pytest
 
 from rlvr_core.config import TrainConfig
 from rlvr_core.training import train
-from tests.reliability.common import (CFG, DRIVER, PROJECT, assert_same, dataset, driver_env, final_state,
-                                      read_metrics, run_driver, strip_timing)
+from tests.reliability.common import (
+    CFG,
+    DRIVER,
+    PROJECT,
+    assert_same,
+    dataset,
+    driver_env,
+    final_state,
+    read_metrics,
+    run_driver,
+    strip_timing,
+)
 
 pytestmark = pytest.mark.slow
 

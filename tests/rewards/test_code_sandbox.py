@@ -1,7 +1,7 @@
 """Code verifier: scoring, parsing, and the opt-in in-process sandbox's own hostile suite.
 
 Programs run under bubblewrap by default (tests/rewards/test_code_bwrap.py has the
-escapes); the in-process tests below opt in with ``isolation="inprocess"``.""" 
+escapes); the in-process tests below opt in with ``isolation="inprocess"``."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def sync(readme: Path = ROOT / "README.md", results: Path = ROOT / "benchmarks" 
         body = src.read_text().strip()
         # the body between the markers may be empty (a fresh section) or a previous table
         text = re.sub(rf"(<!-- {name}:start -->\n)(?:.*?\n)?(<!-- {name}:end -->)",
-                      lambda m: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
+                      lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
         done.append(name)
     readme.write_text(text)
     return done

@@ -182,7 +182,7 @@ def main() -> None:
     modes = {"bwrap": SandboxLimits(), "inprocess": SandboxLimits(isolation="inprocess")}
     layers = {name: list(check_sandbox(limits)) for name, limits in modes.items()}
     cases = programs()
-    for name, limits in modes.items():  # warm-up (bwrap's self-test, the in-process probe, page cache)
+    for _name, limits in modes.items():  # warm-up (bwrap's self-test, the in-process probe, page cache)
         _round(cases[:5], limits)
     load_before = os.getloadavg()
     per_mode: dict[str, dict[str, list]] = {m: {"rate": [], "walls": [], "passed": []} for m in modes}

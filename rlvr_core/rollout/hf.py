@@ -183,13 +183,13 @@ class HFEngine:
                 for start in range(0, len(seqs), self.micro_batch):
                     chunk = seqs[start : start + self.micro_batch]
                     try:
-                        c, l = self._forward_loop(chunk, max_new, generator)
+                        c, lp = self._forward_loop(chunk, max_new, generator)
                     except Exception as e:  # noqa: BLE001 - only out-of-memory is translated
                         if not is_out_of_memory(e):
                             raise
                         raise self._out_of_memory(e, chunk, max_new) from e
                     comp.extend(c)
-                    lps.extend(l)
+                    lps.extend(lp)
         finally:
             if was_training:
                 self.model.train()

@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 # the whole pipeline (prepare -> warmstart -> train x allocators -> evaluate -> report) with DVC;

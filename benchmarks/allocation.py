@@ -194,7 +194,8 @@ def markdown_table(summary: pd.DataFrame, timing: pd.DataFrame | None) -> str:
     ]
     for k in sorted(summary.k.unique()):
         lines += [f"**k = {k}**", "",
-                  "| allocator | scenario | rollouts / eff. group | tokens / eff. group (k) | useful share | eff. groups / step | rounds / step |",
+                  "| allocator | scenario | rollouts / eff. group | tokens / eff. group (k) | useful share "
+                  "| eff. groups / step | rounds / step |",
                   "|---|---|---|---|---|---|---|"]
         sub = summary[summary.k == k]
         for scen in sub.scenario.unique():
@@ -227,7 +228,8 @@ def plot(summary: pd.DataFrame, path: Path) -> None:
         for i, lab in enumerate(labels):
             s = sub[sub.allocator == lab].set_index("scenario").reindex(scens)
             x = np.arange(len(scens)) + (i - len(labels) / 2) * width + width / 2
-            err = np.vstack([s.rollouts_per_effective_group - s.rpeg_ci_low, s.rpeg_ci_high - s.rollouts_per_effective_group])
+            err = np.vstack([s.rollouts_per_effective_group - s.rpeg_ci_low,
+                             s.rpeg_ci_high - s.rollouts_per_effective_group])
             axes[0, j].bar(x, s.rollouts_per_effective_group, width, yerr=err, label=lab, capsize=1.5)
             axes[1, j].bar(x, s.useful_share, width, label=lab)
         axes[0, j].axhline(k, color="k", ls="--", lw=1, label="oracle (k)")

@@ -36,13 +36,15 @@ def training_headline(protocols: list[dict]) -> str:
            "'never': the median run did not reach the target within its budget. Targets (80% of uniform "
            "GRPO's gain): " + ", ".join(f"`{g}` {t:.4f}" for g, t in sorted(targets.items())) + ".",
            "",
-           "| regime | protocol | allocator | seeds | reached | rollouts to target | seconds to target | final acc (SE) |",
+           "| regime | protocol | allocator | seeds | reached | rollouts to target | seconds to target "
+           "| final acc (SE) |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         se = r.get("final_accuracy_se")
         acc = "-" if r.get("final_accuracy") is None else f"{r['final_accuracy']:.3f}" + (f" ({se:.3f})" if se else "")
         out.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | {r['reached']}/{r['seeds']} "
-                   f"| {_interval(r.get('rollouts_to_target'), ',.0f')} | {_interval(r.get('seconds_to_target'), '.1f')} "
+                   f"| {_interval(r.get('rollouts_to_target'), ',.0f')} "
+                   f"| {_interval(r.get('seconds_to_target'), '.1f')} "
                    f"| {acc} |")
     return "\n".join(out) + "\n"
 
@@ -98,7 +100,7 @@ def sync(readme: Path = ROOT / "README.md", results: Path = ROOT / "benchmarks" 
         body = src.read_text().strip()
         # the body between the markers may be empty (a fresh section) or a previous table
         text = re.sub(rf"(<!-- {name}:start -->\n)(?:.*?\n)?(<!-- {name}:end -->)",
-                      lambda m: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
+                      lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
         done.append(name)
     readme.write_text(text)
     return done

@@ -33,14 +33,17 @@ SORT = "import sys\nd = sys.stdin.read().split()\nprint(' '.join(map(str, sorted
 FIB = "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, (a + b) % 1000000007\nprint(a)\n"
 SIEVE = (
     "n = int(input())\ns = bytearray([1]) * (n + 1)\ns[0:2] = b'\\x00\\x00'\n"
-    "for i in range(2, int(n ** 0.5) + 1):\n    if s[i]:\n        s[i * i::i] = bytearray(len(s[i * i::i]))\nprint(sum(s))\n"
+    "for i in range(2, int(n ** 0.5) + 1):\n    if s[i]:\n"
+    "        s[i * i::i] = bytearray(len(s[i * i::i]))\nprint(sum(s))\n"
 )
 PALIN = "t = input().strip()\nprint('YES' if t == t[::-1] else 'NO', len(set(t)))\n"
 BFS = (
-    "from collections import deque\nimport sys\nr = sys.stdin.read().split()\nh, w = int(r[0]), int(r[1])\ng = r[2:2 + h]\n"
+    "from collections import deque\nimport sys\nr = sys.stdin.read().split()\n"
+    "h, w = int(r[0]), int(r[1])\ng = r[2:2 + h]\n"
     "dist = [[-1] * w for _ in range(h)]\ndist[0][0] = 0\nq = deque([(0, 0)])\n"
     "while q:\n    y, x = q.popleft()\n    for dy, dx in ((1, 0), (-1, 0), (0, 1), (0, -1)):\n"
-    "        ny, nx = y + dy, x + dx\n        if 0 <= ny < h and 0 <= nx < w and g[ny][nx] == '.' and dist[ny][nx] < 0:\n"
+    "        ny, nx = y + dy, x + dx\n"
+    "        if 0 <= ny < h and 0 <= nx < w and g[ny][nx] == '.' and dist[ny][nx] < 0:\n"
     "            dist[ny][nx] = dist[y][x] + 1\n            q.append((ny, nx))\nprint(dist[h - 1][w - 1])\n"
 )
 KNAP = (
@@ -48,13 +51,17 @@ KNAP = (
     "for i in range(n):\n    wt, val = r[2 + 2 * i], r[3 + 2 * i]\n    for c in range(cap, wt - 1, -1):\n"
     "        best[c] = max(best[c], best[c - wt] + val)\nprint(best[cap])\n"
 )
-GCD = "import sys, math\nr = list(map(int, sys.stdin.read().split()))\nprint(' '.join(str(math.gcd(r[1 + 2 * i], r[2 + 2 * i])) for i in range(r[0])))\n"
+GCD = (
+    "import sys, math\nr = list(map(int, sys.stdin.read().split()))\n"
+    "print(' '.join(str(math.gcd(r[1 + 2 * i], r[2 + 2 * i])) for i in range(r[0])))\n"
+)
 WORDS = (
     "import sys\nfrom collections import Counter\nc = Counter(sys.stdin.read().split())\n"
     "print(*[f'{w}:{k}' for w, k in sorted(c.items(), key=lambda t: (-t[1], t[0]))[:3]])\n"
 )
 MATMUL = (
-    "import sys\nr = list(map(int, sys.stdin.read().split()))\nn = r[0]\na = [r[1 + i * n:1 + (i + 1) * n] for i in range(n)]\n"
+    "import sys\nr = list(map(int, sys.stdin.read().split()))\nn = r[0]\n"
+    "a = [r[1 + i * n:1 + (i + 1) * n] for i in range(n)]\n"
     "b = [[sum(a[i][k] * a[k][j] for k in range(n)) for j in range(n)] for i in range(n)]\nprint(sum(map(sum, b)))\n"
 )
 
@@ -140,7 +147,8 @@ FAMILIES = {
     "gcd": (GCD, lambda s, g: f"{20 * s}\n" + "\n".join(
         f"{g.randint(1, 10**9)} {g.randint(1, 10**9)}" for _ in range(20 * s)) + "\n",
         lambda t: " ".join(str(gcd(int(a), int(b))) for a, b in zip(t.split()[1::2], t.split()[2::2]))),
-    "words": (WORDS, lambda s, g: " ".join(g.choice(["alpha", "beta", "gamma", "delta", "eps"]) for _ in range(60 * s)) + "\n",
+    "words": (WORDS, lambda s, g: " ".join(
+        g.choice(["alpha", "beta", "gamma", "delta", "eps"]) for _ in range(60 * s)) + "\n",
               _words_answer),
     "matmul": (MATMUL, lambda s, g: f"{3 + s}\n" + " ".join(str(g.randint(-9, 9)) for _ in range((3 + s) ** 2)) + "\n",
                _matmul_answer),
@@ -182,7 +190,7 @@ def main() -> None:
     modes = {"bwrap": SandboxLimits(), "inprocess": SandboxLimits(isolation="inprocess")}
     layers = {name: list(check_sandbox(limits)) for name, limits in modes.items()}
     cases = programs()
-    for name, limits in modes.items():  # warm-up (bwrap's self-test, the in-process probe, page cache)
+    for _name, limits in modes.items():  # warm-up (bwrap's self-test, the in-process probe, page cache)
         _round(cases[:5], limits)
     load_before = os.getloadavg()
     per_mode: dict[str, dict[str, list]] = {m: {"rate": [], "walls": [], "passed": []} for m in modes}
@@ -193,7 +201,8 @@ def main() -> None:
             per_mode[name]["rate"].append(len(cases) / seconds)
             per_mode[name]["walls"] += walls
             per_mode[name]["passed"].append(passed)
-            print(f"round {r + 1} {name:9s}: {len(cases) / seconds:6.2f} candidates/s, {passed}/{len(cases)} passed", flush=True)
+            print(f"round {r + 1} {name:9s}: {len(cases) / seconds:6.2f} candidates/s, {passed}/{len(cases)} passed",
+                  flush=True)
     load_after = os.getloadavg()
     bwrap_version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, check=False).stdout.strip()
     out = {
@@ -223,7 +232,8 @@ def main() -> None:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("candidates_per_s_median", "seconds_per_candidate_median", "bwrap_over_inprocess_time")}, indent=1))
+    headline = ("candidates_per_s_median", "seconds_per_candidate_median", "bwrap_over_inprocess_time")
+    print(json.dumps({k: out[k] for k in headline}, indent=1))
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ def report(curves: pd.DataFrame, gains: list[float], out: Path, json_path: Path 
                "rollouts": int(g.cum_rollouts.iloc[-1]), "tokens": int(g.cum_tokens.iloc[-1])}
         for gain in gains:
             tag = f"{round(gain * 100):d}"
-            row[f"rollouts_to_plus{tag}"] = first_reach(g.cum_rollouts.to_numpy(), g.greedy_acc.to_numpy(), start + gain)
+            row[f"rollouts_to_plus{tag}"] = first_reach(g.cum_rollouts.to_numpy(), g.greedy_acc.to_numpy(),
+                                                        start + gain)
             row[f"tokens_to_plus{tag}"] = first_reach(g.cum_tokens.to_numpy(), g.greedy_acc.to_numpy(), start + gain)
         rows.append(row)
     summary = pd.DataFrame(rows)

@@ -60,7 +60,8 @@ def main() -> None:
                       max_completion_length=8, max_steps=2 if a.quick else a.steps, learning_rate=1e-4,
                       use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0)
     trainer = AllocatedGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds,
-                                   allocator=a.allocator, allocator_params={"tau_low": 0.5} if a.allocator == "sara" else {})
+                                   allocator=a.allocator,
+                                   allocator_params={"tau_low": 0.5} if a.allocator == "sara" else {})
     trainer.train()
 
     print(f"\n{a.allocator} inside TRL: per step (from TRL's logs)")

@@ -1,7 +1,8 @@
 """Flow `evaluate`: held-out greedy accuracy and pass@k of checkpoints (reads params `evaluate`, `train.allocators`,
 `train.seed`, `prepare.task`).
 
-    python -m flows.evaluate                      # newest checkpoint of every train.allocators run -> reports/evaluation.json
+    python -m flows.evaluate                      # newest checkpoint of every train.allocators run
+                                                  #   -> reports/evaluation.json
     python -m flows.evaluate --run sara           # every kept checkpoint of runs/sara
     python -m flows.evaluate --checkpoint runs/sara/checkpoints/step_000040
     python -m flows.evaluate --nightly            # newest checkpoint of every run not yet evaluated, logged to MLflow

@@ -25,7 +25,8 @@ def report(params_file: str | None = None) -> dict[str, Any]:
     runs = {a: str(run_dir(a)) for a in allocators}
     missing = [a for a, d in runs.items() if not (run_dir(a) / "metrics.jsonl").is_file()]
     if missing:
-        raise ConfigError(f"report: no metrics.jsonl for {missing}; train them first (python -m flows.train --allocator ...)")
+        raise ConfigError(f"report: no metrics.jsonl for {missing}; "
+                          "train them first (python -m flows.train --allocator ...)")
     ev_path = reports_dir() / "evaluation.json"
     evaluation = json.loads(ev_path.read_text()) if ev_path.is_file() else {}
     metrics = write_report(runs, evaluation, str(reports_dir()))

@@ -246,7 +246,8 @@ class PrepareConfig:
         require(self.task in SYNTHETIC_TASKS + HUB_TASKS, "task",
                 f"got {short_repr(self.task)}; use 'arithmetic' or 'countdown' (synthetic) or 'math' (hub datasets)")
         self._check_hub_fields()
-        require(_is_int(self.n_train) and self.n_train >= 1, "n_train", f"got {short_repr(self.n_train)}; need an int >= 1")
+        require(_is_int(self.n_train) and self.n_train >= 1, "n_train",
+                f"got {short_repr(self.n_train)}; need an int >= 1")
         require(_is_int(self.n_test) and self.n_test >= 1, "n_test", f"got {short_repr(self.n_test)}; need an int >= 1")
         require(self.seed >= 0, "seed", f"got {short_repr(self.seed)}; need an int >= 0")
         object.__setattr__(self, "digits", tuple(self.digits))
@@ -275,8 +276,10 @@ class PrepareConfig:
             require(v is None or v in names, key, f"unknown dataset {short_repr(v)}; valid names: {', '.join(names)}")
         for key in ("path", "eval_path", "eval_split"):
             v = getattr(self, key)
-            require(v is None or (isinstance(v, str) and v.strip() != ""), key, f"got {short_repr(v)}; need a non-empty string or null")
-        require(isinstance(self.split, str) and self.split.strip() != "", "split", f"got {short_repr(self.split)}; need a split name")
+            require(v is None or (isinstance(v, str) and v.strip() != ""), key,
+                    f"got {short_repr(v)}; need a non-empty string or null")
+        require(isinstance(self.split, str) and self.split.strip() != "", "split",
+                f"got {short_repr(self.split)}; need a split name")
         for key in ("limit", "eval_limit"):
             v = getattr(self, key)
             require(v is None or (_is_int(v) and v >= 1), key, f"got {short_repr(v)}; need an int >= 1 or null")

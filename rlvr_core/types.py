@@ -38,7 +38,8 @@ class Rollouts:
         n = len(self.prompt_id)
         if len(self.reward) != n or len(self.tokens) != n:
             raise ValueError(
-                f"Rollouts columns differ in length: prompt_id={n}, reward={len(self.reward)}, tokens={len(self.tokens)}"
+                f"Rollouts columns differ in length: prompt_id={n}, reward={len(self.reward)}, "
+                f"tokens={len(self.tokens)}"
             )
         if self.payload is not None and len(self.payload) != n:
             raise ValueError(f"Rollouts payload has {len(self.payload)} rows, expected {n}")

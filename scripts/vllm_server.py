@@ -33,7 +33,8 @@ outside the weights folder, 500 for an engine error, 503 when the engine died):
                        "weights_version", "seconds", "tokens"}
   POST /score         {"sequences": [{"prompt_token_ids", "completion_token_ids"}]}
                    -> {"logprobs": [[float per completion token]]}    (raw model log-probs)
-  POST /load_weights  {"path": safetensors file in weights_dir, "version": int} -> {"weights_version", "tensors", "seconds"}
+  POST /load_weights  {"path": safetensors file in weights_dir, "version": int}
+                   -> {"weights_version", "tensors", "seconds"}
                        (in-place load in every worker, then a prefix-cache reset)
   POST /sleep         {"level": 1|2};  POST /wake_up {"tags": [...] | null}
   GET  /weights_digest  sha256 of the loaded parameters per worker (tests)
@@ -378,7 +379,8 @@ def _is_engine_dead(exc: BaseException) -> bool:
     return isinstance(exc, (EngineGone, EngineDeadError)) or type(exc).__name__ == "EngineDeadError"
 
 
-def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer], token: str) -> type[BaseHTTPRequestHandler]:
+def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer],
+                 token: str) -> type[BaseHTTPRequestHandler]:
     """The request handler: every request is checked against ``token`` before anything else."""
     posts = {"/generate": server.generate, "/score": server.score, "/load_weights": server.load_weights,
              "/sleep": server.sleep, "/wake_up": server.wake_up}
@@ -460,7 +462,8 @@ def make_handler(server: RolloutServer, httpd_ref: list[ThreadingHTTPServer], to
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="policy folder (save_pretrained layout: config, safetensors, tokenizer)")
+    ap.add_argument("--model", required=True,
+                    help="policy folder (save_pretrained layout: config, safetensors, tokenizer)")
     ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind (only loopback is allowed)")
     ap.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (see --ready-file)")
     ap.add_argument("--ready-file", default=None, help="write {port, pid} here once the model is loaded")
@@ -504,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "start_seconds": time.perf_counter() - t0}))
         os.replace(tmp, args.ready_file)
     print(f"[server] ready on http://{args.host}:{port} after {time.perf_counter() - t0:.1f} s "
-          f"(vllm {server.vllm_version}, model {args.model}, weights folder {weights_dir})", file=sys.stderr, flush=True)
+          f"(vllm {server.vllm_version}, model {args.model}, weights folder {weights_dir})",
+          file=sys.stderr, flush=True)
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:

@@ -59,7 +59,8 @@ def checkpoint_policy(checkpoint: str, base_policy_dir: str, device: str = "cpu"
 
 @task(retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def export_policy(checkpoint: str, base_policy_dir: str, out_dir: str) -> str:
-    """Save the policy of ``checkpoint`` as a standalone policy folder at ``out_dir`` (``save_pretrained``); returns it."""
+    """Save the policy of ``checkpoint`` as a standalone policy folder at ``out_dir`` (``save_pretrained``);
+    returns it."""
     from rlvr_core.models.policy import save_any_policy
 
     model, tok, _ = checkpoint_policy(checkpoint, base_policy_dir)

@@ -237,7 +237,8 @@ class Remote:
             missing = [f"{p} ({a})" for a in targets if a not in stages for p in outs[a] if not (self.top / p).exists()]
             if missing:
                 raise ConfigError(f"not in dvc.lock or not in DVC remote {self.name!r}: {', '.join(missing)}; on the "
-                                  "machine that has them: `dvc repro <stage> && dvc push`, then commit and push dvc.lock")
+                                  "machine that has them: `dvc repro <stage> && dvc push`, "
+                                  "then commit and push dvc.lock")
 
     def training_stages(self) -> list[str]:
         """Every stage with a checkpoints output (train@<allocator>, experiment)."""
@@ -248,7 +249,8 @@ class Remote:
         commit to the cloned branch; returns the commit."""
         dvc("commit", "--force", stage, cwd=self.top)
         dvc("push", "--remote", self.name, stage, cwd=self.top)
-        rels = ["dvc.lock"] + [str(Path(f).resolve().relative_to(self.top.resolve())) for f in files if Path(f).is_file()]
+        rels = ["dvc.lock"] + [str(Path(f).resolve().relative_to(self.top.resolve()))
+                               for f in files if Path(f).is_file()]
         git("add", "--force", *rels, cwd=self.top)
         if git("diff", "--cached", "--quiet", cwd=self.top, check=False).returncode != 0:
             who = [] if git("config", "user.email", cwd=self.top, check=False).stdout.strip() else \

@@ -60,7 +60,8 @@ def should_retry(task: Any, task_run: Any, state: Any) -> bool:
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=should_retry, cache_policy=NO_CACHE)
 def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: str, run_dir: str,
                  mlflow_run_id: str | None, track: bool | None = None) -> dict[str, Any]:
-    """Train (resuming from ``run_dir``) and return {history, final_eval, resumed_from, tracking_seconds, step_seconds, ...}.
+    """Train (resuming from ``run_dir``) and return {history, final_eval, resumed_from, tracking_seconds,
+    step_seconds, ...}.
 
     Step metrics go to MLflow run ``mlflow_run_id``, through the spool <run_dir>/mlflow_spool.jsonl when
     MLflow is unreachable (``track=True`` with no run id: everything is spooled for a run created later).

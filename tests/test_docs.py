@@ -1,4 +1,5 @@
-"""docs/design.md: every "docs/design.md §n.m" pointer in the code names one of its sections, and the files it names exist."""
+"""docs/design.md: every "docs/design.md §n.m" pointer in the code names one of its sections,
+and the files it names exist."""
 
 from __future__ import annotations
 

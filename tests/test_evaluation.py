@@ -58,7 +58,8 @@ def test_evaluate_policy_against_a_known_verifier() -> None:
     """A verifier that accepts exactly the greedy answer gives greedy_acc 1, and pass@k
     agrees with counting sampled completions directly."""
     model, tok = build_tiny_policy(hidden=32, layers=1, heads=2, intermediate=64, seed=0)
-    rows = [{"prompt": f"{a:04d}+{b:04d}=", "difficulty": 1 + (a > 4), "answer": ""} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
+    rows = [{"prompt": f"{a:04d}+{b:04d}=", "difficulty": 1 + (a > 4), "answer": ""}
+            for a, b in [(1, 2), (3, 4), (5, 6), (7, 8)]]
     eng = HFEngine(model, tok, [r["prompt"] for r in rows], max_new_tokens=3)
     greedy = dict(zip([r["prompt"] for r in rows], eng.greedy(range(4), 3)))
     verifier = lambda text, row: float(text == greedy[row["prompt"]])  # noqa: E731

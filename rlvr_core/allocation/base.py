@@ -147,24 +147,24 @@ class Allocator(ABC):
     def _propose(self) -> dict[int, int]:
         """The next round's requests {prompt_id: n_new}; empty ends the step."""
 
-    def _on_start(self) -> None:
+    def _on_start(self) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Reset per-step state (called by start_step)."""
 
-    def _on_observe(self, slots: np.ndarray) -> None:
+    def _on_observe(self, slots: np.ndarray) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Decide after a round; ``slots`` are the ledger slots of the new rows."""
 
     def _batch_rows(self, rows: Rollouts, row_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row indices, group id per row) of the training batch. Default: every slot is a group."""
         return np.arange(len(rows)), row_slot
 
-    def _on_finish(self) -> None:
+    def _on_finish(self) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Update cross-step state (histories, posteriors) at the end of a step."""
 
     def _extra_state(self) -> dict[str, Any]:
         return {}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        pass
+    def _load_extra_state(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook, deliberately not abstract
+        """Restore what ``_extra_state`` saved (default: nothing to restore)."""
 
     def _fresh(self, n: int) -> np.ndarray:
         """Up to n prompts from the source that have no slot in this step yet.

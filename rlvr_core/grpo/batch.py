@@ -74,7 +74,8 @@ def _field(payload: Any, key: str, row: int) -> Any:
             f"got {type(payload).__name__}; use a model engine (hf, vllm), not the simulated one"
         )
     if key not in payload:
-        raise KeyError(f"rollout row {row}: payload has no {key!r} (keys: {sorted(payload)}); the engine must record it")
+        raise KeyError(f"rollout row {row}: payload has no {key!r} (keys: {sorted(payload)}); "
+                       "the engine must record it")
     return payload[key]
 
 

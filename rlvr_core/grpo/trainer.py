@@ -97,9 +97,11 @@ class TrainerConfig:
             f"must be two numbers in [0, 1), e.g. (0.9, 0.99); got {self.betas!r}",
         )
         object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))  # type: ignore[index]
-        require(finite(self.weight_decay) and self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay!r}")
+        require(finite(self.weight_decay) and self.weight_decay >= 0, "weight_decay",
+                f"must be >= 0, got {self.weight_decay!r}")
         require(finite(self.adam_eps) and self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps!r}")
-        require(finite(self.clip_eps) and 0 < self.clip_eps < 1, "clip_eps", f"must lie in (0, 1), e.g. 0.2; got {self.clip_eps!r}")
+        require(finite(self.clip_eps) and 0 < self.clip_eps < 1, "clip_eps",
+                f"must lie in (0, 1), e.g. 0.2; got {self.clip_eps!r}")
         require(
             self.clip_eps_high is None or (finite(self.clip_eps_high) and self.clip_eps_high > 0),
             "clip_eps_high",
@@ -198,7 +200,8 @@ class GRPOTrainer:
     ) -> None:
         self.config = config if config is not None else TrainerConfig()
         if self.config.kl_coef > 0 and ref_model is None:
-            raise ConfigError(f"kl_coef: is {self.config.kl_coef} but no ref_model was given; pass ref_model or set kl_coef=0")
+            raise ConfigError(f"kl_coef: is {self.config.kl_coef} but no ref_model was given; "
+                              "pass ref_model or set kl_coef=0")
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.ref_model = ref_model.to(self.device).eval() if ref_model is not None else None
@@ -229,7 +232,8 @@ class GRPOTrainer:
         Metrics: loss, pg_loss, kl (to the reference), approx_kl (to the sampler),
         clip_frac, ratio_mean, ratio_max, entropy, old_logprob_abs_diff (mean
         |recomputed - sampling| log-prob; with epochs=1 this is measured before
-        the update and checks that trainer and engine score tokens alike), grad_norm (before clipping), n_sequences, n_tokens,
+        the update and checks that trainer and engine score tokens alike),
+        grad_norm (before clipping), n_sequences, n_tokens,
         updates, skipped (1: nothing to train on), nonfinite (1: update dropped),
         seconds, and the advantage estimator's metrics prefixed ``adv/``.
         Token metrics are token-weighted means over the whole (global) batch,

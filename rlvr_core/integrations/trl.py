@@ -129,7 +129,8 @@ class SamplerOrderSource(PromptSource):
     def __init__(self, num_rows: int, chunk: int, *, shuffle: bool = True, seed: int = 0) -> None:
         if num_rows < chunk:
             raise ConfigError(f"train_dataset: {num_rows} rows cannot fill one generation batch of {chunk} prompts "
-                              "(generation_batch_size / num_generations); add rows or lower per_device_train_batch_size")
+                              "(generation_batch_size / num_generations); "
+                              "add rows or lower per_device_train_batch_size")
         super().__init__(num_rows, seed=seed)
         self.chunk = int(chunk)
         self.shuffle = bool(shuffle)
@@ -184,7 +185,8 @@ def _resolve_params(name: str, args: GRPOConfig, params: dict[str, Any] | None) 
         raise ConfigError(
             f"allocator_params['batch_size']={user['batch_size']} does not fit TRL's batch settings: "
             f"batch_size * num_generations = {int(user['batch_size']) * k} must equal GRPOConfig.generation_batch_size="
-            f"{args.generation_batch_size} (per_device_train_batch_size={args.per_device_train_batch_size} x processes x "
+            f"{args.generation_batch_size} "
+            f"(per_device_train_batch_size={args.per_device_train_batch_size} x processes x "
             f"steps_per_generation={args.steps_per_generation}); set per_device_train_batch_size (or "
             f"generation_batch_size) so that it holds {user['batch_size']} x {k} completions, or drop 'batch_size' "
             f"(default: generation_batch_size / num_generations = {prompts})")
@@ -385,7 +387,8 @@ class AllocatedGRPOTrainer(GRPOTrainer):
         pad_local = torch.as_tensor(is_pad[mine], device=device)
         out["advantages"] = torch.as_tensor(adv_padded[mine], dtype=torch.float32, device=device)
         out["completion_mask"] = out["completion_mask"] * (~pad_local).unsqueeze(1).to(out["completion_mask"].dtype)
-        loss_mask = out["completion_mask"] if out.get("tool_mask") is None else out["completion_mask"] * out["tool_mask"]
+        loss_mask = (out["completion_mask"] if out.get("tool_mask") is None
+                     else out["completion_mask"] * out["tool_mask"])
         out["num_items_in_batch"] = gather(loss_mask.sum()).sum()
         self._record(batch, stats, adv_padded, W * L - N)
         self._row_cache = {}
@@ -446,7 +449,8 @@ class AllocatedGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, STATE_FILE), "wb") as f:
                 pickle.dump(self.allocation_state(), f)

@@ -109,9 +109,11 @@ def _as_cases(raw: Any, field: str) -> list[TestCase]:
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ValueError(f"example[{field!r}] is a string but not valid JSON ({e}); expected a list of tests") from e
+            raise ValueError(f"example[{field!r}] is a string but not valid JSON ({e}); "
+                             "expected a list of tests") from e
     if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
-        raise ValueError(f"example[{field!r}] must be a list of {{'input': str, 'output': str}}, got {type(raw).__name__}")
+        raise ValueError(f"example[{field!r}] must be a list of {{'input': str, 'output': str}}, "
+                         f"got {type(raw).__name__}")
     cases: list[TestCase] = []
     for i, item in enumerate(raw):
         if not isinstance(item, Mapping) or "input" not in item or "output" not in item:

@@ -443,7 +443,8 @@ def _sealed_memfd(name: str, data: bytes) -> int:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)
@@ -535,7 +536,8 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
         passed.append(block_r)
         argv += ["--userns-block-fd", str(block_r)]
     else:
-        argv += ["--uid", str(UNPRIVILEGED_UID), "--gid", str(UNPRIVILEGED_GID), "--disable-userns", "--cap-drop", "ALL"]
+        argv += ["--uid", str(UNPRIVILEGED_UID), "--gid", str(UNPRIVILEGED_GID),
+                 "--disable-userns", "--cap-drop", "ALL"]
     if plan.seccomp is not None:
         seccomp_fd = _sealed_memfd("seccomp", plan.seccomp)
         own.append(seccomp_fd)
@@ -665,7 +667,8 @@ _resource.setrlimit(_resource.RLIMIT_CPU, (int(_cpu), int(_cpu) + 1))
 def _make_hook(root, pid):
     # Everything the hook uses is bound here, so the program cannot change it by
     # patching builtins or stdlib modules; path resolution uses only C functions.
-    _write, _exit, _lstat, _stat, _readlink, _getcwd = _os.write, _os._exit, _os.lstat, _os.stat, _os.readlink, _os.getcwd
+    _write, _exit, _lstat, _stat, _readlink, _getcwd = (_os.write, _os._exit, _os.lstat, _os.stat, _os.readlink,
+                                                        _os.getcwd)
     _type, _issubclass, _len, _str, _bytes, _BaseException = type, issubclass, len, str, bytes, BaseException
     _copy = _str.__getitem__
     _decode = _bytes.decode
@@ -771,7 +774,8 @@ def _make_hook(root, pid):
             if _type(path) is int:
                 return
             where = real(text(path))
-            writing = bool(flags & _WFLAGS) or (mode is not None and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))
+            writing = bool(flags & _WFLAGS) or (
+                mode is not None and ("w" in mode or "a" in mode or "x" in mode or "+" in mode))
             if writing and not inside(where):
                 die("open for writing outside the sandbox directory", where)
             if other_proc(where):

@@ -52,7 +52,8 @@ def encode_prompt_pool(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]
     bos = getattr(tokenizer, "bos_token", None)
     written = [bool(bos) and t.startswith(bos) for t in texts]
     out: list[list[int] | None] = [None] * len(texts)
-    for add, idx in ((True, [i for i, w in enumerate(written) if not w]), (False, [i for i, w in enumerate(written) if w])):
+    for add, idx in ((True, [i for i, w in enumerate(written) if not w]),
+                     (False, [i for i, w in enumerate(written) if w])):
         if idx:
             enc = tokenizer([texts[i] for i in idx], add_special_tokens=add)["input_ids"]
             for i, ids in zip(idx, enc):

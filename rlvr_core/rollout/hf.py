@@ -89,8 +89,10 @@ class HFEngine:
     ) -> None:
         require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
         require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
-        require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens", f"must be an int >= 1, got {max_new_tokens!r}")
-        require(isinstance(micro_batch, int) and micro_batch >= 1, "micro_batch", f"must be an int >= 1, got {micro_batch!r}")
+        require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
+                f"must be an int >= 1, got {max_new_tokens!r}")
+        require(isinstance(micro_batch, int) and micro_batch >= 1, "micro_batch",
+                f"must be an int >= 1, got {micro_batch!r}")
         for name in ("pad_token_id", "eos_token_id"):
             require(getattr(tokenizer, name, None) is not None, f"tokenizer.{name}", "must be set")
         self.model = model
@@ -144,7 +146,8 @@ class HFEngine:
         for t in range(max_new):
             kwargs = {self._cache_kw: past} if past is not None else {}
             out = model(
-                input_ids=step_ids, attention_mask=mask, position_ids=step_pos, use_cache=True, logits_to_keep=1, **kwargs
+                input_ids=step_ids, attention_mask=mask, position_ids=step_pos, use_cache=True, logits_to_keep=1,
+                **kwargs,
             )
             past = getattr(out, "cache", None) if self._cache_kw == "cache" else out.past_key_values
             logits = out.logits[:, -1, :].float()
@@ -173,7 +176,9 @@ class HFEngine:
         lens = lengths.clamp_max(n_steps).tolist()
         return [toks[i][: lens[i]] for i in range(b)], [lps[i][: lens[i]] for i in range(b)]
 
-    def _run(self, seqs: list[list[int]], max_new: int, generator: torch.Generator | None) -> tuple[list[list[int]], list[list[float]]]:
+    def _run(
+        self, seqs: list[list[int]], max_new: int, generator: torch.Generator | None
+    ) -> tuple[list[list[int]], list[list[float]]]:
         was_training = bool(getattr(self.model, "training", False))
         self.model.eval()
         comp: list[list[int]] = []
@@ -183,13 +188,13 @@ class HFEngine:
                 for start in range(0, len(seqs), self.micro_batch):
                     chunk = seqs[start : start + self.micro_batch]
                     try:
-                        c, l = self._forward_loop(chunk, max_new, generator)
+                        c, lp = self._forward_loop(chunk, max_new, generator)
                     except Exception as e:  # noqa: BLE001 - only out-of-memory is translated
                         if not is_out_of_memory(e):
                             raise
                         raise self._out_of_memory(e, chunk, max_new) from e
                     comp.extend(c)
-                    lps.extend(l)
+                    lps.extend(lp)
         finally:
             if was_training:
                 self.model.train()

@@ -365,7 +365,8 @@ class VLLMEngine:
                         return
                 time.sleep(0.2)
             self._kill_server()
-            raise VLLMServerError(f"the vLLM server did not become ready within start_timeout={self.start_timeout:.0f} s; "
+            raise VLLMServerError("the vLLM server did not become ready "
+                                  f"within start_timeout={self.start_timeout:.0f} s; "
                                   f"log {self.log_path}:\n{self._log_tail()}")
         finally:
             ready_file.unlink(missing_ok=True)
@@ -608,7 +609,8 @@ class VLLMEngine:
         for name, t in state.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"update_weights: state[{name!r}] is a {type(t).__name__}, expected a tensor")
-            key = (t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size(), tuple(t.shape), tuple(t.stride()))
+            key = (t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size(),
+                   tuple(t.shape), tuple(t.stride()))
             if key in seen:
                 continue
             seen.add(key)

@@ -150,8 +150,6 @@ def test_carried_prior_learns_saturated_prompts():
 
 
 def test_sara_dps_prefers_predicted_effective_prompts():
-    eng = SimulatedEngine("ushape", seed=0, pool_size=400)
-    src = PromptSource(eng.pool_size, seed=0)
     dps = make_allocator("sara+dps", k=8, batch_size=16, seed=0)
     sara = make_allocator("sara", k=8, batch_size=16, seed=0)
     def cost(alloc):

@@ -60,7 +60,8 @@ def by_step(rows: list[tuple[int, str]]) -> dict[int, list[str]]:
 
 def test_import_rlvr_core_does_not_import_trl():
     code = ("import sys, rlvr_core, rlvr_core.allocation, rlvr_core.grpo.advantages, rlvr_core.integrations; "
-            "bad = [m for m in sys.modules if m == 'trl' or m.startswith('trl.')]; print(bad); sys.exit(1 if bad else 0)")
+            "bad = [m for m in sys.modules if m == 'trl' or m.startswith('trl.')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stdout + r.stderr

@@ -92,7 +92,8 @@ def test_bad_prepare_values_are_config_errors(tmp_path: Path) -> None:
         load_params(_params_file(tmp_path, prepare={"task": "arithmetic", "dataset": "math"}))
     with pytest.raises(ConfigError, match=r"prepare\.eval_limit"):
         load_params(_params_file(tmp_path, prepare={"task": "math", "eval_limit": 0}))
-    with pytest.raises(ConfigError, match=r"train split from .*gsm8k.*missing field 'solution'"):  # a GSM8K file read as MATH
+    # a GSM8K file read as MATH
+    with pytest.raises(ConfigError, match=r"train split from .*gsm8k.*missing field 'solution'"):
         hub_dataset(PrepareConfig(task="math", path=str(FIX / "gsm8k" / "main" / "test.jsonl"),
                                   eval_path=str(MATH500_DIR), eval_dataset="math500"))
 

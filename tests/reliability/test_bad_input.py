@@ -100,7 +100,8 @@ def _drop(row: dict, field: str) -> dict:
     (lambda tr, te: (tr[:2] + [{**tr[2], "answer": "thirteen"}], te), r"train row 2 .*decimal integer"),
     (lambda tr, te: (tr[:2] + [{**tr[2], "prompt": "  "}], te), r"train row 2 .*'prompt' is empty"),
     (lambda tr, te: (tr + [dict(tr[0], prompt="0001+0001=")], te), r"train: duplicate row ids \['arith-train-0+'\]"),
-    (lambda tr, te: (tr, te + [dict(tr[4], id="leak")]), r"appears in both 'train' and split 'test'.*1 of \d+ held-out"),
+    (lambda tr, te: (tr, te + [dict(tr[4], id="leak")]),
+     r"appears in both 'train' and split 'test'.*1 of \d+ held-out"),
     (lambda tr, te: (tr[:3] + ["0001+0001="], te), r"train row 3: expected a mapping"),
 ])
 def test_bad_data_is_refused_before_any_rollout(policy_dir: Path, tmp_path: Path, no_rollouts: None,

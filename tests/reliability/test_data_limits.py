@@ -76,7 +76,8 @@ train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 2, eval
     (LONG, r"train row 5 .*the prompt is 20001 tokens"),
     ("12+34=\u00a0", r"train row 5 .*character '\\xa0' at position 6"),
 ])
-def test_flow_refuses_unreadable_prompts_before_mlflow(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_flow_refuses_unreadable_prompts_before_mlflow(policy_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
                                                        prompt: str, message: str) -> None:
     import datasets
 
@@ -172,4 +173,5 @@ def test_prefect_does_not_retry_an_out_of_memory_stop() -> None:
 
     from tasks.training import run_training, should_retry
 
-    assert should_retry(run_training, None, Failed(data=TrainingStopped("step 1: generation ran out of memory"))) is False
+    oom = Failed(data=TrainingStopped("step 1: generation ran out of memory"))
+    assert should_retry(run_training, None, oom) is False

@@ -79,7 +79,8 @@ def test_sigkill_at_each_point_then_resume_matches_uninterrupted(policy_dir: Pat
         assert [r["step"] for r in read_metrics(run)] == list(range(last_step + 1)), kill_at
         assert [c.name for c in (run / "checkpoints").glob("step_*")] == ["step_000002"], kill_at
     tmp = run / "checkpoints" / ".tmp_step_000004"
-    assert (tmp / "tensors.safetensors").is_file() and (tmp / "state.json").is_file() and not (tmp / "manifest.json").exists()
+    assert ((tmp / "tensors.safetensors").is_file() and (tmp / "state.json").is_file()
+            and not (tmp / "manifest.json").exists())
     _check_resumed(run, reference, policy_dir, 2)
 
 

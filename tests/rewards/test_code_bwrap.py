@@ -137,7 +137,8 @@ def test_correct_program_still_scores_one_and_sees_only_its_sandbox(bwrap_sandbo
     ids, env, status, fds = result.stderr.strip().splitlines()[-4:]
     assert ids.startswith("65534 65534 [] /tmp ")
     assert "root" not in ids and "home" not in ids and "etc" not in ids and "work" not in ids
-    allowed = {"PATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "LANG", "HOME", "TMPDIR", "PWD", "LC_CTYPE", "LD_LIBRARY_PATH"}
+    allowed = {"PATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "LANG", "HOME", "TMPDIR", "PWD", "LC_CTYPE",
+               "LD_LIBRARY_PATH"}
     assert {"PATH", "HOME", "TMPDIR"} <= set(eval(env)) <= allowed, env  # noqa: S307
     expected_seccomp = "2" if "seccomp" in bwrap_sandbox else "0"
     assert eval(status) == ["0000000000000000", "0000000000000000", "1", expected_seccomp]  # noqa: S307
@@ -165,7 +166,8 @@ def test_killed_verifier_takes_its_sandbox_along(tmp_path: Path, processes_with)
     """--die-with-parent: SIGKILL to the verifier mid-run ends the program and its daemon."""
     marker = f"rlvr-marker-{uuid.uuid4().hex}"
     program = tagged(
-        f"import os, sys\nos.system('setsid ' + sys.executable + ' -S -c \"import time; time.sleep(117)\" {marker}-daemon &')\n"
+        "import os, sys\n"
+        f"os.system('setsid ' + sys.executable + ' -S -c \"import time; time.sleep(117)\" {marker}-daemon &')\n"
         "import time\ntime.sleep(60)\n",
         marker,
     )
@@ -175,7 +177,8 @@ def test_killed_verifier_takes_its_sandbox_along(tmp_path: Path, processes_with)
         "run_python(open(sys.argv[1]).read(), '', SandboxLimits(cpu_seconds=30, wall_seconds=60))\n"
     )
     root = Path(sandbox_mod.__file__).parents[2]
-    verifier = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path / "program.py")], env={**os.environ, "PYTHONPATH": str(root)})
+    verifier = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path / "program.py")],
+                                env={**os.environ, "PYTHONPATH": str(root)})
     try:
         deadline = time.monotonic() + 30
         while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
@@ -240,7 +243,8 @@ def test_parent_environment_cannot_be_read(monkeypatch: pytest.MonkeyPatch, priv
         "            print(p, type(e).__name__, file=__import__('sys').stderr)\n"
         "assert found, 'no secret'\n"
     )
-    via_ppid = f"d = open('/proc/%d/environ' % __import__('os').getppid(), 'rb').read()\nassert {SECRET_KEY.encode()!r} in d\n"
+    via_ppid = ("d = open('/proc/%d/environ' % __import__('os').getppid(), 'rb').read()\n"
+                f"assert {SECRET_KEY.encode()!r} in d\n")
     for code in (find_secret + "print(3)\n", SUBINTERP.format(inner=via_ppid) + "print(3)\n"):
         run = Run(code, processes_with)
         result = run.go()
@@ -251,7 +255,8 @@ def test_parent_environment_cannot_be_read(monkeypatch: pytest.MonkeyPatch, priv
 
 def test_setsid_daemon_does_not_outlive_the_run(private_tmp: Path, processes_with) -> None:
     marker = f"rlvr-marker-{uuid.uuid4().hex}"
-    daemon = f"import os, sys\nos.system('setsid ' + sys.executable + ' -S -c \"import time; time.sleep(117)\" {marker} &')\n"
+    daemon = ("import os, sys\n"
+              f"os.system('setsid ' + sys.executable + ' -S -c \"import time; time.sleep(117)\" {marker} &')\n")
     code = SUBINTERP.format(inner=daemon) + "import time\ntime.sleep(30)\n"
     run = Run(code, processes_with, marker=marker)
     result = run.go()
@@ -311,7 +316,8 @@ def test_network_to_localhost_is_unreachable(listener, private_tmp: Path, proces
 
 
 @pytest.mark.parametrize("module", ["sqlite3", "readline"])
-def test_stdlib_modules_cannot_create_files_outside(module: str, outside: Path, private_tmp: Path, processes_with) -> None:
+def test_stdlib_modules_cannot_create_files_outside(module: str, outside: Path, private_tmp: Path,
+                                                    processes_with) -> None:
     target = outside / f"escaped_{module}"
     code = {
         "sqlite3": f"import sqlite3\nsqlite3.connect({str(target)!r}).execute('create table t (x)')\n",
@@ -468,15 +474,22 @@ HOSTILE = {
     "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", None),  # RLIMIT_NPROC stops it: error or timeout
     "subprocess_daemon": (
         "import subprocess, sys\n"
-        "subprocess.Popen([sys.executable, '-S', '-c', 'import time; time.sleep(30)', sys.argv[1]], start_new_session=True)\n",
+        "subprocess.Popen([sys.executable, '-S', '-c', 'import time; time.sleep(30)', sys.argv[1]],"
+        " start_new_session=True)\n",
         OK,
     ),
     "shell_daemon": ("import os\nos.system('sleep 30 &')\nimport time\ntime.sleep(30)\n", TIMEOUT),
     "socket": ("import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 80))\nprint(3)\n", RUNTIME_ERROR),
     "dns": ("import socket\nsocket.getaddrinfo('example.com', 80)\nprint(3)\n", RUNTIME_ERROR),
     "ctypes_fork": ("import ctypes, time\nctypes.CDLL(None).fork()\ntime.sleep(30)\n", TIMEOUT),
-    "new_user_namespace": ("import subprocess\nsubprocess.run(['unshare', '-Ur', 'true'], check=True)\nprint(3)\n", RUNTIME_ERROR),
-    "raise_own_limits": ("import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nprint(3)\n", RUNTIME_ERROR),
+    "new_user_namespace": (
+        "import subprocess\nsubprocess.run(['unshare', '-Ur', 'true'], check=True)\nprint(3)\n",
+        RUNTIME_ERROR,
+    ),
+    "raise_own_limits": (
+        "import resource\nresource.setrlimit(resource.RLIMIT_AS, (-1, -1))\nprint(3)\n",
+        RUNTIME_ERROR,
+    ),
     "print_gigabytes": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", OUTPUT_LIMIT),
     "stderr_flood": ("import sys\nwhile True:\n    sys.stderr.write('x' * 65536)\n", OUTPUT_LIMIT),
     "fill_the_disk": (
@@ -484,7 +497,8 @@ HOSTILE = {
         RUNTIME_ERROR,
     ),
     "fill_dev_shm": (
-        "i = 0\nwhile True:\n    with open(f'/dev/shm/fill{i}', 'wb') as f:\n        f.write(b'x' * 2**20)\n    i += 1\n",
+        "i = 0\nwhile True:\n    with open(f'/dev/shm/fill{i}', 'wb') as f:\n"
+        "        f.write(b'x' * 2**20)\n    i += 1\n",
         RUNTIME_ERROR,
     ),
     "one_huge_file": ("open('big', 'wb').write(b'x' * 2**26)\nprint(3)\n", RUNTIME_ERROR),

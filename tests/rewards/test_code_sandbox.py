@@ -134,7 +134,8 @@ def test_code_extraction_and_output_normalisation() -> None:
 
 @pytest.mark.usefixtures("bwrap_sandbox")
 def test_program_may_use_its_own_directory(private_tmp: Path) -> None:
-    code = "open('scratch.txt', 'w').write('hi')\nimport os\nprint(open('scratch.txt').read(), os.path.exists('main.py'))"
+    code = ("open('scratch.txt', 'w').write('hi')\nimport os\n"
+            "print(open('scratch.txt').read(), os.path.exists('main.py'))")
     result = run_python(code, "", LIMITS)
     assert result.status == OK and result.stdout == "hi True\n"
     _assert_clean(result, private_tmp)
@@ -235,7 +236,8 @@ def test_inprocess_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyP
 def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs with or without bubblewrap installed: its absence is simulated."""
     real_which = shutil.which
-    monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    monkeypatch.setattr(sandbox_mod.shutil, "which",
+                        lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
     sandbox_mod._bwrap_plan.cache_clear()
     try:
         from rlvr_core.training import Scorer
@@ -247,7 +249,8 @@ def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) ->
             lambda: verify_code("```python\nprint(3)\n```", ONE_TEST, LIMITS),
             lambda: run_python("print(3)"),
         ):
-            with pytest.raises(SandboxUnavailable, match=r"bubblewrap \(`bwrap`\) is not installed.*apt-get install bubblewrap.*isolation='inprocess'"):
+            with pytest.raises(SandboxUnavailable, match=r"bubblewrap \(`bwrap`\) is not installed"
+                                                         r".*apt-get install bubblewrap.*isolation='inprocess'"):
                 refuse()
         # the weaker mode still runs, on explicit opt-in, and warns
         inproc = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, isolation="inprocess")

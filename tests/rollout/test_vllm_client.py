@@ -134,7 +134,8 @@ class FakeState:
         if shm:  # a stand-in for vLLM's message-queue segments, one per server process
             shm = f"{shm}-{os.getpid()}"
             Path(shm).touch()
-        return {"shm_files": [shm] if shm else [], "status": "ok", "model": self.model, "weights_version": self.weights_version, "digest": self.digest,
+        return {"shm_files": [shm] if shm else [], "status": "ok", "model": self.model,
+                "weights_version": self.weights_version, "digest": self.digest,
                 "sleeping": self.sleeping, "busy": False, "pid": os.getpid(), "engine_pids": [], "vllm": "fake",
                 "generate_calls": self.generate_calls, "weights_dir": str(self.weights_dir)}
 

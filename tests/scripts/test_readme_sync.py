@@ -16,7 +16,8 @@ def test_fills_empty_and_replaces_old_sections(tmp_path: Path) -> None:
     readme.write_text("intro\n<!-- a:start -->\n<!-- a:end -->\nmid\n<!-- b:start -->\nold b\nlines\n<!-- b:end -->\n"
                       "<!-- c:start -->\n<!-- c:end -->\nend\n")
     assert sync(readme, results) == ["a", "b"]  # c has no results file: left as it is
-    want = ("intro\n<!-- a:start -->\n| x |\n|---|\n| 1 |\n<!-- a:end -->\nmid\n<!-- b:start -->\nnew b\n<!-- b:end -->\n"
+    want = ("intro\n<!-- a:start -->\n| x |\n|---|\n| 1 |\n<!-- a:end -->\n"
+            "mid\n<!-- b:start -->\nnew b\n<!-- b:end -->\n"
             "<!-- c:start -->\n<!-- c:end -->\nend\n")
     assert readme.read_text() == want
     sync(readme, results)
@@ -33,4 +34,5 @@ def test_a_quick_run_table_is_not_pasted(tmp_path: Path) -> None:
     text = "<!-- a:start -->\nold a\n<!-- a:end -->\n<!-- b:start -->\n<!-- b:end -->\n"
     readme.write_text(text)
     assert sync(readme, results) == ["b"]
-    assert readme.read_text() == "<!-- a:start -->\nold a\n<!-- a:end -->\n<!-- b:start -->\nfull table\n<!-- b:end -->\n"
+    assert readme.read_text() == ("<!-- a:start -->\nold a\n<!-- a:end -->\n"
+                                  "<!-- b:start -->\nfull table\n<!-- b:end -->\n")

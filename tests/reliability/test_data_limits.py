@@ -58,8 +58,9 @@ def test_prompts_the_policy_cannot_read_are_refused_before_any_rollout(policy_di
 
 def test_max_new_tokens_beyond_the_model_is_refused(policy_dir: Path, tmp_path: Path, no_rollouts: None) -> None:
     tr, te = _plain_rows()
-    with pytest.raises(DataError, match=r"train row 0 .*train\.max_new_tokens=1000000000 it needs \d+ positions"):
-        train(TrainConfig(**{**CFG, "max_new_tokens": 10**9}), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+    # within the params bound (TrainConfig refuses more than MAX_NEW_TOKENS), beyond the tiny policy's 128 positions
+    with pytest.raises(DataError, match=r"train row 0 .*train\.max_new_tokens=1000 it needs \d+ positions"):
+        train(TrainConfig(**{**CFG, "max_new_tokens": 1000}), policy_dir=policy_dir, train_rows=tr, test_rows=te,
               run_dir=tmp_path / "run")
 
 

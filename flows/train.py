@@ -55,20 +55,27 @@ def summarize(allocator: str, history: list[dict[str, Any]], final_eval: dict[st
         "cum_rollouts": last.get("cum_rollouts", 0),
         "cum_tokens": last.get("cum_tokens", 0),
         "mean_effective_ratio": sum(r["effective_ratio"] for r in steps) / max(len(steps), 1),
+        "updates": sum(1 for r in steps if _updated(r)),
         "final_eval": final_eval,
     }
 
 
-def check_trained(history: list[dict[str, Any]], out: Path) -> None:
+def _updated(rec: dict[str, Any]) -> bool:
+    """Whether the step of ``rec`` changed the policy (an update that was neither skipped nor non-finite)."""
+    return not rec.get("update_skipped") and not rec.get("nonfinite")
+
+
+def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: bool = False) -> None:
     """TrainingStopped when steps ran but none of them updated the policy (every update skipped or
-    non-finite): such a run must end FAILED, without a summary that looks like a result."""
+    non-finite): such a run must end FAILED, without a summary that looks like a result. With
+    ``train.allow_no_update`` it ends, and its summary says ``updates: 0``."""
     steps = [r for r in history if "rollouts" in r]
-    if steps and not any(not r.get("update_skipped") and not r.get("nonfinite") for r in steps):
+    if steps and not allow_no_update and not any(_updated(r) for r in steps):
         errors = steps[-1].get("verifier_errors", 0) + steps[-1].get("verifier_timeouts", 0)
         raise TrainingStopped(f"{out}: {len(steps)} step(s) ran and none updated the policy (every step had no "
                               f"effective group or a non-finite loss; {errors} verifier errors/timeouts); "
                               "the run is marked failed and writes no summary: check the verifier, the data "
-                              "and train.lr")
+                              "and train.lr (train.allow_no_update: true lets such a run end)")
 
 
 def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> None:
@@ -160,7 +167,7 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
         if run_id:
             _quiet("log_dataset", tracking.log_dataset, run_id, str(data), "train", data_md5)
         res = run_training(cfg, str(base), str(data), task, str(out), run_id, track=True)
-        check_trained(res["history"], out)  # a run that never updated the policy must not look complete
+        check_trained(res["history"], out, cfg.allow_no_update)  # no update: FAILED, no summary
         final_ckpt = next(f for f in reversed(list_checkpoints(out / "checkpoints")) if verify(f) is None)
         model_dir = export_policy(str(final_ckpt), str(base), str(out / "final_model"))
         summary = summarize(cfg.allocator, res["history"], res["final_eval"])

@@ -331,6 +331,9 @@ class TrainConfig:
         verifier errors or timeouts (1: never)
     verifier_workers: helper processes that score a step's completions in parallel, for verifiers
         that run out of process (math); the others score in process
+    allow_no_update: a run in which no step updated the policy (no effective group, or every loss
+        non-finite) ends FAILED without a summary; true lets it end with a summary saying ``updates: 0``
+        (pipeline smoke tests on a policy too weak to give mixed groups)
     device: where the policy trains and the HF engine samples: "cpu", "cuda" (or "cuda:N"),
         "auto" (cuda when visible, else cpu)
     dtype: "float32", or "bfloat16" (mixed precision: float32 weights and AdamW state,
@@ -380,6 +383,7 @@ class TrainConfig:
     verifier_timeout_s: float | None = None
     max_verifier_error_share: float = 0.5
     verifier_workers: int = 2
+    allow_no_update: bool = False
     device: str = "cpu"
     dtype: str = "float32"
     micro_batch: int = 256

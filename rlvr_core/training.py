@@ -84,7 +84,8 @@ __all__ = ["EngineError", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTOR
 # set at one cadence, so a change is refused rather than recorded half-way through.
 RESUMABLE_KEYS: tuple[str, ...] = ("allocators", "steps", "max_rollouts", "checkpoint_every", "keep_last",
                                    "max_nonfinite", "engine_retries", "engine_retry_delay_s", "device",
-                                   "compute_entropy", "max_verifier_error_share", "verifier_workers")
+                                   "compute_entropy", "max_verifier_error_share", "verifier_workers",
+                                   "allow_no_update")
 TRAJECTORY_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in RESUMABLE_KEYS)
 
 

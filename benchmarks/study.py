@@ -77,7 +77,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
-    "equal-batch": ("dapo", "greso", "sara", "sara[carry]", "sara+dps"),
+    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso"),  # run in this order: value first
     "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]"),
     "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]"),
 }
@@ -183,6 +183,41 @@ def run_one(regime: str, protocol: str, label: str, seed: int, *, out: Path, wor
     path = run_file(out, regime, protocol, label, seed, grid, split)
     if path.exists():
         return json.loads(path.read_text()), False
+    if not _claim(path):
+        return {}, False  # another study process is training this run
+    try:
+        return _train_one(path, regime, protocol, label, seed, out=out, work=work, quick=quick, grid=grid, split=split,
+                          data=data, params_file=params_file), True
+    finally:
+        path.with_suffix(".lock").unlink(missing_ok=True)
+
+
+def _claim(path: Path) -> bool:
+    """Claim a run for this process (a lock file holding its pid); a lock whose process is gone is taken over."""
+    lock = path.with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+                os.kill(pid, 0)
+                return False  # held by a live process
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)  # stale: its process was killed
+                continue
+            except PermissionError:
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _train_one(path: Path, regime: str, protocol: str, label: str, seed: int, *, out: Path, work: Path, quick: bool,
+               grid: tuple[int, float] | None, split: str, data: dict[str, Any] | None,
+               params_file: Path) -> dict[str, Any]:
     from rlvr_core.training import train
 
     params = run_params(regime, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file)
@@ -205,7 +240,7 @@ def run_one(regime: str, protocol: str, label: str, seed: int, *, out: Path, wor
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, default=_json_default) + "\n")
     os.replace(tmp, path)
-    return result, True
+    return result
 
 
 def _json_default(v: Any) -> Any:
@@ -315,18 +350,24 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
     for proto, lab, s, g, split in todo:
         n += 1
         if proto != "reference" and not target_path(out, regime).exists():
-            refs = [json.loads(p.read_text()) for p in sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))]
+            refs = wait_for_references(out, regime, seeds, log)
             t = set_target(out, regime, refs)
             log(f"[{regime}] target frozen at {t['target']:.4f} from {len(refs)} reference runs")
         t0 = time.perf_counter()
         res, trained = run_one(regime, proto, lab, s, out=out, work=work, quick=quick, grid=g, split=split, data=data,
                                params_file=params_file)
+        if not res:
+            log(f"[{regime}/{proto} {n}/{total}] {lab}{grid_tag(g)} seed {s}: running in another study process")
+            continue
         c = res["curve"]
         log(f"[{regime}/{proto} {n}/{total}] {lab}{grid_tag(g)} seed {s} ({split}): "
             f"{'trained' if trained else 'skipped (done)'}; acc {c[0]['greedy_acc']:.3f} -> {c[-1]['greedy_acc']:.3f}, "
             f"{res['ledger']['rollouts']} rollouts, {res['ledger']['updates']} updates"
             + (f", {time.perf_counter() - t0:.0f} s" if trained else ""))
     if protocol == "tuned":
+        while locks := list((out / "study" / regime / "tuned").glob("*-val/s*.lock")):
+            log(f"[{regime}/tuned] waiting for {len(locks)} validation run(s) of another study process")
+            time.sleep(15)
         choice = choose_grid(regime, out, quick)
         save = out / "study" / regime / "tuned" / "choice.json"
         save.write_text(json.dumps(choice, indent=1) + "\n")
@@ -335,10 +376,26 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
             for s in seeds:
                 res, trained = run_one(regime, "tuned", lab, s, out=out, work=work, quick=quick, grid=g, data=data,
                                        params_file=params_file)
+                if not res:
+                    continue
                 log(f"[{regime}/tuned] {lab}{grid_tag(g)} seed {s} (test): {'trained' if trained else 'skipped (done)'}")
     if protocol == "reference" and not target_path(out, regime).exists():
         refs = [json.loads(p.read_text()) for p in sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))]
         set_target(out, regime, refs)
+
+
+def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, poll_s: float = 15.0) -> list[dict]:
+    """The reference runs of ``seeds``, waiting while another study process still trains some of them."""
+    ref_dir = out / "study" / regime / "reference" / "grpo"
+    while True:
+        missing = [s for s in seeds if not (ref_dir / f"s{s}.json").exists()]
+        if not missing:
+            return [json.loads((ref_dir / f"s{s}.json").read_text()) for s in seeds]
+        held = [s for s in missing if (ref_dir / f"s{s}.lock").exists()]
+        if len(held) < len(missing):
+            raise RuntimeError(f"reference runs {missing} of regime {regime} are missing; run the reference first")
+        log(f"[{regime}] waiting for reference seeds {held} (another study process)")
+        time.sleep(poll_s)
 
 
 def _labels(protocol: str, quick: bool) -> tuple[str, ...]:

@@ -65,7 +65,13 @@ CANDIDATES: dict[str, Overrides] = {
     # weight on the hard cells (few 1-digit all-pass groups), teacher noisy on 2-4 digits
     "d1234w-noisy234": {"prepare": {"digits": [1, 2, 3, 4], "digit_weights": [0.1, 0.3, 0.3, 0.3]},
                         "warmstart": {"noisy_difficulties": [2, 3, 4]}},
-    # a larger policy (hidden 192, 3 layers) on the same data as d1234-noisy234
+    # a sloppier teacher on 2-4 digits: the right answers rarer in the samples of the hard cells
+    "d1234-noisy234-n08": {"prepare": {"digits": [1, 2, 3, 4]},
+                           "warmstart": {"noisy_difficulties": [2, 3, 4], "noise": 0.8}},
+    "d1234-noisy234-n09": {"prepare": {"digits": [1, 2, 3, 4]},
+                           "warmstart": {"noisy_difficulties": [2, 3, 4], "noise": 0.9}},
+    # a larger policy (hidden 192, 3 layers) on the same data as d1234-noisy234 (not run: its warm start
+    # alone takes over 30 minutes on this machine's share of a core)
     "d1234-noisy234-big": {"prepare": {"digits": [1, 2, 3, 4]},
                            "warmstart": {"noisy_difficulties": [2, 3, 4], "hidden": 192, "layers": 3,
                                          "intermediate": 768, "heads": 6}},

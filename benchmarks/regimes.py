@@ -80,7 +80,7 @@ CANDIDATES: dict[str, Overrides] = {
 # The study's regimes. ``hard`` is the candidate the search chose (benchmarks/results/regimes.md).
 REGIMES: dict[str, Overrides] = {
     "easy": {},
-    "hard": CANDIDATES["d1234-noisy234"],
+    "hard": CANDIDATES["d1234-noisy234-n08"],
 }
 
 CRITERIA = {"min_zero_variance_share": 0.5, "min_evals_below_target": 10, "min_rise_rollouts": 20000,

@@ -131,3 +131,15 @@ def test_resume_skips_finished_runs_and_redoes_a_missing_one(quick, capsys):
     assert victim.exists()
     recs = json.loads((quick / "training_protocols.json").read_text())
     assert all(r["seeds"] == 2 for r in recs)
+
+
+def test_round_price_compares_rounds_with_one_batched_call(quick):
+    assert study.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
+    res = json.loads((quick / "training_round_price.json").read_text())
+    rows = {r["allocator"]: r for r in res["rows"]}
+    assert set(rows) == {"grpo", "dapo"}
+    assert rows["grpo"]["rounds_per_step"] == 1.0 and rows["grpo"]["rollouts_per_step"] == 256
+    assert rows["dapo"]["rounds_per_step"] >= 1.0
+    for r in rows.values():
+        assert r["rounds_rollouts_per_s"] > 0 and r["batched_rollouts_per_s"] > 0
+        assert r["slowdown"] == pytest.approx(r["batched_rollouts_per_s"] / r["rounds_rollouts_per_s"])

@@ -49,7 +49,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -649,9 +649,9 @@ def round_price(regime: str, *, out: Path, work: Path, results: Path, steps: int
         calls: list[list[dict[int, int]]] = []
         orig = eng.generate
 
-        def rec(requests: Mapping[int, int], _c: list = calls) -> Any:
+        def rec(requests: Mapping[int, int], _c: list = calls, _gen: Any = orig) -> Any:
             _c[-1].append(dict(requests))
-            return orig(requests)
+            return _gen(requests)
 
         eng.generate = rec  # type: ignore[method-assign]
         scorer = Scorer("arithmetic", d["train"])

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,14 @@ def report(curves: pd.DataFrame, gains: list[float], out: Path, json_path: Path 
     return lines
 
 
+def default_out(out: Path | None, quick: bool) -> Path:
+    """The results folder: ``out`` when given, else a fresh temporary folder for --quick (a quick run never
+    overwrites benchmarks/results), else benchmarks/results."""
+    if out is not None:
+        return out
+    return Path(tempfile.mkdtemp(prefix="training-quick-")) if quick else RESULTS
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one allocator, a few steps, a short warm start")
@@ -190,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-size", type=int, default=400)
     ap.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default: train.lr's default)")
     ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results folder (default benchmarks/results; --quick: a temporary folder)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    args.out = default_out(args.out, args.quick)
     allocators = ["sara"] if args.quick else [a.strip() for a in args.allocators.split(",") if a.strip()]
     for a in allocators:
         if a not in ALL:

@@ -381,8 +381,9 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
                                    seed=cfg.seed, device=device)
 
     if start == 0:
+        te = time.perf_counter()
         ev = {f"eval/{k}": v for k, v in evaluate().items()}
-        rec = {"step": 0, "cum_rollouts": 0, "cum_tokens": 0, **ev}
+        rec = {"step": 0, "cum_rollouts": 0, "cum_tokens": 0, **ev, "eval_s": time.perf_counter() - te}
         history.append(rec)
         _append_metrics(metrics_path, rec)
         if on_step:
@@ -435,6 +436,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
                 "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
                 "allocate_s": (t1 - t0) - stats.extra["generate_seconds"] - stats.extra["verify_seconds"],
                 "update_s": t2 - t1, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
+                "trained_tokens": upd.get("n_tokens", 0.0), "trained_sequences": upd.get("n_sequences", 0.0),
             }
             last = step == cfg.steps or (cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts)
             if (cfg.eval_every and step % cfg.eval_every == 0) or last:

@@ -1,0 +1,745 @@
+"""The fair training study: regimes x protocols x allocators x seeds, with intervals and a cost ledger.
+
+    python -m benchmarks.study --regime hard --protocol equal-batch [--seeds 5] [--quick] [--out DIR]
+    python -m benchmarks.study --summarize-only            # rebuild every output from the run files
+    python -m benchmarks.study --round-price --regime hard # the price of synchronous rounds (HF engine)
+
+Protocols (each named in every output):
+
+- ``reference``: uniform GRPO, the regime's params; sets the target (below). Run first by every protocol.
+- ``equal-batch``: every update holds B effective groups (dapo, greso, sara, sara[carry], sara+dps).
+- ``equal-rollouts``: every update spends B x k rollouts (grpo, vigor, pods at B*k/n_generate prompts of
+  n_generate rollouts, sara[budget]). Its grpo runs are the reference runs (the same configuration).
+- ``tuned``: every allocator at its best point of one grid, batch size x lr (GRID); the point is chosen on the
+  validation split (rows the test split does not hold) by the median rollouts-to-target of GRID_SEEDS seeds,
+  then reported on the test split with the study's seeds.
+
+Configurations are params.yaml plus the regime's overrides (benchmarks/regimes.py) plus the protocol's
+settings, read through ``rlvr_core.config.load_params``. Allocator parameters are params.yaml's
+``train.allocator_params`` plus the variant's (named as in benchmarks/allocation.py).
+
+Target: after the reference runs of a regime, target = median start accuracy + 0.8 x the median gain at the
+end of the budget (the mean of each run's last three evaluations), written to
+``<out>/study/<regime>/target.json`` before any other allocator of that regime runs, and never recomputed.
+
+Statistics: per run, rollouts (and seconds, tokens, updates) until the held-out greedy accuracy first reaches
+the target, interpolated between evaluations. A run that never reaches it counts as infinitely late: the
+median and the bootstrap bounds (95%, percentile, 5,000 resamples of the seeds) are reported as null where
+they fall on such a run, and every cell says how many of its runs reached the target. Seconds are training
+wall-clock (generate + verify + allocate + update), evaluations excluded.
+
+Resumable: one result file per (regime, protocol, variant, seed[, grid point]) under
+``<out>/study/<regime>/<protocol>/``, skipped when present; a run killed midway resumes from its own
+checkpoints in ``--work``. Every aggregate is rebuilt from whatever run files exist.
+
+Outputs under ``--out`` (default benchmarks/results): ``training_<regime>_<protocol>.{csv,md,png}``,
+``training_protocols.json``, and with ``--round-price`` ``training_round_price.{json,md}``.
+``--quick`` trains a short warm start, two seeds and a small budget into a temporary folder (or ``--out``),
+never into benchmarks/results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+
+from benchmarks import regimes as R
+from benchmarks.training import first_reach
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# variant label -> (allocator, parameters on top of params.yaml's train.allocator_params[allocator]);
+# the labels and parameters of sara[carry] and sara[budget] are benchmarks/allocation.py's
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": ("grpo", {}),
+    "dapo": ("dapo", {}),
+    "greso": ("greso", {}),
+    "sara": ("sara", {}),
+    "sara[carry]": ("sara", {"prior": "carry+eb", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
+    "sara[budget]": ("sara", {"mode": "rollouts"}),
+    "sara+dps": ("sara+dps", {}),
+    "vigor": ("vigor", {}),
+    "pods": ("pods", {}),
+}
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "reference": ("grpo",),
+    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso"),  # run in this order: value first
+    "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]"),
+    "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]"),
+}
+GRID: tuple[tuple[int, float], ...] = tuple((b, lr) for b in (16, 32, 64) for lr in (1e-4, 2e-4))
+GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation split (not the reported seeds)
+TARGET_FRACTION = 0.8
+# per regime: rollouts per run, steps between evaluations (the study's sizing: one (regime, protocol) of
+# 5 seeds in about two hours on one core)
+BUDGET: dict[str, dict[str, int]] = {"easy": {"rollouts": 30000, "eval_every": 6},
+                                     "hard": {"rollouts": 40000, "eval_every": 6}}
+QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "variants": 1}
+BOOT = 5000
+
+
+# ----- statistics ----------------------------------------------------------------------------------------
+def median_ci(values: Sequence[float], *, n_boot: int = BOOT, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+    """Median of ``values`` and a percentile-bootstrap interval; NaN or inf (never reached) count as infinite.
+
+    Returns {median, lo, hi, n, finite}: a statistic that falls on an infinite value is None.
+    """
+    x = np.asarray([math.inf if v is None or not math.isfinite(v) else float(v) for v in values], float)
+    if len(x) == 0:
+        return {"median": None, "lo": None, "hi": None, "n": 0, "finite": 0}
+    rng = np.random.default_rng(seed)
+    boots = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1) if len(x) > 1 else x.copy()
+    a = (1 - level) / 2
+
+    def fin(v: float) -> float | None:
+        return float(v) if math.isfinite(v) else None
+
+    sb = np.sort(boots)
+    lo = sb[int(math.floor(a * (len(sb) - 1)))]
+    hi = sb[int(math.ceil((1 - a) * (len(sb) - 1)))]
+    return {"median": fin(float(np.median(x))), "lo": fin(float(lo)), "hi": fin(float(hi)), "n": int(len(x)),
+            "finite": int(np.isfinite(x).sum())}
+
+
+def reach(curve: Sequence[Mapping[str, float]], target: float) -> dict[str, float]:
+    """x at which a run first reaches ``target`` for each x axis (NaN if never), interpolated."""
+    acc = np.asarray([c["greedy_acc"] for c in curve], float)
+    out = {}
+    for axis in ("cum_rollouts", "seconds", "cum_tokens", "cum_trained_tokens", "updates"):
+        out[axis] = first_reach(np.asarray([c[axis] for c in curve], float), acc, target)
+    return out
+
+
+def accuracy_se(p: float, n: int) -> float:
+    """Standard error of an accuracy p measured on n problems."""
+    return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+# ----- configurations ------------------------------------------------------------------------------------
+def sizing(regime: str, quick: bool) -> dict[str, int]:
+    b = dict(BUDGET.get(regime, BUDGET["easy"]))
+    b["eval_size"] = R.TEST_ROWS
+    if quick:
+        b.update({k: QUICK[k] for k in ("rollouts", "eval_every", "eval_size")})
+    return b
+
+
+def run_params(regime: str, label: str, seed: int, *, quick: bool = False, grid: tuple[int, float] | None = None,
+               protocol: str = "reference", params_file: Path = R.PARAMS_FILE) -> Any:
+    """The Params of one run: params.yaml + regime + the protocol's train settings."""
+    size = sizing(regime, quick)
+    base = R.regime_params(regime, params_file=params_file)
+    alloc, vparams = VARIANTS[label]
+    aparams = {**base.train.allocator_params.get(alloc, {}), **vparams}
+    train: dict[str, Any] = {"allocator": alloc, "seed": seed, "steps": 100000, "max_rollouts": size["rollouts"],
+                             "eval_every": size["eval_every"], "eval_size": size["eval_size"], "eval_samples": 0,
+                             "checkpoint_every": 5, "keep_last": 1}
+    if grid is not None:
+        train["batch_size"], train["lr"] = int(grid[0]), float(grid[1])
+    batch = train.get("batch_size", base.train.batch_size)
+    if alloc == "pods" and protocol in ("equal-rollouts", "tuned"):
+        # equal rollouts per update: PODS generates n_generate per prompt, so B*k/n_generate prompts
+        n_gen = int(aparams.get("n_generate") or 2 * base.train.k)
+        train["batch_size"] = batch = max(1, batch * base.train.k // n_gen)
+    train["allocator_params"] = {**base.train.allocator_params, alloc: aparams} if aparams else \
+        dict(base.train.allocator_params)
+    return R.regime_params(regime, {"train": train}, params_file=params_file)
+
+
+def grid_tag(grid: tuple[int, float] | None) -> str:
+    return "" if grid is None else f"-b{grid[0]}-lr{grid[1]:g}"
+
+
+def _fname(label: str) -> str:
+    return label.replace("[", "_").replace("]", "").replace("+", "plus")
+
+
+# ----- one run -------------------------------------------------------------------------------------------
+def run_file(out: Path, regime: str, protocol: str, label: str, seed: int, grid: tuple[int, float] | None = None,
+             split: str = "test") -> Path:
+    proto_dir = "reference" if (protocol == "equal-rollouts" and label == "grpo") else protocol
+    sub = f"{_fname(label)}{grid_tag(grid)}{'-val' if split == 'validation' else ''}"
+    return out / "study" / regime / proto_dir / sub / f"s{seed}.json"
+
+
+def run_one(regime: str, protocol: str, label: str, seed: int, *, out: Path, work: Path, quick: bool,
+            grid: tuple[int, float] | None = None, split: str = "test", data: dict[str, Any] | None = None,
+            params_file: Path = R.PARAMS_FILE) -> tuple[dict[str, Any], bool]:
+    """Train one run unless its result file exists; returns (result, trained)."""
+    path = run_file(out, regime, protocol, label, seed, grid, split)
+    if path.exists():
+        return json.loads(path.read_text()), False
+    if not _claim(path):
+        return {}, False  # another study process is training this run
+    try:
+        return _train_one(path, regime, protocol, label, seed, out=out, work=work, quick=quick, grid=grid, split=split,
+                          data=data, params_file=params_file), True
+    finally:
+        path.with_suffix(".lock").unlink(missing_ok=True)
+
+
+def _claim(path: Path) -> bool:
+    """Claim a run for this process (a lock file holding its pid); a lock whose process is gone is taken over."""
+    lock = path.with_suffix(".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+                os.kill(pid, 0)
+                return False  # held by a live process
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)  # stale: its process was killed
+                continue
+            except PermissionError:
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _train_one(path: Path, regime: str, protocol: str, label: str, seed: int, *, out: Path, work: Path, quick: bool,
+               grid: tuple[int, float] | None, split: str, data: dict[str, Any] | None,
+               params_file: Path) -> dict[str, Any]:
+    from rlvr_core.training import train
+
+    params = run_params(regime, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file)
+    d = data if data is not None else load_data(regime, work, quick, params_file)
+    rows = d["test"] if split == "test" else d["validation"]
+    cfg = params.train
+    if quick:
+        cfg = type(cfg)(**{**asdict(cfg), "eval_size": min(cfg.eval_size, len(rows))})
+    run_dir = work / "runs" / path.relative_to(out / "study").with_suffix("")
+    t0 = time.perf_counter()
+    res = train(cfg, policy_dir=d["policy"], train_rows=d["train"], test_rows=rows, run_dir=run_dir, resume=True)
+    wall = time.perf_counter() - t0
+    result = summarize_run(res.metrics, params=d["n_params"])
+    result.update({"regime": regime, "protocol": protocol, "variant": label, "allocator": cfg.allocator,
+                   "seed": seed, "grid": list(grid) if grid else None, "split": split, "eval_size": cfg.eval_size,
+                   "batch_size": cfg.batch_size, "lr": cfg.lr, "k": cfg.k,
+                   "allocator_params": cfg.allocator_params.get(cfg.allocator, {}), "wall_s": wall,
+                   "resumed_from": res.resumed_from, "quick": quick})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return result
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, tuple):
+        return list(v)
+    return str(v)
+
+
+def summarize_run(metrics: Sequence[Mapping[str, Any]], *, params: int) -> dict[str, Any]:
+    """A run's evaluation curve (with its cost axes) and its ledger, from the trainer's per-step metrics."""
+    cum = {"seconds": 0.0, "trained": 0.0, "updates": 0}
+    led = {k: 0.0 for k in ("generate_s", "verify_s", "allocate_s", "update_s", "eval_s")}
+    curve = []
+    for r in metrics:
+        if r["step"] > 0:
+            cum["seconds"] += r["generate_s"] + r["verify_s"] + r["allocate_s"] + r["update_s"]
+            cum["trained"] += r.get("trained_tokens", 0.0)
+            cum["updates"] += int(not r.get("update_skipped", 0) and not r.get("nonfinite", 0))
+            for k in ("generate_s", "verify_s", "allocate_s", "update_s"):
+                led[k] += r[k]
+        led["eval_s"] += r.get("eval_s", 0.0)
+        if "eval/greedy_acc" in r:
+            curve.append({"step": r["step"], "updates": cum["updates"], "cum_rollouts": r["cum_rollouts"],
+                          "cum_tokens": r["cum_tokens"], "cum_trained_tokens": cum["trained"],
+                          "seconds": cum["seconds"], "greedy_acc": r["eval/greedy_acc"],
+                          **{k[5:]: v for k, v in r.items() if k.startswith("eval/greedy_acc_d")}})
+    last = metrics[-1] if metrics else {}
+    steps = [r for r in metrics if r["step"] > 0]
+    ledger = {"rollouts": int(last.get("cum_rollouts", 0)), "generated_tokens": int(last.get("cum_tokens", 0)),
+              "trained_tokens": int(cum["trained"]), "steps": len(steps), "updates": cum["updates"], **led,
+              "train_s": cum["seconds"], "params": params,
+              "flops_generate": 2.0 * params * float(last.get("cum_tokens", 0)),
+              "flops_train": 6.0 * params * cum["trained"],
+              "effective_groups_per_step": float(np.mean([r["effective_groups"] for r in steps])) if steps else 0.0,
+              "rollouts_per_step": float(np.mean([r["rollouts"] for r in steps])) if steps else 0.0,
+              "rounds_per_step": float(np.mean([r["rounds"] for r in steps])) if steps else 0.0,
+              "hit_cap_steps": int(sum(bool(r.get("hit_cap")) for r in steps))}
+    ledger["flops"] = ledger["flops_generate"] + ledger["flops_train"]
+    return {"curve": curve, "ledger": ledger}
+
+
+_DATA: dict[tuple, dict[str, Any]] = {}
+
+
+def load_data(regime: str, work: Path, quick: bool, params_file: Path = R.PARAMS_FILE) -> dict[str, Any]:
+    """The regime's splits and warm-started policy (warm-started under ``work`` on first use)."""
+    key = (regime, str(work), quick, str(params_file))
+    if key not in _DATA:
+        from rlvr_core.models.policy import load_any_policy
+        from rlvr_core.models.tiny import num_parameters
+
+        params = R.regime_params(regime, params_file=params_file)
+        ds = R.dataset(params)
+        train_rows, test_rows, val_rows = R.splits(ds)
+        policy = R.policy_dir(params, work, train_rows, quick=quick)
+        model, _ = load_any_policy(policy, device="cpu")
+        _DATA[key] = {"train": train_rows, "test": test_rows, "validation": val_rows, "policy": policy,
+                      "n_params": int(num_parameters(model))}
+    return _DATA[key]
+
+
+# ----- target --------------------------------------------------------------------------------------------
+def target_path(out: Path, regime: str) -> Path:
+    return out / "study" / regime / "target.json"
+
+
+def set_target(out: Path, regime: str, refs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Freeze the regime's target from its reference (uniform GRPO) runs; an existing target is kept."""
+    path = target_path(out, regime)
+    if path.exists():
+        return json.loads(path.read_text())
+    starts = [r["curve"][0]["greedy_acc"] for r in refs]
+    ends = [float(np.mean([c["greedy_acc"] for c in r["curve"][-3:]])) for r in refs]
+    start, gain = float(np.median(starts)), float(np.median(np.subtract(ends, starts)))
+    t = {"regime": regime, "target": start + TARGET_FRACTION * gain, "rule": f"median start + {TARGET_FRACTION} x "
+         "median gain at the end of the budget (mean of the last three evaluations) of the reference runs",
+         "reference_seeds": sorted(int(r["seed"]) for r in refs), "start": start, "gain": gain,
+         "budget_rollouts": int(np.median([r["ledger"]["rollouts"] for r in refs])),
+         "set_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(t, indent=1) + "\n")
+    return t
+
+
+# ----- the protocol driver -------------------------------------------------------------------------------
+def plan(protocol: str, seeds: Sequence[int], quick: bool) -> list[tuple[str, int]]:
+    labels = PROTOCOLS[protocol][: QUICK["variants"]] if quick else PROTOCOLS[protocol]
+    return [(lab, s) for lab in labels for s in seeds]
+
+
+def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path, work: Path, quick: bool,
+                 params_file: Path = R.PARAMS_FILE, log: Any = print) -> None:
+    """Reference runs, the frozen target, then the protocol's runs (each skipped when its file exists)."""
+    data = load_data(regime, work, quick, params_file)
+    n = 0
+    todo = [("reference", "grpo", s, None, "test") for s in seeds]
+    if protocol == "tuned":
+        todo += [("tuned", lab, s, g, "validation") for lab in _labels(protocol, quick) for g in _grid(quick)
+                 for s in _grid_seeds(quick)]
+    elif protocol != "reference":
+        todo += [(protocol, lab, s, None, "test") for lab, s in plan(protocol, seeds, quick)]
+    total = len(todo)
+    for proto, lab, s, g, split in todo:
+        n += 1
+        if proto != "reference" and not target_path(out, regime).exists():
+            refs = wait_for_references(out, regime, seeds, log)
+            t = set_target(out, regime, refs)
+            log(f"[{regime}] target frozen at {t['target']:.4f} from {len(refs)} reference runs")
+        t0 = time.perf_counter()
+        res, trained = run_one(regime, proto, lab, s, out=out, work=work, quick=quick, grid=g, split=split, data=data,
+                               params_file=params_file)
+        if not res:
+            log(f"[{regime}/{proto} {n}/{total}] {lab}{grid_tag(g)} seed {s}: running in another study process")
+            continue
+        c = res["curve"]
+        log(f"[{regime}/{proto} {n}/{total}] {lab}{grid_tag(g)} seed {s} ({split}): "
+            f"{'trained' if trained else 'skipped (done)'}; acc {c[0]['greedy_acc']:.3f} -> {c[-1]['greedy_acc']:.3f}, "
+            f"{res['ledger']['rollouts']} rollouts, {res['ledger']['updates']} updates"
+            + (f", {time.perf_counter() - t0:.0f} s" if trained else ""))
+    if protocol == "tuned":
+        while locks := list((out / "study" / regime / "tuned").glob("*-val/s*.lock")):
+            log(f"[{regime}/tuned] waiting for {len(locks)} validation run(s) of another study process")
+            time.sleep(15)
+        choice = choose_grid(regime, out, quick)
+        save = out / "study" / regime / "tuned" / "choice.json"
+        save.write_text(json.dumps(choice, indent=1) + "\n")
+        for lab in _labels(protocol, quick):
+            g = tuple(choice[lab]["grid"]) if choice[lab]["grid"] else None
+            for s in seeds:
+                res, trained = run_one(regime, "tuned", lab, s, out=out, work=work, quick=quick, grid=g, data=data,
+                                       params_file=params_file)
+                if not res:
+                    continue
+                log(f"[{regime}/tuned] {lab}{grid_tag(g)} seed {s} (test): {'trained' if trained else 'skipped (done)'}")
+    if protocol == "reference" and not target_path(out, regime).exists():
+        refs = [json.loads(p.read_text()) for p in sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))]
+        set_target(out, regime, refs)
+
+
+def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, poll_s: float = 15.0) -> list[dict]:
+    """The reference runs of ``seeds``, waiting while another study process still trains some of them."""
+    ref_dir = out / "study" / regime / "reference" / "grpo"
+    while True:
+        missing = [s for s in seeds if not (ref_dir / f"s{s}.json").exists()]
+        if not missing:
+            return [json.loads((ref_dir / f"s{s}.json").read_text()) for s in seeds]
+        held = [s for s in missing if (ref_dir / f"s{s}.lock").exists()]
+        if len(held) < len(missing):
+            raise RuntimeError(f"reference runs {missing} of regime {regime} are missing; run the reference first")
+        log(f"[{regime}] waiting for reference seeds {held} (another study process)")
+        time.sleep(poll_s)
+
+
+def _labels(protocol: str, quick: bool) -> tuple[str, ...]:
+    return PROTOCOLS[protocol][: QUICK["variants"]] if quick else PROTOCOLS[protocol]
+
+
+def _grid(quick: bool) -> tuple[tuple[int, float], ...]:
+    return GRID[:2] if quick else GRID
+
+
+def _grid_seeds(quick: bool) -> tuple[int, ...]:
+    return GRID_SEEDS[:1] if quick else GRID_SEEDS
+
+
+def choose_grid(regime: str, out: Path, quick: bool) -> dict[str, Any]:
+    """Per variant, the grid point with the lowest median validation rollouts-to-target (unreached: infinite);
+    ties and all-unreached broken by the highest mean validation accuracy over the run."""
+    target = json.loads(target_path(out, regime).read_text())["target"]
+    choice = {}
+    for lab in _labels("tuned", quick):
+        best = None
+        for g in _grid(quick):
+            runs = [json.loads(p.read_text()) for p in
+                    sorted(run_file(out, regime, "tuned", lab, 0, g, "validation").parent.glob("s*.json"))]
+            if not runs:
+                continue
+            r2t = [reach(r["curve"], target)["cum_rollouts"] for r in runs]
+            med = median_ci(r2t, n_boot=1)["median"]
+            mean_acc = float(np.mean([np.mean([c["greedy_acc"] for c in r["curve"]]) for r in runs]))
+            key = (math.inf if med is None else med, -mean_acc)
+            if best is None or key < best[0]:
+                best = (key, g, med, mean_acc, len(runs))
+        choice[lab] = {"grid": list(best[1]) if best else None, "validation_rollouts_to_target": best[2] if best else None,
+                       "validation_mean_accuracy": best[3] if best else None, "runs": best[4] if best else 0}
+    return choice
+
+
+# ----- aggregation and outputs ---------------------------------------------------------------------------
+def load_runs(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((out / "study").glob("*/*/*/s*.json"))]
+
+
+def cell_rows(runs: Sequence[Mapping[str, Any]], target: float) -> dict[str, Any]:
+    hits = [reach(r["curve"], target) for r in runs]
+    rec = {"seeds": len(runs), "reached": int(sum(math.isfinite(h["cum_rollouts"]) for h in hits)),
+           "rollouts_to_target": median_ci([h["cum_rollouts"] for h in hits]),
+           "seconds_to_target": median_ci([h["seconds"] for h in hits]),
+           "tokens_to_target": median_ci([h["cum_tokens"] for h in hits]),
+           "trained_tokens_to_target": median_ci([h["cum_trained_tokens"] for h in hits]),
+           "updates_to_target": median_ci([h["updates"] for h in hits]),
+           "final_accuracy": float(np.median([r["curve"][-1]["greedy_acc"] for r in runs])),
+           "final_accuracy_iqr": [float(np.percentile([r["curve"][-1]["greedy_acc"] for r in runs], q)) for q in (25, 75)],
+           "start_accuracy": float(np.median([r["curve"][0]["greedy_acc"] for r in runs])),
+           "eval_size": int(runs[0]["eval_size"])}
+    rec["final_accuracy_se"] = accuracy_se(rec["final_accuracy"], rec["eval_size"])
+    led = [r["ledger"] for r in runs]
+    rec["ledger"] = {k: float(np.median([x[k] for x in led])) for k in led[0] if isinstance(led[0][k], (int, float))}
+    return rec
+
+
+def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
+    """Rebuild training_protocols.json and every training_<regime>_<protocol>.* from the run files."""
+    runs = load_runs(out)
+    with_er = {r["regime"] for r in runs if r["protocol"] == "equal-rollouts"}
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r.get("split", "test") != "test":
+            continue
+        protos = [r["protocol"]]
+        if r["protocol"] == "reference" and r["regime"] in with_er:
+            protos.append("equal-rollouts")  # the reference runs are equal-rollouts' grpo
+        for p in protos:
+            cells.setdefault((r["regime"], p, r["variant"]), []).append(r)
+    records = []
+    for (regime, proto, lab), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], list(PROTOCOLS).index(kv[0][1]),
+                                                                         list(VARIANTS).index(kv[0][2]))):
+        tp = target_path(out, regime)
+        if not tp.exists():
+            continue
+        target = json.loads(tp.read_text())
+        rec = {"regime": regime, "protocol": proto, "allocator": lab, **cell_rows(rs, target["target"]),
+               "target": target["target"], "budget_rollouts": int(np.median([r["ledger"]["rollouts"] for r in rs])),
+               "seed_list": sorted(int(r["seed"]) for r in rs), "quick": any(r.get("quick") for r in rs)}
+        if proto == "tuned":
+            rec["grid"] = rs[0]["grid"]
+        records.append(rec)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "training_protocols.json").write_text(json.dumps(records, indent=1) + "\n")
+    for regime, proto in sorted({(r["regime"], r["protocol"]) for r in records}):
+        if proto == "reference":
+            continue
+        sub = [r for r in records if r["regime"] == regime and r["protocol"] == proto]
+        rs = {lab: cells[(regime, proto, lab)] for lab in [r["allocator"] for r in sub]}
+        if proto == "equal-batch" and (regime, "reference", "grpo") in cells:
+            rs = {"grpo (reference)": cells[(regime, "reference", "grpo")], **rs}
+        write_cell_outputs(results, regime, proto, sub, rs, json.loads(target_path(out, regime).read_text()))
+    write_study_doc(out, results, records)
+    return records
+
+
+def expected_runs(regime: str, protocol: str, seeds: int = 5) -> int:
+    """Runs of the full plan of a (regime, protocol), reference included (tuned: grid plus the chosen points)."""
+    n = len(PROTOCOLS[protocol]) * seeds
+    if protocol == "tuned":
+        n += len(PROTOCOLS[protocol]) * len(GRID) * len(GRID_SEEDS)
+    return n + (0 if protocol in ("reference", "equal-rollouts") else seeds)
+
+
+def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """training_study.md: every cell with its interval and seed count, the targets, and what remains to run."""
+    lines = ["# Training study: status and results (generated by `python -m benchmarks.study --summarize-only`)", "",
+             "How the regime, the targets and the grid were chosen: benchmarks/regimes.py, benchmarks/study.py "
+             "(module docstrings) and benchmarks/results/regimes.md.", "",
+             f"Tuned grid (batch size x lr, the same for every allocator): {', '.join(f'{b}x{lr:g}' for b, lr in GRID)}; "
+             f"selection seeds {list(GRID_SEEDS)} on the validation split ({R.VALIDATION_ROWS} rows), report on the "
+             f"test split ({R.TEST_ROWS} rows).", ""]
+    for regime in sorted(R.REGIMES):
+        tp = target_path(out, regime)
+        if tp.exists():
+            t = json.loads(tp.read_text())
+            lines.append(f"- `{regime}` target: {t['target']:.4f} = {t['rule']} (start {t['start']:.3f}, gain "
+                         f"{t['gain']:+.3f}, seeds {t['reference_seeds']}, frozen {t['set_at']}).")
+    lines += ["", "| regime | protocol | allocator | seeds | reached | rollouts to target | seconds to target | "
+              "updates to target | final acc (SE) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | {r['reached']}/{r['seeds']} | "
+                     f"{_fmt(r['rollouts_to_target'])} | {_fmt(r['seconds_to_target'], digits=1)} | "
+                     f"{_fmt(r['updates_to_target'])} | {r['final_accuracy']:.3f} ({r['final_accuracy_se']:.3f}) |")
+    done = load_runs(out)
+    lines += ["", "## What has run and what remains", "",
+              "| regime | protocol | run files | of the full plan (5 seeds) | resume with |", "|---|---|---|---|---|"]
+    for regime in ("hard", "easy"):
+        for proto in ("equal-batch", "equal-rollouts", "tuned"):
+            have = sum(1 for r in done if r["regime"] == regime and (r["protocol"] == proto or
+                       (r["protocol"] == "reference" and proto != "equal-rollouts") or
+                       (proto == "equal-rollouts" and r["protocol"] == "reference")))
+            lines.append(f"| {regime} | {proto} | {have} | {expected_runs(regime, proto)} | `python -m benchmarks.study "
+                         f"--regime {regime} --protocol {proto} --seeds 5` |")
+    lines += ["", "Finished runs are skipped; a run killed midway resumes from its checkpoints under runs/study. Two "
+              "processes may share a (regime, protocol): each run is claimed by a lock file."]
+    (results / "training_study.md").write_text("\n".join(lines) + "\n")
+
+
+def _fmt(ci: Mapping[str, Any], scale: float = 1.0, digits: int = 0) -> str:
+    def f(v: Any) -> str:
+        return "never" if v is None else f"{v / scale:,.{digits}f}"
+
+    return f"{f(ci['median'])} [{f(ci['lo'])}, {f(ci['hi'])}]"
+
+
+def write_cell_outputs(results: Path, regime: str, proto: str, records: Sequence[Mapping[str, Any]],
+                       runs: Mapping[str, Sequence[Mapping[str, Any]]], target: Mapping[str, Any]) -> None:
+    stem = results / f"training_{regime}_{proto}"
+    lines_csv = ["regime,protocol,allocator,seed,step,updates,cum_rollouts,cum_tokens,cum_trained_tokens,seconds,greedy_acc"]
+    for lab, rs in runs.items():
+        for r in rs:
+            for c in r["curve"]:
+                lines_csv.append(f"{regime},{proto},{lab},{r['seed']},{c['step']},{c['updates']},{c['cum_rollouts']},"
+                                 f"{c['cum_tokens']},{c['cum_trained_tokens']:.0f},{c['seconds']:.3f},{c['greedy_acc']:.4f}")
+    stem.with_suffix(".csv").write_text("\n".join(lines_csv) + "\n")
+    n_eval = records[0]["eval_size"] if records else 0
+    se = accuracy_se(target["target"], n_eval)
+    lines = [f"# Training study: regime `{regime}`, protocol `{proto}`", "",
+             f"Target: held-out greedy accuracy {target['target']:.3f} ({target['rule']}; set at {target['set_at']} from "
+             f"reference seeds {target['reference_seeds']}, start {target['start']:.3f}, gain {target['gain']:+.3f}). "
+             f"Held-out set: {n_eval} problems, standard error {se * 100:.1f} points at the target.",
+             "Cells: median [95% bootstrap interval] over seeds; 'never' where the median or a bound falls on a run "
+             "that did not reach the target. Seconds: training wall-clock (generate + verify + allocate + update).", "",
+             "| allocator | seeds | reached | rollouts to target | seconds to target | updates to target | "
+             "generated tokens to target | final acc | rollouts/step | eff. groups/step | rounds/step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lg = r["ledger"]
+        lines.append(f"| {r['allocator']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {_fmt(r['rollouts_to_target'])} | "
+                     f"{_fmt(r['seconds_to_target'], digits=1)} | {_fmt(r['updates_to_target'])} | "
+                     f"{_fmt(r['tokens_to_target'])} | {r['final_accuracy']:.3f} | {lg['rollouts_per_step']:.0f} | "
+                     f"{lg['effective_groups_per_step']:.1f} | {lg['rounds_per_step']:.1f} |")
+    lines += ["", "Ledger (median per run over the whole budget): rollouts, generated and trained tokens, wall-clock by "
+              "phase, compute estimate (2 x params per generated token + 6 x params per trained token).", "",
+              "| allocator | rollouts | generated tokens | trained tokens | updates | generate s | verify s | allocate s | "
+              "update s | eval s | TFLOPs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lg = r["ledger"]
+        lines.append(f"| {r['allocator']} | {lg['rollouts']:,.0f} | {lg['generated_tokens']:,.0f} | {lg['trained_tokens']:,.0f} | "
+                     f"{lg['updates']:.0f} | {lg['generate_s']:.1f} | {lg['verify_s']:.1f} | {lg['allocate_s']:.1f} | "
+                     f"{lg['update_s']:.1f} | {lg['eval_s']:.1f} | {lg['flops'] / 1e12:.2f} |")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    plot_cell(stem.with_suffix(".png"), regime, proto, runs, target["target"])
+
+
+def plot_cell(path: Path, regime: str, proto: str, runs: Mapping[str, Sequence[Mapping[str, Any]]],
+              target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes_x = (("cum_rollouts", "cumulative rollouts"), ("seconds", "training seconds"), ("updates", "optimizer updates"))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    rng = np.random.default_rng(0)
+    for ax, (x, name) in zip(axes, axes_x):
+        for i, (lab, rs) in enumerate(runs.items()):
+            top = min(max(c[x] for c in r["curve"]) for r in rs)
+            grid = np.linspace(0, top, 60)
+            ys = np.vstack([np.interp(grid, [c[x] for c in r["curve"]], [c["greedy_acc"] for c in r["curve"]])
+                            for r in rs])
+            med = np.median(ys, 0)
+            if len(rs) > 1:
+                boots = np.median(ys[rng.integers(0, len(rs), size=(1000, len(rs)))], axis=1)
+                lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
+                ax.fill_between(grid, lo, hi, alpha=0.18, color=f"C{i}")
+            ax.plot(grid, med, color=f"C{i}", label=f"{lab} ({len(rs)} seeds)")
+        ax.axhline(target, color="k", ls=":", lw=1, label=f"target {target:.3f}")
+        ax.set_xlabel(name)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out greedy accuracy (median, 95% bootstrap band)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"training study: regime {regime}, protocol {proto}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ----- the price of synchronous rounds -------------------------------------------------------------------
+ROUND_VARIANTS = ("grpo", "dapo", "sara", "sara[carry]", "sara+dps", "vigor", "sara[budget]")
+
+
+def round_price(regime: str, *, out: Path, work: Path, results: Path, steps: int, quick: bool,
+                params_file: Path = R.PARAMS_FILE) -> dict[str, Any]:
+    """Rollouts per second at each allocator's round sizes against one batched call of the same total.
+
+    Each allocator runs ``steps`` allocation steps on the warm-started policy (no updates: the policy is
+    fixed, so every allocator sees the same pass rates); every generate call's requests are recorded. Then
+    the recorded rounds of each step are replayed on a fresh engine, one call per round, and the same
+    requests merged into one call, and both are timed.
+    """
+    from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
+    from rlvr_core.models.policy import load_any_policy, policy_prompts
+    from rlvr_core.rollout.hf import HFEngine
+    from rlvr_core.training import Scorer
+
+    d = load_data(regime, work, quick, params_file)
+    model, tok = load_any_policy(d["policy"], device="cpu")
+    prompts = policy_prompts(tok, d["train"], "arithmetic")
+    rows = []
+    for lab in ROUND_VARIANTS[:2] if quick else ROUND_VARIANTS:
+        cfg = run_params(regime, lab, 0, quick=quick, params_file=params_file).train
+        alloc = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
+        source = PromptSource(len(d["train"]), seed=0)
+        eng = HFEngine(model, tok, prompts, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=0)
+        calls: list[list[dict[int, int]]] = []
+        orig = eng.generate
+
+        def rec(requests: Mapping[int, int], _c: list = calls, _gen: Any = orig) -> Any:
+            _c[-1].append(dict(requests))
+            return _gen(requests)
+
+        eng.generate = rec  # type: ignore[method-assign]
+        scorer = Scorer("arithmetic", d["train"])
+        for _ in range(steps):
+            calls.append([])
+            run_allocation_step(alloc, eng, source, score=scorer)
+        eng.generate = orig  # type: ignore[method-assign]
+        timed = HFEngine(model, tok, prompts, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=1)
+        timed.generate({0: 8})  # warm-up
+        t_rounds = t_one = 0.0
+        n_roll = n_rounds = 0
+        for step_calls in calls:
+            t0 = time.perf_counter()
+            for req in step_calls:
+                timed.generate(req)
+            t_rounds += time.perf_counter() - t0
+            merged: dict[int, int] = {}
+            for req in step_calls:
+                for p, n in req.items():
+                    merged[p] = merged.get(p, 0) + n
+            t0 = time.perf_counter()
+            timed.generate(merged)
+            t_one += time.perf_counter() - t0
+            n_roll += sum(sum(r.values()) for r in step_calls)
+            n_rounds += len(step_calls)
+        sizes = [sum(r.values()) for sc in calls for r in sc]
+        rows.append({"allocator": lab, "steps": steps, "rounds_per_step": n_rounds / steps,
+                     "rollouts_per_step": n_roll / steps, "median_round_size": float(np.median(sizes)),
+                     "min_round_size": int(min(sizes)), "rounds_rollouts_per_s": n_roll / t_rounds,
+                     "batched_rollouts_per_s": n_roll / t_one, "slowdown": t_rounds / t_one})
+    res = {"regime": regime, "engine": "hf", "device": "cpu", "threads": int(os.environ.get("OMP_NUM_THREADS", "0")),
+           "rows": rows}
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "training_round_price.json").write_text(json.dumps(res, indent=1) + "\n")
+    lines = [f"Price of synchronous rounds on the HF engine (regime `{regime}`, CPU, fixed warm-started policy, "
+             f"{steps} allocation steps per allocator): rollouts per second when each step's rounds are generated one "
+             "call per round, against the same requests merged into one batched call.", "",
+             "| allocator | rounds/step | rollouts/step | median round size | rollouts/s in rounds | "
+             "rollouts/s in one call | slowdown |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['allocator']} | {r['rounds_per_step']:.1f} | {r['rollouts_per_step']:.0f} | "
+                     f"{r['median_round_size']:.0f} | {r['rounds_rollouts_per_s']:,.0f} | "
+                     f"{r['batched_rollouts_per_s']:,.0f} | {r['slowdown']:.2f}x |")
+    (results / "training_round_price.md").write_text("\n".join(lines) + "\n")
+    return res
+
+
+# ----- command line --------------------------------------------------------------------------------------
+def default_out(out: Path | None, quick: bool) -> Path:
+    """``out`` when given, else a fresh temporary folder for --quick (never benchmarks/results), else RESULTS."""
+    if out is not None:
+        return out
+    return Path(tempfile.mkdtemp(prefix="study-quick-")) if quick else RESULTS
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--regime", default="hard", choices=sorted(R.REGIMES))
+    ap.add_argument("--protocol", default="equal-batch", choices=list(PROTOCOLS))
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="short warm start, 2 seeds, tiny budget, temporary --out")
+    ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results; "
+                    "--quick: a temporary folder)")
+    ap.add_argument("--work", type=Path, default=None, help="run folders and policies (default runs/study)")
+    ap.add_argument("--summarize-only", action="store_true", help="rebuild the outputs from the run files")
+    ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
+    ap.add_argument("--round-steps", type=int, default=6)
+    args = ap.parse_args(argv)
+    args.out = default_out(args.out, args.quick)
+    if args.work is None:
+        args.work = args.out / "work" if args.quick else Path("runs/study")
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(QUICK["seeds"] if args.quick else args.seeds))
+    if args.round_price:
+        round_price(args.regime, out=args.out, work=args.work, results=args.out, quick=args.quick,
+                    steps=2 if args.quick else args.round_steps)
+        print((args.out / "training_round_price.md").read_text())
+        return 0
+    if not args.summarize_only:
+        t0 = time.perf_counter()
+        run_protocol(args.regime, args.protocol, seeds, out=args.out, work=args.work, quick=args.quick,
+                     log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+        print(f"{args.regime}/{args.protocol}: done in {time.perf_counter() - t0:.0f} s", flush=True)
+    records = aggregate(args.out, args.out)
+    print(f"{len(records)} cells -> {args.out / 'training_protocols.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The training study (benchmarks/study.py): statistics, unreached counting, the quick path's files, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import regimes, study
+from benchmarks import training as training_bench
+
+KEYS = {"regime", "protocol", "allocator", "seeds", "reached", "rollouts_to_target", "seconds_to_target",
+        "final_accuracy"}
+
+
+def curve(accs: list[float], per_step: int = 100) -> list[dict[str, float]]:
+    return [{"step": i, "updates": i, "cum_rollouts": i * per_step, "cum_tokens": 4 * i * per_step,
+             "cum_trained_tokens": 2 * i * per_step, "seconds": 0.5 * i, "greedy_acc": a} for i, a in enumerate(accs)]
+
+
+def run(accs: list[float], seed: int, per_step: int = 100) -> dict:
+    ledger = {"rollouts": per_step * (len(accs) - 1), "updates": len(accs) - 1, "generate_s": 1.0}
+    return {"curve": curve(accs, per_step), "seed": seed, "eval_size": 2000, "ledger": ledger}
+
+
+def test_median_ci_brackets_the_median_and_narrows_with_agreement():
+    wide = study.median_ci([100, 400, 900, 1600, 2500, 3600], seed=1)
+    assert wide["lo"] <= wide["median"] <= wide["hi"]
+    assert wide["lo"] < wide["hi"]
+    same = study.median_ci([700.0] * 5)
+    assert same["median"] == same["lo"] == same["hi"] == 700.0
+    assert study.median_ci([])["median"] is None
+
+
+def test_median_ci_counts_never_reached_runs_as_infinite():
+    # 2 of 5 never reach: the median is still finite, the upper bound falls on an unreached run
+    ci = study.median_ci([100, 200, 300, float("nan"), math.inf])
+    assert ci["median"] == 300 and ci["hi"] is None and ci["finite"] == 3 and ci["n"] == 5
+    # 3 of 5 never reach: the median itself is "never"; dropping them would have reported 150
+    ci = study.median_ci([100, 200, float("nan"), float("nan"), float("nan")])
+    assert ci["median"] is None and ci["finite"] == 2
+
+
+def test_cell_counts_unreached_runs_and_interpolates():
+    runs = [run([0.3, 0.4, 0.5, 0.6], 0), run([0.3, 0.35, 0.45, 0.55], 1), run([0.3, 0.31, 0.32, 0.33], 2)]
+    cell = study.cell_rows(runs, target=0.45)
+    assert cell["seeds"] == 3 and cell["reached"] == 2
+    hits = [study.reach(r["curve"], 0.45)["cum_rollouts"] for r in runs]
+    assert hits[0] == pytest.approx(150.0) and hits[1] == pytest.approx(200.0) and math.isnan(hits[2])
+    assert cell["rollouts_to_target"]["median"] == pytest.approx(200.0)
+    assert cell["seconds_to_target"]["median"] == pytest.approx(1.0)
+    assert cell["final_accuracy"] == pytest.approx(0.55)
+    assert cell["final_accuracy_se"] == pytest.approx(math.sqrt(0.55 * 0.45 / 2000))
+
+
+def test_target_is_frozen_once_set(tmp_path):
+    refs = [run([0.3, 0.5, 0.6, 0.7, 0.7, 0.7], s) for s in range(3)]
+    t = study.set_target(tmp_path, "hard", refs)
+    assert t["target"] == pytest.approx(0.3 + 0.8 * 0.4)
+    other = [run([0.3, 0.9, 0.9, 0.9], s) for s in range(3)]
+    assert study.set_target(tmp_path, "hard", other)["target"] == pytest.approx(t["target"])
+
+
+def test_regimes_build_from_params_yaml():
+    easy, hard = regimes.regime_params("easy"), regimes.regime_params("hard")
+    from rlvr_core.config import load_params
+
+    base = load_params(regimes.PARAMS_FILE)
+    assert easy.train == base.train and easy.warmstart == base.warmstart
+    assert easy.prepare.n_test == regimes.TEST_ROWS + regimes.VALIDATION_ROWS
+    assert hard.prepare.digits != easy.prepare.digits or hard.warmstart != easy.warmstart
+    p = study.run_params("hard", "sara[carry]", 3, protocol="equal-batch")
+    assert p.train.allocator == "sara" and p.train.seed == 3
+    assert p.train.allocator_params["sara"]["prior"] == "carry+eb"
+    assert p.train.allocator_params["dapo"] == base.train.allocator_params["dapo"]  # params.yaml's cap kept
+    pods = study.run_params("hard", "pods", 0, protocol="equal-rollouts").train
+    assert pods.batch_size * 2 * pods.k == base.train.batch_size * base.train.k  # equal rollouts per update
+
+
+def test_quick_never_defaults_to_benchmarks_results():
+    assert study.default_out(None, True) != study.RESULTS
+    assert training_bench.default_out(None, True) != training_bench.RESULTS
+    assert study.default_out(None, False) == study.RESULTS
+    assert study.default_out(Path("x"), True) == Path("x")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    assert study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--out", str(out)]) == 0
+    return out
+
+
+def test_quick_writes_the_schema(quick):
+    recs = json.loads((quick / "training_protocols.json").read_text())
+    assert {(r["protocol"], r["allocator"]) for r in recs} == {("reference", "grpo"), ("equal-batch", "dapo")}
+    for r in recs:
+        assert KEYS <= set(r) and r["regime"] == "easy" and r["seeds"] == 2 and 0 <= r["reached"] <= r["seeds"]
+        for key in ("rollouts_to_target", "seconds_to_target"):
+            assert set(r[key]) >= {"median", "lo", "hi"}
+        assert 0.0 <= r["final_accuracy"] <= 1.0
+    for ext in ("csv", "md", "png"):
+        assert (quick / f"training_easy_equal-batch.{ext}").stat().st_size > 0
+    one = json.loads(next((quick / "study" / "easy" / "equal-batch").glob("*/s0.json")).read_text())
+    led = one["ledger"]
+    for key in ("rollouts", "generated_tokens", "trained_tokens", "generate_s", "verify_s", "allocate_s", "update_s",
+                "eval_s", "flops"):
+        assert key in led
+    assert led["rollouts"] > 0 and led["generated_tokens"] >= led["rollouts"]
+    assert led["flops"] == pytest.approx(2 * led["params"] * led["generated_tokens"] + 6 * led["params"]
+                                         * led["trained_tokens"])
+    assert json.loads((quick / "study" / "easy" / "target.json").read_text())["reference_seeds"] == [0, 1]
+    assert "never" in (quick / "training_easy_equal-batch.md").read_text() or all(r["reached"] == r["seeds"] for r in recs)
+
+
+def test_resume_skips_finished_runs_and_redoes_a_missing_one(quick, capsys):
+    files = sorted((quick / "study").glob("*/*/*/s*.json"))
+    assert len(files) == 4
+    stamps = {f: f.stat().st_mtime_ns for f in files}
+    victim = files[-1]
+    victim.unlink()
+    assert study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--out", str(quick)]) == 0
+    log = capsys.readouterr().out
+    assert log.count("skipped (done)") == 3 and log.count(": trained;") == 1
+    for f, t in stamps.items():
+        if f != victim:
+            assert f.stat().st_mtime_ns == t
+    assert victim.exists()
+    recs = json.loads((quick / "training_protocols.json").read_text())
+    assert all(r["seeds"] == 2 for r in recs)
+
+
+def test_round_price_compares_rounds_with_one_batched_call(quick):
+    assert study.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
+    res = json.loads((quick / "training_round_price.json").read_text())
+    rows = {r["allocator"]: r for r in res["rows"]}
+    assert set(rows) == {"grpo", "dapo"}
+    assert rows["grpo"]["rounds_per_step"] == 1.0 and rows["grpo"]["rollouts_per_step"] == 256
+    assert rows["dapo"]["rounds_per_step"] >= 1.0
+    for r in rows.values():
+        assert r["rounds_rollouts_per_s"] > 0 and r["batched_rollouts_per_s"] > 0
+        assert r["slowdown"] == pytest.approx(r["batched_rollouts_per_s"] / r["rounds_rollouts_per_s"])

@@ -146,7 +146,8 @@ def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = Fal
     return out
 
 
-def start_shares(policy: Path, rows: list[dict[str, Any]], k: int = 8, n: int = 1000, seed: int = 0) -> dict[str, float]:
+def start_shares(policy: Path, rows: list[dict[str, Any]], k: int = 8, n: int = 1000,
+                 seed: int = 0) -> dict[str, float]:
     """Group shares of k samples at the start of RL on ``n`` training prompts, and greedy accuracy per cell."""
     from rlvr_core.evaluation import evaluate_policy
     from rlvr_core.models.policy import load_any_policy

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,22 @@ def run_driver(policy: Path, run_dir: Path, cfg: Mapping[str, Any], *, kill_at: 
     env = driver_env(**({"RLVR_FAULT_KILL_AT": kill_at} if kill_at else {}))
     return subprocess.run([sys.executable, str(DRIVER), str(policy), str(run_dir), json.dumps(dict(cfg))], env=env,
                           cwd=PROJECT, capture_output=True, text=True, timeout=timeout)
+
+
+def make_flow_root(root: Path, policy_dir: Path, params: str, monkeypatch: Any, *, data: Any = None,
+                   generate: bool = False) -> Path:
+    """A pipeline root for calling a flow function in process: data/arithmetic (``data``, default
+    ``dataset()``), models/warmstart (a copy of ``policy_dir``), params.yaml (``params``), and the env
+    pointing RLVR_ROOT, RLVR_PARAMS and MLflow (root/mlflow.db) at it. Unless ``generate``, any rollout
+    fails the test: the flow must refuse before generating."""
+    from rlvr_core.rollout.hf import HFEngine
+
+    (data if data is not None else dataset()).save_to_disk(str(root / "data/arithmetic"))
+    shutil.copytree(policy_dir, root / "models/warmstart")
+    (root / "params.yaml").write_text(params)
+    monkeypatch.setenv("RLVR_ROOT", str(root))
+    monkeypatch.setenv("RLVR_PARAMS", str(root / "params.yaml"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    if not generate:
+        monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
+    return root

@@ -22,7 +22,7 @@ from rlvr_core.errors import ConfigError
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.training import train
-from tests.reliability.common import CFG, dataset
+from tests.reliability.common import CFG, dataset, make_flow_root
 
 PARAMS = """\
 prepare: {task: arithmetic, n_train: 300, n_test: 40, seed: 0}
@@ -190,16 +190,8 @@ def flow_root(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     import datasets
 
     tr, te = _rows()
-    root = tmp_path / "root"
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(tr), "test": datasets.Dataset.from_list(te)}
-                         ).save_to_disk(str(root / "data/arithmetic"))
-    shutil.copytree(policy_dir, root / "models/warmstart")
-    (root / "params.yaml").write_text(PARAMS)
-    monkeypatch.setenv("RLVR_ROOT", str(root))
-    monkeypatch.setenv("RLVR_PARAMS", str(root / "params.yaml"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
-    return root
+    data = datasets.DatasetDict({"train": datasets.Dataset.from_list(tr), "test": datasets.Dataset.from_list(te)})
+    return make_flow_root(tmp_path / "root", policy_dir, PARAMS, monkeypatch, data=data)
 
 
 def _save_rows(root: Path, tr: list[dict], te: list[dict]) -> None:

@@ -3,7 +3,6 @@ training (and before MLflow opens a run); an out-of-memory fails at once, unretr
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from rlvr_core.data.validate import DataError
 from rlvr_core.errors import OutOfMemory, is_out_of_memory
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.training import TrainingStopped, train
-from tests.reliability.common import CFG, dataset
+from tests.reliability.common import CFG, dataset, make_flow_root
 
 LONG = "1" * 19_999 + "="  # 20,000 characters of the tiny vocabulary
 
@@ -86,15 +85,8 @@ def test_flow_refuses_unreadable_prompts_before_mlflow(policy_dir: Path, tmp_pat
 
     tr, te = _plain_rows()
     tr[5] = {**tr[5], "prompt": prompt}
-    root = tmp_path / "root"
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(tr), "test": datasets.Dataset.from_list(te)}
-                         ).save_to_disk(str(root / "data/arithmetic"))
-    shutil.copytree(policy_dir, root / "models/warmstart")
-    (root / "params.yaml").write_text(PARAMS)
-    monkeypatch.setenv("RLVR_ROOT", str(root))
-    monkeypatch.setenv("RLVR_PARAMS", str(root / "params.yaml"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
+    data = datasets.DatasetDict({"train": datasets.Dataset.from_list(tr), "test": datasets.Dataset.from_list(te)})
+    root = make_flow_root(tmp_path / "root", policy_dir, PARAMS, monkeypatch, data=data)
     with pytest.raises(DataError, match=f"{root / 'data/arithmetic'}: {message}"):
         train_flow.fn(allocator="sara")
     assert not (root / "runs").exists() and not (root / "mlflow.db").exists()  # no MLflow run was opened

@@ -29,7 +29,7 @@ from rlvr_core.config import (
 from rlvr_core.errors import ConfigError
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.training import train
-from tests.reliability.common import CFG, dataset
+from tests.reliability.common import CFG, dataset, make_flow_root
 
 PARAMS = """\
 prepare: {task: arithmetic, n_train: 300, n_test: 40, seed: 0}
@@ -41,15 +41,7 @@ train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 2, eval
 @pytest.fixture
 def flow_root(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A pipeline root with data, a base model and params (RLVR_PARAMS); MLflow would write root/mlflow.db."""
-    root = tmp_path / "root"
-    dataset().save_to_disk(str(root / "data/arithmetic"))
-    shutil.copytree(policy_dir, root / "models/warmstart")
-    (root / "params.yaml").write_text(PARAMS)
-    monkeypatch.setenv("RLVR_ROOT", str(root))
-    monkeypatch.setenv("RLVR_PARAMS", str(root / "params.yaml"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
-    return root
+    return make_flow_root(tmp_path / "root", policy_dir, PARAMS, monkeypatch)
 
 
 def _refused(root: Path, match: str, **kw: Any) -> ConfigError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
 from rlvr_core.training import Scorer, TrainingStopped, train
 from rlvr_core.types import Rollouts
-from tests.reliability.common import dataset, read_metrics
+from tests.reliability.common import dataset, make_flow_root, read_metrics
 
 SHORT = dict(allocator="grpo", steps=2, batch_size=4, k=4, eval_every=0, eval_size=10, eval_samples=0,
              checkpoint_every=1, keep_last=2, seed=1)
@@ -131,13 +130,7 @@ def flow_root(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     import flows.train
     import tasks.training
 
-    root = tmp_path / "root"
-    dataset().save_to_disk(str(root / "data/arithmetic"))
-    shutil.copytree(policy_dir, root / "models/warmstart")
-    (root / "params.yaml").write_text(PARAMS)
-    monkeypatch.setenv("RLVR_ROOT", str(root))
-    monkeypatch.setenv("RLVR_PARAMS", str(root / "params.yaml"))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    root = make_flow_root(tmp_path / "root", policy_dir, PARAMS, monkeypatch, generate=True)
     monkeypatch.setattr(tasks.training, "get_run_logger", lambda: logging.getLogger("test-flow"))
     monkeypatch.setattr(flows.train, "run_training", tasks.training.run_training.fn)
     return root

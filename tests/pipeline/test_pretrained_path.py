@@ -229,7 +229,8 @@ def test_flows_prepare_warmstart_train_evaluate(chat_model, pipeline_env, tmp_pa
         warmstart={"base_model": str(chat_model)},
         train={"allocator": "grpo", "allocators": ["grpo"], "k": 2, "batch_size": 4, "steps": 2,
                "max_new_tokens": 12, "eval_every": 1, "eval_size": 3, "eval_samples": 0, "checkpoint_every": 1,
-               "keep_last": 2, "device": "cpu", "dtype": "float32"},
+               "keep_last": 2, "device": "cpu", "dtype": "float32",
+               "allow_no_update": True},  # a random 2-layer model on MATH: the path runs, it need not learn
         evaluate={"k": 2, "n_samples": 2, "max_new_tokens": 12},
     )
     env = {**pipeline_env, "RLVR_PARAMS": str(params)}

@@ -232,7 +232,6 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
         seed = tmp_path / "laptop" / "rlvr-alloc"
         seed.mkdir(parents=True)
         copy_project(seed)
-        shutil.copytree(PROJECT / "rlvr_core", seed / "rlvr_core", ignore=shutil.ignore_patterns("__pycache__"))
         (seed / "params.yaml").write_text(tiny_params_yaml())
         sh(env, seed, "git", "init", "-q", "-b", "main")
         sh(env, seed, PY, "-m", "dvc", "init", "-q")

@@ -1,12 +1,12 @@
 """Wall time of one step's math verification on hostile completions (issue 13 section 7).
 
-    python tests/reliability/bench_math_verifier.py [--n 256] [--timeout-s S] [--workers W]
+    python -m benchmarks.math_verifier [--n 256] [--timeout-s S] [--workers W]
 
 Scores N hostile completions (towers of powers, deep nesting, huge factorials: each
 makes math-verify run until its timeout) plus nothing else, through the training
 loop's ``Scorer``, and prints one JSON line with the wall seconds. ``--timeout-s`` and
 ``--workers`` are passed only when given, so the same script times the code before
-those keys existed. Not collected by pytest (the name does not start with test_).
+those keys existed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Wall time of one step's math verification on hostile completions (issue 13 section 7).
+"""Wall time of one step's math verification on hostile completions (it must stay bounded).
 
     python -m benchmarks.math_verifier [--n 256] [--timeout-s S] [--workers W]
 

@@ -6,7 +6,7 @@ params loader (``rlvr_core.config.load_params``), so the study trains what the p
 with the same overrides. ``easy`` is params.yaml as it is (1-3 digit arithmetic, the sloppy teacher
 on 2- and 3-digit cells).
 
-The criteria for ``hard`` were fixed before any candidate ran (issue 10, section 1), and only uniform
+The criteria for ``hard`` were fixed before any candidate ran (docs/training-study.md), and only uniform
 GRPO is trained here, so the choice cannot favour an allocator:
 
 1. at the start of RL, at least 50% of groups of k = 8 are zero-variance (all-fail plus all-pass),

@@ -4,7 +4,7 @@
    same tiny local chat model and rows, run alternately (``--repeats`` runs of
    ``--steps`` steps each, interleaved so load on the machine hits both alike);
    per-step wall clock is TRL's own ``step_time`` (generation + scoring + loss +
-   backward of one step), the first step of every run dropped. Target (issue 14):
+   backward of one step), the first step of every run dropped. Target:
    median overhead < 10%.
 2. Rollouts per effective group for sara and dapo: under TRL (the trainer
    generating with the tiny model) and with rlvr-alloc's own allocation loop

@@ -1,4 +1,4 @@
-"""The bubblewrap code sandbox: every escape of issue 13 and the earlier hostile programs.
+"""The bubblewrap code sandbox: every known escape of the in-process sandbox and the earlier hostile programs.
 
 Each hostile program prints the right answer ("3" for "1 2") only if its escape
 worked, so through ``verify_code`` an escape would score 1.0. Each must end inside
@@ -208,7 +208,7 @@ def test_marker_scan_sees_a_live_process(processes_with) -> None:
     assert processes_with(marker) == []
 
 
-# ---------------------------------------------------------------- the escapes of issue 13
+# ---------------------------------------------------------------- the known escapes of the in-process sandbox
 
 SUBINTERP = "import _xxsubinterpreters as I\nI.run_string(I.create(), {inner!r})\n"
 

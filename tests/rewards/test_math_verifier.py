@@ -92,7 +92,7 @@ def test_worker_threads_use_helper_with_timeout() -> None:
         shutdown_helpers()
 
 
-# ----------------------------------------------------------------------------- a step's batch (issue 13 section 7)
+# ----------------------------------------------------------------------------- a step's batch (bounded wall time)
 
 HOSTILE = (r"\boxed{9^{9^{9^{9}}}}", r"\boxed{" + "(" * 300 + "1" + ")" * 300 + "}", r"\boxed{10^{10^{10}}!}")
 

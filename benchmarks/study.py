@@ -330,25 +330,20 @@ def set_target(out: Path, regime: str, refs: Sequence[Mapping[str, Any]]) -> dic
 
 
 # ----- the protocol driver -------------------------------------------------------------------------------
-def plan(protocol: str, seeds: Sequence[int], quick: bool) -> list[tuple[str, int]]:
-    labels = PROTOCOLS[protocol][: QUICK["variants"]] if quick else PROTOCOLS[protocol]
-    return [(lab, s) for lab in labels for s in seeds]
-
-
 def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path, work: Path, quick: bool,
-                 params_file: Path = R.PARAMS_FILE, log: Any = print) -> None:
-    """Reference runs, the frozen target, then the protocol's runs (each skipped when its file exists)."""
+                 params_file: Path = R.PARAMS_FILE, log: Any = print, variants: Sequence[str] | None = None) -> None:
+    """Reference runs, the frozen target, then the protocol's runs (each skipped when its file exists).
+
+    ``variants`` restricts the protocol to some of its allocators (in the protocol's order). ``tuned`` goes one
+    allocator at a time: its grid on the validation split, its choice, then its test runs, so that a partial
+    study already reports finished allocators.
+    """
     data = load_data(regime, work, quick, params_file)
-    n = 0
-    todo = [("reference", "grpo", s, None, "test") for s in seeds]
-    if protocol == "tuned":
-        todo += [("tuned", lab, s, g, "validation") for lab in _labels(protocol, quick) for g in _grid(quick)
-                 for s in _grid_seeds(quick)]
-    elif protocol != "reference":
-        todo += [(protocol, lab, s, None, "test") for lab, s in plan(protocol, seeds, quick)]
-    total = len(todo)
-    for proto, lab, s, g, split in todo:
-        n += 1
+    labels = _labels(protocol, quick, variants)
+    ctx = {"n": 0, "total": 0}
+
+    def go(proto: str, lab: str, s: int, g: tuple[int, float] | None, split: str) -> None:
+        ctx["n"] += 1
         if proto != "reference" and not target_path(out, regime).exists():
             refs = wait_for_references(out, regime, seeds, log)
             t = set_target(out, regime, refs)
@@ -356,34 +351,42 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
         t0 = time.perf_counter()
         res, trained = run_one(regime, proto, lab, s, out=out, work=work, quick=quick, grid=g, split=split, data=data,
                                params_file=params_file)
+        tag = f"[{regime}/{proto} {ctx['n']}/{ctx['total']}] {lab}{grid_tag(g)} seed {s} ({split})"
         if not res:
-            log(f"[{regime}/{proto} {n}/{total}] {lab}{grid_tag(g)} seed {s}: running in another study process")
-            continue
+            log(f"{tag}: running in another study process")
+            return
         c = res["curve"]
-        log(f"[{regime}/{proto} {n}/{total}] {lab}{grid_tag(g)} seed {s} ({split}): "
-            f"{'trained' if trained else 'skipped (done)'}; acc {c[0]['greedy_acc']:.3f} -> {c[-1]['greedy_acc']:.3f}, "
-            f"{res['ledger']['rollouts']} rollouts, {res['ledger']['updates']} updates"
+        log(f"{tag}: {'trained' if trained else 'skipped (done)'}; acc {c[0]['greedy_acc']:.3f} -> "
+            f"{c[-1]['greedy_acc']:.3f}, {res['ledger']['rollouts']} rollouts, {res['ledger']['updates']} updates"
             + (f", {time.perf_counter() - t0:.0f} s" if trained else ""))
-    if protocol == "tuned":
-        while locks := list((out / "study" / regime / "tuned").glob("*-val/s*.lock")):
-            log(f"[{regime}/tuned] waiting for {len(locks)} validation run(s) of another study process")
-            time.sleep(15)
-        choice = choose_grid(regime, out, quick)
-        save = out / "study" / regime / "tuned" / "choice.json"
-        save.write_text(json.dumps(choice, indent=1) + "\n")
-        for lab in _labels(protocol, quick):
-            g = tuple(choice[lab]["grid"]) if choice[lab]["grid"] else None
+
+    refs = [("reference", "grpo", s, None, "test") for s in seeds]
+    if protocol != "tuned":
+        todo = refs + ([(protocol, lab, s, None, "test") for lab in labels for s in seeds]
+                       if protocol != "reference" else [])
+        ctx["total"] = len(todo)
+        for item in todo:
+            go(*item)
+    else:
+        ctx["total"] = len(refs) + len(labels) * (len(_grid(quick)) * len(_grid_seeds(quick)) + len(seeds))
+        for item in refs:
+            go(*item)
+        for lab in labels:
+            for g in _grid(quick):
+                for s in _grid_seeds(quick):
+                    go("tuned", lab, s, g, "validation")
+            while locks := list((out / "study" / regime / "tuned").glob(f"{_fname(lab)}-b*-val/s*.lock")):
+                log(f"[{regime}/tuned] {lab}: waiting for {len(locks)} validation run(s) of another study process")
+                time.sleep(15)
+            choice = record_choice(regime, out, quick, lab)
+            g = tuple(choice["grid"]) if choice["grid"] else None
+            log(f"[{regime}/tuned] {lab}: chose {grid_tag(g) or 'nothing'} on the validation split")
             for s in seeds:
-                res, trained = run_one(regime, "tuned", lab, s, out=out, work=work, quick=quick, grid=g, data=data,
-                                       params_file=params_file)
-                if not res:
-                    continue
-                done = "trained" if trained else "skipped (done)"
-                log(f"[{regime}/tuned] {lab}{grid_tag(g)} seed {s} (test): {done}")
+                go("tuned", lab, s, g, "test")
     if protocol == "reference" and not target_path(out, regime).exists():
         ref_dir = out / "study" / regime / "reference" / "grpo"
-        refs = [json.loads(p.read_text()) for p in sorted(ref_dir.glob("s*.json"))]
-        set_target(out, regime, refs)
+        refs_done = [json.loads(p.read_text()) for p in sorted(ref_dir.glob("s*.json"))]
+        set_target(out, regime, refs_done)
 
 
 def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, poll_s: float = 15.0) -> list[dict]:
@@ -400,8 +403,14 @@ def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, 
         time.sleep(poll_s)
 
 
-def _labels(protocol: str, quick: bool) -> tuple[str, ...]:
-    return PROTOCOLS[protocol][: QUICK["variants"]] if quick else PROTOCOLS[protocol]
+def _labels(protocol: str, quick: bool, variants: Sequence[str] | None = None) -> tuple[str, ...]:
+    labels = PROTOCOLS[protocol]
+    if variants:
+        unknown = sorted(set(variants) - set(labels))
+        if unknown:
+            raise ValueError(f"protocol {protocol!r} has no allocator(s) {unknown}; it has {list(labels)}")
+        labels = tuple(lab for lab in labels if lab in variants)
+    return labels[: QUICK["variants"]] if quick else labels
 
 
 def _grid(quick: bool) -> tuple[tuple[int, float], ...]:
@@ -412,27 +421,35 @@ def _grid_seeds(quick: bool) -> tuple[int, ...]:
     return GRID_SEEDS[:1] if quick else GRID_SEEDS
 
 
-def choose_grid(regime: str, out: Path, quick: bool) -> dict[str, Any]:
-    """Per variant, the grid point with the lowest median validation rollouts-to-target (unreached: infinite);
+def choose_grid(regime: str, out: Path, quick: bool, label: str) -> dict[str, Any]:
+    """The grid point of ``label`` with the lowest median validation rollouts-to-target (unreached: infinite);
     ties and all-unreached broken by the highest mean validation accuracy over the run."""
     target = json.loads(target_path(out, regime).read_text())["target"]
-    choice = {}
-    for lab in _labels("tuned", quick):
-        best = None
-        for g in _grid(quick):
-            runs = [json.loads(p.read_text()) for p in
-                    sorted(run_file(out, regime, "tuned", lab, 0, g, "validation").parent.glob("s*.json"))]
-            if not runs:
-                continue
-            r2t = [reach(r["curve"], target)["cum_rollouts"] for r in runs]
-            med = median_ci(r2t, n_boot=1)["median"]
-            mean_acc = float(np.mean([np.mean([c["greedy_acc"] for c in r["curve"]]) for r in runs]))
-            key = (math.inf if med is None else med, -mean_acc)
-            if best is None or key < best[0]:
-                best = (key, g, med, mean_acc, len(runs))
-        choice[lab] = {"grid": list(best[1]) if best else None,
-                       "validation_rollouts_to_target": best[2] if best else None,
-                       "validation_mean_accuracy": best[3] if best else None, "runs": best[4] if best else 0}
+    best = None
+    for g in _grid(quick):
+        runs = [json.loads(p.read_text()) for p in
+                sorted(run_file(out, regime, "tuned", label, 0, g, "validation").parent.glob("s*.json"))]
+        if not runs:
+            continue
+        r2t = [reach(r["curve"], target)["cum_rollouts"] for r in runs]
+        med = median_ci(r2t, n_boot=1)["median"]
+        mean_acc = float(np.mean([np.mean([c["greedy_acc"] for c in r["curve"]]) for r in runs]))
+        key = (math.inf if med is None else med, -mean_acc)
+        if best is None or key < best[0]:
+            best = (key, g, med, mean_acc, len(runs))
+    return {"grid": list(best[1]) if best else None,
+            "validation_rollouts_to_target": best[2] if best else None,
+            "validation_mean_accuracy": best[3] if best else None, "runs": best[4] if best else 0}
+
+
+def record_choice(regime: str, out: Path, quick: bool, label: str) -> dict[str, Any]:
+    """Choose ``label``'s grid point and add it to ``<out>/study/<regime>/tuned/choice.json``."""
+    choice = choose_grid(regime, out, quick, label)
+    save = out / "study" / regime / "tuned" / "choice.json"
+    save.parent.mkdir(parents=True, exist_ok=True)
+    known = json.loads(save.read_text()) if save.exists() else {}
+    known[label] = choice
+    save.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     return choice
 
 
@@ -724,6 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--regime", default="hard", choices=sorted(R.REGIMES))
     ap.add_argument("--protocol", default="equal-batch", choices=list(PROTOCOLS))
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--variants", nargs="+", default=None, metavar="LABEL",
+                    help="only these allocators of the protocol (default: all of them, in the protocol's order)")
     ap.add_argument("--quick", action="store_true", help="short warm start, 2 seeds, tiny budget, temporary --out")
     ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results; "
                     "--quick: a temporary folder)")
@@ -746,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summarize_only:
         t0 = time.perf_counter()
         run_protocol(args.regime, args.protocol, seeds, out=args.out, work=args.work, quick=args.quick,
-                     log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+                     variants=args.variants, log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
         print(f"{args.regime}/{args.protocol}: done in {time.perf_counter() - t0:.0f} s", flush=True)
     records = aggregate(args.out, args.out)
     print(f"{len(records)} cells -> {args.out / 'training_protocols.json'}")

@@ -143,3 +143,30 @@ def test_round_price_compares_rounds_with_one_batched_call(quick):
     for r in rows.values():
         assert r["rounds_rollouts_per_s"] > 0 and r["batched_rollouts_per_s"] > 0
         assert r["slowdown"] == pytest.approx(r["batched_rollouts_per_s"] / r["rounds_rollouts_per_s"])
+
+
+def test_tuned_chooses_each_allocator_on_validation_then_reports_it_on_test(quick, capsys):
+    """One allocator at a time: its grid on the validation split, its recorded choice, then its test seeds."""
+    assert study.main(["--quick", "--regime", "easy", "--protocol", "tuned", "--variants", "sara",
+                       "--out", str(quick)]) == 0
+    log = capsys.readouterr().out
+    tuned = quick / "study" / "easy" / "tuned"
+    val = sorted(p.parent.name for p in tuned.glob("*-val/s*.json"))
+    assert val == [f"sara{study.grid_tag(g)}-val" for g in study.GRID[:2]]
+    choice = json.loads((tuned / "choice.json").read_text())
+    assert set(choice) == {"sara"} and tuple(choice["sara"]["grid"]) in study.GRID[:2]
+    chosen = tuned / f"sara{study.grid_tag(tuple(choice['sara']['grid']))}"
+    assert sorted(p.name for p in chosen.glob("s*.json")) == ["s0.json", "s1.json"]
+    lines = log.splitlines()
+    order = [i for i, ln in enumerate(lines) if "/tuned" in ln and ("(validation)" in ln or "chose" in ln
+                                                                   or "(test)" in ln)]
+    kinds = ["val" if "(validation)" in lines[i] else "chose" if "chose" in lines[i] else "test" for i in order]
+    assert kinds == ["val", "val", "chose", "test", "test"]
+    for p in chosen.glob("s*.json"):
+        r = json.loads(p.read_text())
+        assert r["split"] == "test" and r["grid"] == choice["sara"]["grid"]
+    recs = json.loads((quick / "training_protocols.json").read_text())
+    assert [r["allocator"] for r in recs if r["protocol"] == "tuned"] == ["sara"]
+    with pytest.raises(ValueError, match="no allocator"):
+        study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--variants", "vigor",
+                    "--out", str(quick)])

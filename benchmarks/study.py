@@ -334,7 +334,7 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
                  params_file: Path = R.PARAMS_FILE, log: Any = print, variants: Sequence[str] | None = None) -> None:
     """Reference runs, the frozen target, then the protocol's runs (each skipped when its file exists).
 
-    ``variants`` restricts the protocol to some of its allocators (in the protocol's order). ``tuned`` goes one
+    ``variants`` restricts the protocol to some of its allocators, run in the order given. ``tuned`` goes one
     allocator at a time: its grid on the validation split, its choice, then its test runs, so that a partial
     study already reports finished allocators.
     """
@@ -409,7 +409,7 @@ def _labels(protocol: str, quick: bool, variants: Sequence[str] | None = None) -
         unknown = sorted(set(variants) - set(labels))
         if unknown:
             raise ValueError(f"protocol {protocol!r} has no allocator(s) {unknown}; it has {list(labels)}")
-        labels = tuple(lab for lab in labels if lab in variants)
+        labels = tuple(dict.fromkeys(variants))  # the order given, each once
     return labels[: QUICK["variants"]] if quick else labels
 
 
@@ -742,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocol", default="equal-batch", choices=list(PROTOCOLS))
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--variants", nargs="+", default=None, metavar="LABEL",
-                    help="only these allocators of the protocol (default: all of them, in the protocol's order)")
+                    help="only these allocators of the protocol, in this order (default: all, in the protocol's order)")
     ap.add_argument("--quick", action="store_true", help="short warm start, 2 seeds, tiny budget, temporary --out")
     ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results; "
                     "--quick: a temporary folder)")

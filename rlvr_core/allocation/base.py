@@ -67,7 +67,9 @@ class StepLedger:
         self.prompt = np.zeros(0, np.int64)
         self.n = np.zeros(0, np.int64)  # rollouts per slot
         self.s = np.zeros(0, np.float64)  # reward sum per slot (passes for binary rewards)
-        self.s2 = np.zeros(0, np.float64)  # reward sum of squares per slot
+        self.ref = np.zeros(0, np.float64)  # first reward seen per slot: the moments below are shifted by it
+        self.d1 = np.zeros(0, np.float64)  # sum of (reward - ref) per slot
+        self.d2 = np.zeros(0, np.float64)  # sum of (reward - ref)**2 per slot: exactly 0 for a constant group
         self.tokens = np.zeros(0, np.int64)
         self.rounds = 0
 
@@ -91,7 +93,9 @@ class StepLedger:
         self.prompt = np.concatenate([self.prompt, ids])
         self.n = np.concatenate([self.n, np.zeros(m, np.int64)])
         self.s = np.concatenate([self.s, np.zeros(m)])
-        self.s2 = np.concatenate([self.s2, np.zeros(m)])
+        self.ref = np.concatenate([self.ref, np.zeros(m)])
+        self.d1 = np.concatenate([self.d1, np.zeros(m)])
+        self.d2 = np.concatenate([self.d2, np.zeros(m)])
         self.tokens = np.concatenate([self.tokens, np.zeros(m, np.int64)])
         return np.arange(start, start + m)
 
@@ -100,26 +104,66 @@ class StepLedger:
 
     def add(self, rollouts: Rollouts) -> np.ndarray:
         slots = self.slots(rollouts.prompt_id)
+        reward = np.asarray(rollouts.reward, np.float64)
+        first_slot, first_row = np.unique(slots, return_index=True)
+        new = self.n[first_slot] == 0
+        self.ref[first_slot[new]] = reward[first_row[new]]
+        d = reward - self.ref[slots]
         np.add.at(self.n, slots, 1)
-        np.add.at(self.s, slots, rollouts.reward)
-        np.add.at(self.s2, slots, rollouts.reward**2)
+        np.add.at(self.s, slots, reward)
+        np.add.at(self.d1, slots, d)
+        np.add.at(self.d2, slots, d * d)
         np.add.at(self.tokens, slots, rollouts.tokens)
         self.parts.append(rollouts)
         self.row_slot.append(slots)
         return slots
 
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> StepLedger:
+        """A ledger from ``Allocator.state_dict()["ledger"]``; a state saved before the shifted moments existed
+        (with a sum of squares ``s2`` instead) has them rebuilt from its rows."""
+        led = cls()
+        for k, v in state.items():
+            if k != "s2":
+                setattr(led, k, v)
+        if "d2" not in state:
+            parts = led.parts
+            led.parts, led.row_slot = [], []
+            led.n, led.s, led.tokens = (np.zeros_like(led.n), np.zeros_like(led.s), np.zeros_like(led.tokens))
+            led.ref, led.d1, led.d2 = (np.zeros(led.num_slots) for _ in range(3))
+            for part in parts:
+                led.add(part)
+        return led
+
     def variance(self, slots: np.ndarray | None = None) -> np.ndarray:
-        """Population reward variance per slot (0 where n == 0)."""
-        n = self.n if slots is None else self.n[slots]
-        s = self.s if slots is None else self.s[slots]
-        s2 = self.s2 if slots is None else self.s2[slots]
-        nn = np.maximum(n, 1)
-        return np.maximum(s2 / nn - (s / nn) ** 2, 0.0)
+        """Population reward variance per slot (0 where n == 0, and exactly 0 for a constant group).
+
+        Computed from moments shifted by each slot's first reward, so that rewards far from 0 (100.1, 100.1, ...)
+        do not cancel into a spurious positive variance.
+        """
+        idx = slice(None) if slots is None else slots
+        nn = np.maximum(self.n[idx], 1)
+        d1, d2 = self.d1[idx], self.d2[idx]
+        return np.maximum(d2 / nn - (d1 / nn) ** 2, 0.0)
 
     def all_rows(self) -> tuple[Rollouts, np.ndarray]:
         rows = Rollouts.concat(self.parts)
         slot = np.concatenate(self.row_slot) if self.row_slot else np.zeros(0, np.int64)
         return rows, slot
+
+
+def mixed_groups(reward: np.ndarray, group_id: np.ndarray, num_groups: int, eps: float) -> np.ndarray:
+    """Per group: at least 2 rows whose rewards differ (max > min) with a two-pass std above ``eps``."""
+    reward = np.asarray(reward, np.float64)
+    cnt = np.bincount(group_id, minlength=num_groups).astype(np.float64)
+    hi = np.full(num_groups, -np.inf)
+    lo = np.full(num_groups, np.inf)
+    np.maximum.at(hi, group_id, reward)
+    np.minimum.at(lo, group_id, reward)
+    mean = np.bincount(group_id, weights=reward, minlength=num_groups) / np.maximum(cnt, 1)
+    dev = reward - mean[group_id]
+    std = np.sqrt(np.bincount(group_id, weights=dev * dev, minlength=num_groups) / np.maximum(cnt, 1))
+    return (cnt >= 2) & (hi > lo) & (std > eps)
 
 
 class Allocator(ABC):
@@ -236,11 +280,7 @@ class Allocator(ABC):
         keys, group_id = np.unique(gkey, return_inverse=True)
         batch_rows = rows.select(idx)
         G = len(keys)
-        cnt = np.bincount(group_id, minlength=G).astype(np.float64)
-        mean = np.bincount(group_id, weights=batch_rows.reward, minlength=G) / np.maximum(cnt, 1)
-        sq = np.bincount(group_id, weights=batch_rows.reward**2, minlength=G) / np.maximum(cnt, 1)
-        std = np.sqrt(np.maximum(sq - mean**2, 0.0))
-        effective = (std > self.params.reward_eps) & (cnt >= 2)
+        effective = mixed_groups(batch_rows.reward, group_id, G, self.params.reward_eps)
         useful = effective[group_id] if len(group_id) else np.zeros(0, bool)
         c = self._counters
         stats = StepStats(
@@ -266,8 +306,8 @@ class Allocator(ABC):
         return copy.deepcopy({
             "name": self.name, "rng": self.rng.bit_generator.state, "pending": self._pending,
             "done": self._done, "counters": self._counters, "in_step": self.source is not None,
-            "ledger": {k: getattr(led, k) for k in ("parts", "row_slot", "slot_of", "prompt", "n", "s", "s2",
-                                                     "tokens", "rounds")},
+            "ledger": {k: getattr(led, k) for k in ("parts", "row_slot", "slot_of", "prompt", "n", "s", "ref", "d1",
+                                                     "d2", "tokens", "rounds")},
             "extra": self._extra_state(),
         })
 
@@ -280,9 +320,7 @@ class Allocator(ABC):
         self._pending = state["pending"]
         self._done = state["done"]
         self._counters = state["counters"]
-        self.ledger = StepLedger()
-        for k, v in state["ledger"].items():
-            setattr(self.ledger, k, v)
+        self.ledger = StepLedger.from_state(state["ledger"])
         if state["in_step"] and source is None:
             raise ValueError("this state was saved mid-step: pass the step's PromptSource")
         self.source = source if state["in_step"] else None

@@ -162,3 +162,64 @@ def test_sara_dps_prefers_predicted_effective_prompts():
             E += st.effective_groups
         return R / E
     assert cost(dps) < cost(sara)
+
+
+def test_vigor_keeps_growing_when_gamma_near_one_rounds_a_size_flat():
+    """m0=2, gamma=1.2 rounds the sizes to [2, 2, 3, 3]: iteration 1 needs nothing, yet prompts must grow to 3."""
+    alloc = make_allocator("vigor", k=8, batch_size=8, m0=2, gamma=1.2, T=3, seed=0)
+    assert alloc.params.sizes() == [2, 2, 3, 3]
+    eng = SimulatedEngine("uniform", seed=0)
+    src = PromptSource(eng.pool_size, seed=0)
+    batch, st = run_allocation_step(alloc, eng, src)
+    assert batch.group_sizes().max() == 3
+    assert st.rounds == 2  # m0, then the growth to 3 (the flat iterations request nothing)
+
+
+class ConstantEngine:
+    """Rewards that are the same within each prompt's group but far from 0 (100.1), except for prompt 0."""
+
+    def generate(self, requests):
+        from rlvr_core.types import Rollouts
+        ids, rewards = [], []
+        for q, m in requests.items():
+            ids += [q] * m
+            rewards += [100.1 + (0.5 * (j % 2) if q == 0 else 0.0) for j in range(m)]
+        return Rollouts(np.asarray(ids), np.asarray(rewards), np.ones(len(ids), np.int64))
+
+
+@pytest.mark.parametrize("name", ["dapo", "vigor", "grpo"])
+def test_a_constant_group_far_from_zero_is_never_mixed(name):
+    """16 rewards of 100.1 have a naive variance of about 1.8e-12 (mean of squares minus the squared mean)."""
+    s = s2 = 0.0
+    for _ in range(16):  # running sums, as a per-slot ledger accumulates them
+        s, s2 = s + 100.1, s2 + 100.1**2
+    assert s2 / 16 - (s / 16) ** 2 > 1e-6**2  # the cancellation that made such a group count as mixed
+    alloc = make_allocator(name, k=16, batch_size=4, seed=0, **({"max_gen_batches": 2} if name == "dapo" else {}))
+    batch, st = run_allocation_step(alloc, ConstantEngine(), PromptSource(50, seed=0))
+    mixed = batch.effective
+    pid = batch.rollouts.prompt_id
+    for g in np.flatnonzero(mixed):
+        assert set(pid[batch.group_id == g].tolist()) == {0}
+    if 0 in set(pid.tolist()):
+        assert mixed.sum() == 1
+    assert alloc.ledger.variance()[alloc.ledger.prompt != 0].max(initial=0.0) == 0.0
+
+
+def test_a_ledger_saved_with_a_sum_of_squares_loads_with_its_moments_rebuilt():
+    """Mid-step states written before the shifted moments existed carry ``s2``; loading rebuilds d1/d2/ref."""
+    eng = SimulatedEngine("uniform", seed=0)
+    src = PromptSource(eng.pool_size, seed=0)
+    alloc = make_allocator("vigor", k=8, batch_size=8, seed=0)
+    alloc.start_step(src)
+    alloc.observe(eng.generate(alloc.propose()))
+    state = alloc.state_dict()
+    led = state["ledger"]
+    want = alloc.ledger.variance()
+    led["s2"] = sum(np.bincount(slot, weights=part.reward**2, minlength=len(led["n"]))
+                    for part, slot in zip(led["parts"], led["row_slot"]))
+    for key in ("ref", "d1", "d2"):
+        del led[key]
+    again = make_allocator("vigor", k=8, batch_size=8, seed=0)
+    again.load_state_dict(state, source=src)
+    assert np.array_equal(again.ledger.variance(), want) and want.max() > 0
+    assert np.array_equal(again.ledger.n, alloc.ledger.n) and np.array_equal(again.ledger.s, alloc.ledger.s)

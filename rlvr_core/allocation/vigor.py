@@ -98,8 +98,17 @@ class VIGORAllocator(Allocator):
             self.active = led.add_prompts(ids)
             self.iteration = 0
             return dict.fromkeys(ids.tolist(), p.m0)
-        if self.iteration >= p.T or len(self.active) == 0:
-            return {}
+        while self.iteration < p.T and len(self.active):
+            req = self._grow(left)
+            if req:
+                return req
+        return {}
+
+    def _grow(self, left: int) -> dict[int, int]:
+        """One refinement iteration: keep the top alpha of the active prompts by variance and request what
+        brings each kept prompt to the iteration's size. A kept prompt that already holds that size stays
+        active with no request (gamma near 1 rounds sizes such as [2, 2, 3, 3])."""
+        p, led = self.params, self.ledger
         var = led.variance(self.active)
         n_keep = math.ceil(p.alpha * len(self.active))
         order = np.argsort(-var, kind="stable")[:n_keep]
@@ -110,14 +119,13 @@ class VIGORAllocator(Allocator):
         chosen = []
         for slot in keep.tolist():  # highest variance first, until the budget is spent
             need = target - int(led.n[slot])
-            if need <= 0:
-                continue
             if need > left:
                 self._counters["hit_cap"] = 1
                 break
-            req[int(led.prompt[slot])] = need
+            if need > 0:
+                req[int(led.prompt[slot])] = need
+                left -= need
             chosen.append(slot)
-            left -= need
         self.active = np.asarray(chosen, np.int64)
         return req
 

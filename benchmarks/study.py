@@ -62,9 +62,12 @@ from benchmarks.training import first_reach
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-# variant label -> (allocator, parameters on top of params.yaml's train.allocator_params[allocator]);
-# the labels and parameters of sara[carry] and sara[budget] are benchmarks/allocation.py's
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+# variant label -> (allocator, parameters on top of params.yaml's train.allocator_params[allocator][, train
+# settings on top of the regime's]); the labels and parameters of sara[carry] and sara[budget] are
+# benchmarks/allocation.py's. vigor[screen] follows VIGOR's source: every prompt starts small (m0 = 2 instead of
+# k // 2), so the same step budget screens about twice GRPO's batch of prompts (51 instead of 25 at B=32, k=8);
+# [prompt] gives every trained group the same loss weight (train.group_weight), whatever its size.
+VARIANTS: dict[str, tuple] = {
     "grpo": ("grpo", {}),
     "dapo": ("dapo", {}),
     "greso": ("greso", {}),
@@ -74,11 +77,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "sara+dps": ("sara+dps", {}),
     "vigor": ("vigor", {}),
     "pods": ("pods", {}),
+    "vigor[screen]": ("vigor", {"m0": 2}),
+    "vigor[prompt]": ("vigor", {}, {"group_weight": "prompt"}),
+    "vigor[screen+prompt]": ("vigor", {"m0": 2}, {"group_weight": "prompt"}),
 }
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
     "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso"),  # run in this order: value first
-    "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]"),
+    "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]", "vigor[screen]", "vigor[prompt]",
+                       "vigor[screen+prompt]"),
     "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]"),
 }
 GRID: tuple[tuple[int, float], ...] = tuple((b, lr) for b in (16, 32, 64) for lr in (1e-4, 2e-4))
@@ -143,9 +150,10 @@ def run_params(regime: str, label: str, seed: int, *, quick: bool = False, grid:
     """The Params of one run: params.yaml + regime + the protocol's train settings."""
     size = sizing(regime, quick)
     base = R.regime_params(regime, params_file=params_file)
-    alloc, vparams = VARIANTS[label]
+    alloc, vparams, *extra = VARIANTS[label]
     aparams = {**base.train.allocator_params.get(alloc, {}), **vparams}
-    train: dict[str, Any] = {"allocator": alloc, "seed": seed, "steps": 100000, "max_rollouts": size["rollouts"],
+    train: dict[str, Any] = {**(extra[0] if extra else {}), "allocator": alloc, "seed": seed, "steps": 100000,
+                             "max_rollouts": size["rollouts"],
                              "eval_every": size["eval_every"], "eval_size": size["eval_size"], "eval_samples": 0,
                              "checkpoint_every": 5, "keep_last": 1}
     if grid is not None:
@@ -233,7 +241,7 @@ def _train_one(path: Path, regime: str, protocol: str, label: str, seed: int, *,
     result = summarize_run(res.metrics, params=d["n_params"])
     result.update({"regime": regime, "protocol": protocol, "variant": label, "allocator": cfg.allocator,
                    "seed": seed, "grid": list(grid) if grid else None, "split": split, "eval_size": cfg.eval_size,
-                   "batch_size": cfg.batch_size, "lr": cfg.lr, "k": cfg.k,
+                   "batch_size": cfg.batch_size, "lr": cfg.lr, "k": cfg.k, "group_weight": cfg.group_weight,
                    "allocator_params": cfg.allocator_params.get(cfg.allocator, {}), "wall_s": wall,
                    "resumed_from": res.resumed_from, "quick": quick})
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -311,7 +311,8 @@ class TrainConfig:
     steps: training steps; seed: seeds allocator, sampler and prompt order
     max_rollouts: stop early once this many rollouts were generated (a fixed
         compute budget, for comparing allocators on rollouts rather than steps)
-    lr, clip_eps, grad_clip, kl_coef, advantage, aggregation: the GRPO update
+    lr, clip_eps, grad_clip, kl_coef, advantage, aggregation, group_weight: the GRPO update (group_weight
+        ``prompt`` gives every trained group the same weight, whatever its size)
     clip_eps_high, betas, weight_decay, adam_eps, adv_eps, epochs, only_effective,
         compute_entropy: the rest of the update (``rlvr_core.grpo.trainer.TrainerConfig``,
         built from this section by ``TrainerConfig.from_train``); clip_eps_high is DAPO's
@@ -361,6 +362,7 @@ class TrainConfig:
     advantage: str = "grpo"
     adv_eps: float = 1e-6
     aggregation: str = "token_mean"
+    group_weight: str = "none"
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: float = 0.0
     adam_eps: float = 1e-8

@@ -55,6 +55,9 @@ class TrainerConfig:
     advantage:     advantage estimator name in ``ADVANTAGES`` (grpo, dr_grpo, rloo)
     adv_eps:       epsilon added to the group std by ``grpo``
     aggregation:   loss aggregation name in ``AGGREGATIONS``
+    group_weight:  ``none``: every row weighs as its aggregation says, so a prompt grown to 32 rollouts weighs
+                   8x one of 4 (ragged groups from VIGOR, SARA); ``prompt``: every trained group weighs the same,
+                   each row's advantage scaled by (trained rows / trained groups) / its group's size
     kl_coef:       weight of the k3 KL to the frozen reference; > 0 needs ``ref_model``
     temperature:   the sampler's temperature; logits are divided by it before log-softmax
     micro_batch:   sequences per forward/backward (gradient accumulation beyond it)
@@ -73,6 +76,7 @@ class TrainerConfig:
     advantage: str = "grpo"
     adv_eps: float = 1e-6
     aggregation: str = "token_mean"
+    group_weight: str = "none"
     kl_coef: float = 0.0
     temperature: float = 1.0
     micro_batch: int = 256
@@ -123,6 +127,8 @@ class TrainerConfig:
             "aggregation",
             f"unknown aggregation {self.aggregation!r}; choose one of {AGGREGATIONS.names()}",
         )
+        require(self.group_weight in GROUP_WEIGHTS, "group_weight",
+                f"got {self.group_weight!r}; choose one of {list(GROUP_WEIGHTS)}")
         require(finite(self.kl_coef) and self.kl_coef >= 0, "kl_coef", f"must be >= 0, got {self.kl_coef!r}")
         require(
             finite(self.temperature) and self.temperature > 0,
@@ -139,6 +145,21 @@ class TrainerConfig:
             "epochs",
             f"must be an integer >= 1, got {self.epochs!r}",
         )
+
+
+GROUP_WEIGHTS = ("none", "prompt")
+
+
+def prompt_weights(group_id: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row, (trained rows / trained groups) / the size of its group among the trained ``rows``: every trained
+    group then carries the same total weight, and the weights of the trained rows sum to their number.
+    Rows outside ``rows`` get weight 0."""
+    w = np.zeros(len(group_id), np.float64)
+    if len(rows) == 0:
+        return w
+    sizes = np.bincount(group_id[rows])
+    w[rows] = (len(rows) / np.count_nonzero(sizes)) / sizes[group_id[rows]]
+    return w
 
 
 def dist_rank_world() -> tuple[int, int]:
@@ -282,6 +303,8 @@ class GRPOTrainer:
             raise ValueError(f"TrainBatch.group_id must lie in [0, {len(eff)}) (one effective flag per group)")
         adv, adv_metrics = self.advantage_fn(ro.reward, gid, eps=self.config.adv_eps, num_groups=len(eff))
         rows = np.flatnonzero(eff[gid]) if self.config.only_effective else np.arange(len(ro))
+        if self.config.group_weight == "prompt":
+            adv = adv * prompt_weights(gid, rows)
         batch = collate(ro.payload, adv, self.pad_id, group_id=gid, rows=rows)
         return batch, {f"adv/{k}": float(v) for k, v in adv_metrics.items()}
 

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlvr_core.errors import ConfigError
 from rlvr_core.grpo.batch import collate, token_logprobs
-from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig, shard_rows
+from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig, prompt_weights, shard_rows
 from rlvr_core.types import Rollouts, TrainBatch
 
 PAD, BOS, EOS, VOCAB = 0, 1, 2, 24
@@ -177,6 +177,7 @@ def test_token_logprobs_shapes_and_entropy():
         (dict(grad_clip=0.0), "grad_clip"),
         (dict(advantage="grpoo"), "advantage"),
         (dict(aggregation="mean"), "aggregation"),
+        (dict(group_weight="group"), "group_weight"),
         (dict(kl_coef=-1.0), "kl_coef"),
         (dict(temperature=0.0), "temperature"),
         (dict(micro_batch=0), "micro_batch"),
@@ -328,3 +329,22 @@ def test_payloadless_batch_is_rejected_with_a_hint():
     tb = TrainBatch(ro, np.array([0, 0]), np.array([True]))
     with pytest.raises(ValueError, match="no payload"):
         GRPOTrainer(tiny_model(), pad_id=PAD).step(tb)
+
+
+def test_prompt_group_weight_gives_every_trained_group_the_same_weight():
+    """1 x 32 + 24 x 4 rollouts: under group_weight none the big group holds 25% of the rows; under prompt, 1/25."""
+    gid = np.repeat(np.arange(25), [32] + [4] * 24)
+    w = prompt_weights(gid, np.arange(len(gid)))
+    per_group = np.bincount(gid, weights=w)
+    assert np.allclose(per_group, per_group[0]) and w.sum() == pytest.approx(len(gid))
+    assert 32 / len(gid) == pytest.approx(0.25)
+    only = np.flatnonzero(gid >= 20)  # trained rows of groups 20..24: the others weigh 0
+    w2 = prompt_weights(gid, only)
+    assert (w2[gid < 20] == 0).all() and np.allclose(w2[only], 1.0)
+    model = tiny_model()
+    tb = make_batch(model, [8, 2, 2, 2], seed=3, rewards=[1, 0] * 4 + [1, 0] * 3)
+    plain, _ = GRPOTrainer(model, TrainerConfig(), pad_id=PAD).prepare(tb)
+    weighted, _ = GRPOTrainer(model, TrainerConfig(group_weight="prompt"), pad_id=PAD).prepare(tb)
+    ratio = (weighted.advantages / plain.advantages).numpy()
+    big = (weighted.group_id == 0).numpy()
+    assert np.allclose(ratio[big], 3.5 / 8) and np.allclose(ratio[~big], 3.5 / 2)

@@ -74,10 +74,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "sara+dps": ("sara+dps", {}),
     "vigor": ("vigor", {}),
     "pods": ("pods", {}),
+    "sara[context]": ("sara", {"prior": "context", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
+    "sara+dps[context]": ("sara+dps", {"prior": "carry+context"}),
 }
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
-    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso"),  # run in this order: value first
+    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]",  # in this order: value first
+                    "sara+dps[context]"),
     "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]"),
     "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]"),
 }

@@ -127,8 +127,9 @@ class PromptPosterior:
         n = len(prompt_ids)
         a = np.full(n, self.a_pop)
         b = np.full(n, self.b_pop)
-        if self.config.context and self._key_prior:
-            for i, key in enumerate(self._key_list(prompt_ids, keys)):
+        if self.config.context:
+            key_list = self._key_list(prompt_ids, keys)
+            for i, key in enumerate(key_list if self._key_prior else ()):
                 if key in self._key_prior:
                     a[i], b[i] = self._key_prior[key]
         if self.config.carry and self._seen:

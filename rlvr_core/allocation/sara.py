@@ -35,7 +35,7 @@ from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import group_mixed_probability, p_effective
 from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
 from rlvr_core.allocation.registry import ALLOCATORS
-from rlvr_core.errors import require
+from rlvr_core.errors import from_mapping, require
 from rlvr_core.types import Rollouts
 
 LIVE, COMMITTED, ABANDONED, DROPPED, SATURATED = 0, 1, 2, 3, 4
@@ -80,8 +80,8 @@ class SARAParams(AllocatorParams):
             object.__setattr__(self, "prior", PriorConfig(kind="eb" if self.mode == "rollouts" else "uniform"))
         if isinstance(self.prior, str):
             object.__setattr__(self, "prior", PriorConfig(kind=self.prior))
-        elif isinstance(self.prior, dict):
-            object.__setattr__(self, "prior", PriorConfig(**self.prior))
+        elif isinstance(self.prior, dict):  # an unknown field is named, with the valid ones
+            object.__setattr__(self, "prior", from_mapping(PriorConfig, self.prior, "prior"))
         require(isinstance(self.prior, PriorConfig), "prior", "give a PriorConfig, its kind or a dict of its fields")
         require(self.mode in ("groups", "rollouts"), "mode", f"got {self.mode!r}; use 'groups' or 'rollouts'")
         require(0.0 <= self.tau_low < 1.0, "tau_low", f"got {self.tau_low}; it must lie in [0, 1)")

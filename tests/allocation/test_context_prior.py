@@ -228,6 +228,11 @@ def test_bad_context_params_are_named(prior, field):
             make_allocator(name, k=8, batch_size=16, prior=prior)
 
 
+def test_unknown_prior_field_names_the_closest_valid_one():
+    with pytest.raises(ConfigError, match=r"sara\.prior\.context_deacy: unknown key \(did you mean 'context_decay'"):
+        make_allocator("sara", k=8, batch_size=16, prior={"kind": "context", "context_deacy": 0.5})
+
+
 def test_source_context_must_give_one_key_per_prompt():
     with pytest.raises(ConfigError, match="one key per prompt"):
         PromptSource(10, context=["a"] * 9)

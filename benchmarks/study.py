@@ -80,10 +80,13 @@ VARIANTS: dict[str, tuple] = {
     "vigor[screen]": ("vigor", {"m0": 2}),
     "vigor[prompt]": ("vigor", {}, {"group_weight": "prompt"}),
     "vigor[screen+prompt]": ("vigor", {"m0": 2}, {"group_weight": "prompt"}),
+    "sara[context]": ("sara", {"prior": "context", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
+    "sara+dps[context]": ("sara+dps", {"prior": "carry+context"}),
 }
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
-    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso"),  # run in this order: value first
+    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]",  # in this order: value first
+                    "sara+dps[context]"),
     "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]", "vigor[screen]", "vigor[prompt]",
                        "vigor[screen+prompt]"),
     "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]"),

@@ -60,6 +60,7 @@ from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_st
 from rlvr_core.allocation.loop import EngineError
 from rlvr_core.checkpoint import fault_point, load_latest, save_checkpoint
 from rlvr_core.config import TrainConfig, short_repr
+from rlvr_core.data.context import context_keys
 from rlvr_core.data.validate import check_prompts_fit, position_limit, validate_splits
 from rlvr_core.errors import ConfigError, OutOfMemory, VerifierTimeout, is_out_of_memory
 from rlvr_core.evaluation import evaluate_policy
@@ -342,7 +343,8 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
     ckpt_dir = run_dir / "checkpoints"
     metrics_path = run_dir / "metrics.jsonl"
     allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
-    source = PromptSource(len(train_rows), seed=cfg.seed)
+    # each prompt's feature key, for allocators with a contextual prior (the others ignore it)
+    source = PromptSource(len(train_rows), seed=cfg.seed, context=context_keys(train_rows, task))
     engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
     trainer = GRPOTrainer(model, TrainerConfig.from_train(cfg),
                           ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,

@@ -87,3 +87,14 @@ def test_engine_choice_is_validated():
     with pytest.raises(ConfigError, match="lr"):
         TrainConfig(lr="fast")
     assert TrainConfig(engine="vllm", engine_options={"dtype": "float32"}).engine_options == {"dtype": "float32"}
+
+
+def test_contextual_prior_learns_the_rows_feature_cells(setup, tmp_path):
+    root, ds = setup
+    cfg = _cfg(steps=2, eval_every=0, checkpoint_every=2, allocator_params={"sara": {"prior": "context"}})
+    train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "ctx")
+    post = read_state(tmp_path / "ctx" / "checkpoints" / "step_000002")["allocator"]["extra"]["posterior"]
+    cells = {f"difficulty={r['difficulty']}|op={r['op']}" for r in ds["train"]}
+    # the training loop gave the allocator each prompt's arithmetic cell as its context key
+    assert len(post["keys"]) > 1 and set(post["keys"]) <= cells, (sorted(post["keys"]), sorted(cells))
+    assert set(post["key_prior"]) == set(post["keys"])

@@ -35,7 +35,7 @@ from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import group_mixed_probability, p_effective
 from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
 from rlvr_core.allocation.registry import ALLOCATORS
-from rlvr_core.errors import require
+from rlvr_core.errors import from_mapping, require
 from rlvr_core.types import Rollouts
 
 LIVE, COMMITTED, ABANDONED, DROPPED, SATURATED = 0, 1, 2, 3, 4
@@ -53,7 +53,7 @@ class SARAParams(AllocatorParams):
         (k/2, k) suits the uniform prior, under which a shorter all-fail prefix
         never falls below tau_low = 0.5 ((k - n)/(k + 1) >= 0.5 for n <= (k - 1)/2),
         so an earlier probe would only add a round; informative priors
-        (carry, eb) can act on an earlier probe such as (0.25, 0.5, 1.0).
+        (carry, eb, context) can act on an earlier probe such as (0.25, 0.5, 1.0).
     tau_low: abandon when p_eff < tau_low, in [0, 1)
     tau_high: commit when p_eff >= tau_high (a mixed prefix always commits), in (tau_low, 1]
     max_rounds: cap on synchronous rounds per step
@@ -80,8 +80,8 @@ class SARAParams(AllocatorParams):
             object.__setattr__(self, "prior", PriorConfig(kind="eb" if self.mode == "rollouts" else "uniform"))
         if isinstance(self.prior, str):
             object.__setattr__(self, "prior", PriorConfig(kind=self.prior))
-        elif isinstance(self.prior, dict):
-            object.__setattr__(self, "prior", PriorConfig(**self.prior))
+        elif isinstance(self.prior, dict):  # an unknown field is named, with the valid ones
+            object.__setattr__(self, "prior", from_mapping(PriorConfig, self.prior, "prior"))
         require(isinstance(self.prior, PriorConfig), "prior", "give a PriorConfig, its kind or a dict of its fields")
         require(self.mode in ("groups", "rollouts"), "mode", f"got {self.mode!r}; use 'groups' or 'rollouts'")
         require(0.0 <= self.tau_low < 1.0, "tau_low", f"got {self.tau_low}; it must lie in [0, 1)")
@@ -141,9 +141,15 @@ class SARAAllocator(Allocator):
         self.peff = np.zeros(0)
         self._counters.update(dropped=0, resolved=0)
 
+    def _keys(self, ids: np.ndarray) -> list[str] | None:
+        """Context keys of ``ids`` from the step's source (contextual priors only)."""
+        if not self.params.prior.context or self.source is None:
+            return None
+        return self.source.context_keys(ids)
+
     def _start_prompts(self, ids: np.ndarray) -> dict[int, int]:
         self.ledger.add_prompts(ids)
-        a, b = self.posterior.prior(ids)
+        a, b = self.posterior.prior(ids, self._keys(ids))
         m = len(ids)
         self.status = np.concatenate([self.status, np.full(m, LIVE, np.int8)])
         self.stage = np.concatenate([self.stage, np.zeros(m, np.int64)])
@@ -158,8 +164,13 @@ class SARAAllocator(Allocator):
         With carried evidence the stopping rule already applies before the
         first probe: a prompt whose own history gives p_eff(0, 0) < tau_low
         is abandoned for this step without spending a rollout (``skipped``).
+        With a contextual prior the same holds for a never-seen prompt whose key
+        has evidence (``PromptPosterior.has_evidence``), except that such a
+        prompt is probed anyway with probability ``prior.context_explore``, so
+        a key's prior keeps meeting new evidence.
         """
-        if not self.params.prior.carry:
+        prior = self.params.prior
+        if not (prior.carry or prior.context):
             return self._fresh(n)
         out: list[np.ndarray] = []
         got = 0
@@ -168,9 +179,12 @@ class SARAAllocator(Allocator):
             cand = cand[~np.isin(cand, np.concatenate(out))] if out else cand
             if len(cand) == 0:
                 break
-            a, b = self.posterior.prior(cand)
-            known = self.posterior.has_evidence(cand)
+            keys = self._keys(cand)
+            a, b = self.posterior.prior(cand, keys)
+            known = self.posterior.has_evidence(cand, keys)
             keep = ~known | (p_effective(0, 0, self.params.k, a, b) >= self.params.tau_low)
+            if prior.context and prior.context_explore > 0 and not keep.all():
+                keep |= self.rng.random(len(cand)) < prior.context_explore
             self._counters["skipped"] += int((~keep).sum())
             out.append(cand[keep])
             got += int(keep.sum())
@@ -262,7 +276,7 @@ class SARAAllocator(Allocator):
 
     def _on_finish(self) -> None:
         led = self.ledger
-        self.posterior.record(led.prompt, np.rint(led.s), led.n)
+        self.posterior.record(led.prompt, np.rint(led.s), led.n, self._keys(led.prompt))
         self.posterior.end_step()
 
     def _extra_state(self) -> dict[str, Any]:
@@ -302,7 +316,8 @@ class SARADPSAllocator(SARAAllocator):
     """SARA inside; fresh prompts chosen by Thompson-sampled predicted effectiveness.
 
     For each candidate q a pass rate is drawn from its Beta prior (population
-    prior plus carried evidence) and scored by P(group of k mixed | p); the
+    prior plus carried evidence, or the prior of its context key when the
+    prior is contextual) and scored by P(group of k mixed | p); the
     best-scoring candidates are started.
     """
 
@@ -311,7 +326,7 @@ class SARADPSAllocator(SARAAllocator):
 
     def _select_fresh(self, n: int) -> np.ndarray:
         cand = self._fresh(n * self.params.candidates_factor)
-        a, b = self.posterior.prior(cand)
+        a, b = self.posterior.prior(cand, self._keys(cand))
         score = group_mixed_probability(self.rng.beta(a, b), self.params.k)
         keep = np.sort(np.argsort(-score, kind="stable")[:n])
         self._counters["skipped"] += len(cand) - len(keep)

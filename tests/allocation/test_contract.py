@@ -9,13 +9,18 @@ from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator, run_a
 from rlvr_core.rollout.simulated import SimulatedEngine
 
 NAMES = ALLOCATORS.names()
-EXTRA = {"sara": [{}, {"mode": "rollouts"}, {"prior": "carry+eb"}]}
+EXTRA = {"sara": [{}, {"mode": "rollouts"}, {"prior": "carry+eb"}, {"prior": "context"},
+                  {"prior": "carry+context", "mode": "rollouts"}],
+         "sara+dps": [{}, {"prior": "carry+context"}]}
 CASES = [(n, kw) for n in NAMES for kw in EXTRA.get(n, [{}])]
+# every source carries per-prompt context keys (what the training loop gives); allocators without a
+# contextual prior ignore them
+CONTEXT = [f"key{q % 7}" for q in range(600)]
 
 
 def build(name, kw, seed=0, scenario="ushape"):
     eng = SimulatedEngine(scenario, seed=seed, pool_size=600)
-    src = PromptSource(eng.pool_size, seed=seed)
+    src = PromptSource(eng.pool_size, seed=seed, context=CONTEXT)
     alloc = make_allocator(name, k=8, batch_size=16, seed=seed, **kw)
     return alloc, eng, src
 
@@ -120,7 +125,7 @@ def test_state_dict_round_trip_mid_step(name, kw):
     alloc2 = make_allocator(name, k=8, batch_size=16, seed=5, **kw)
     eng2 = SimulatedEngine("ushape", seed=0, pool_size=600)
     eng2.load_state_dict(snap[1])
-    src2 = PromptSource(600, seed=7)
+    src2 = PromptSource(600, seed=7, context=CONTEXT)  # the context is data, not state: it comes from the rows
     src2.load_state_dict(snap[2])
     alloc2.load_state_dict(snap[0], source=src2)
     assert rest(alloc2, eng2, src2) == ref

@@ -524,6 +524,9 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
         if proto == "equal-batch" and (regime, "reference", "grpo") in cells:
             rs = {"grpo (reference)": cells[(regime, "reference", "grpo")], **rs}
         write_cell_outputs(results, regime, proto, sub, rs, json.loads(target_path(out, regime).read_text()))
+    from benchmarks import study_targets  # the targets read the same run files
+
+    study_targets.write(study_targets.measure(out, results / "allocation.json"), results)
     write_study_doc(out, results, records)
     return records
 
@@ -558,6 +561,11 @@ def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any
                      f"{r['reached']}/{r['seeds']} | {_fmt(r['rollouts_to_target'])} | "
                      f"{_fmt(r['seconds_to_target'], digits=1)} | "
                      f"{_fmt(r['updates_to_target'])} | {r['final_accuracy']:.3f} ({r['final_accuracy_se']:.3f}) |")
+    targets = results / "training_targets.md"
+    if targets.exists():
+        lines += ["", "## Targets", "", "Measured by benchmarks/study_targets.py (its docstring gives the rules: "
+                  "a baseline run that misses counts at its whole budget, ours as never).", "",
+                  targets.read_text().rstrip()]
     done = load_runs(out)
     lines += ["", "## What has run and what remains", "",
               "| regime | protocol | run files | of the full plan (5 seeds) | resume with |", "|---|---|---|---|---|"]

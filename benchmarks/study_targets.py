@@ -1,0 +1,221 @@
+"""The targets allocation must meet in real training, measured from the study's run files.
+
+    python -m benchmarks.study_targets          # (also run by `python -m benchmarks.study --summarize-only`)
+
+Writes ``training_targets.json`` and ``training_targets.md`` next to ``training_protocols.json``. Each target
+holds its measured value, an interval where one applies, the seeds behind it, and ``met`` (true, false, or null
+while the cells it needs have not run). The rules were written down before the cells ran:
+
+- ``saving`` of allocator A against B = 1 - median(A) / median(B) of rollouts-to-target, with a 95% percentile
+  bootstrap interval (each cell's seeds resampled on their own). A run that never reaches the target counts
+  against its own side only: ours as never (infinitely late), the baseline's at its whole budget (the least it
+  could have cost). So a saving is never inflated by a baseline run that missed.
+- ``tuned``: "our best" is the allocator of ours (any sara or vigor variant) with the lowest median
+  rollouts-to-target on the *validation* split (tuned/choice.json), never picked on the reported test runs.
+- ``equal-rollouts``: the median accuracy over seeds against the update count, interpolated on 50 points from
+  10% of the run to the end of the shorter of the two cells; met when vigor's median is >= grpo's at all of them.
+- the simulator target reads benchmarks/results/allocation.json (k = 8, scenarios early, late and ushape):
+  the best allocator's rollouts per effective group over the limit of k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from benchmarks.training import first_reach
+
+RESULTS = Path(__file__).resolve().parent / "results"
+OURS_PREFIX = ("sara", "vigor")
+SIM_SCENARIOS = ("early", "late", "ushape")
+BOOT = 5000
+
+
+def _runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+    """Test-split run files of one cell (equal-rollouts' grpo is the reference cell)."""
+    proto_dir = "reference" if (protocol == "equal-rollouts" and label == "grpo") else protocol
+    base = out / "study" / regime / proto_dir
+    if not base.exists():
+        return []
+    name = label.replace("[", "_").replace("]", "").replace("+", "plus")
+    runs = []
+    for p in sorted(base.glob("*/s*.json")):
+        sub = p.parent.name
+        if sub.endswith("-val") or not (sub == name or sub.startswith(name + "-b")):
+            continue
+        r = json.loads(p.read_text())
+        if r.get("variant") == label and r.get("split", "test") == "test":
+            runs.append(r)
+    return runs
+
+
+def _cost(run: Mapping[str, Any], target: float, axis: str, ours: bool) -> float:
+    c = run["curve"]
+    x = first_reach(np.asarray([e[axis] for e in c], float), np.asarray([e["greedy_acc"] for e in c], float),
+                    target)
+    if math.isfinite(x):
+        return x
+    return math.inf if ours else float(c[-1][axis])
+
+
+def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], target: float, *,
+           axis: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
+    """1 - median(ours) / median(base) with a bootstrap interval; see the module docstring for unreached runs."""
+    a = np.asarray([_cost(r, target, axis, True) for r in ours], float)
+    b = np.asarray([_cost(r, target, axis, False) for r in base], float)
+    if not len(a) or not len(b):
+        return {"value": None, "lo": None, "hi": None}
+
+    def sav(x: np.ndarray, y: np.ndarray) -> float:
+        mx, my = float(np.median(x)), float(np.median(y))
+        return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
+
+    rng = np.random.default_rng(seed)
+    boots = np.sort([sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
+                     for _ in range(BOOT)])
+    lo, hi = boots[int(0.025 * (BOOT - 1))], boots[int(math.ceil(0.975 * (BOOT - 1)))]
+
+    def fin(v: float) -> float | None:
+        return float(v) if math.isfinite(v) else None
+
+    return {"value": fin(sav(a, b)), "lo": fin(lo), "hi": fin(hi), "ours_seeds": len(a), "base_seeds": len(b),
+            "ours_reached": int(np.isfinite(a).sum()),
+            "base_reached": int(sum(math.isfinite(first_reach(
+                np.asarray([e[axis] for e in r["curve"]], float),
+                np.asarray([e["greedy_acc"] for e in r["curve"]], float), target)) for r in base))}
+
+
+def accuracy_by_updates(runs: Sequence[Mapping[str, Any]], grid: np.ndarray) -> np.ndarray:
+    """Median over seeds of the accuracy interpolated at ``grid`` update counts."""
+    ys = [np.interp(grid, [c["updates"] for c in r["curve"]], [c["greedy_acc"] for c in r["curve"]]) for r in runs]
+    return np.median(np.vstack(ys), axis=0)
+
+
+def dominance(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
+              skip: float = 0.1, points: int = 50) -> dict[str, Any]:
+    """Where ours' median accuracy is >= base's against updates, after the first ``skip`` of the run."""
+    if not ours or not base:
+        return {"value": None}
+    end = min(min(r["curve"][-1]["updates"] for r in ours), min(r["curve"][-1]["updates"] for r in base))
+    grid = np.linspace(skip * end, end, points)
+    d = accuracy_by_updates(ours, grid) - accuracy_by_updates(base, grid)
+    return {"value": float(np.mean(d >= 0)), "min_difference": float(d.min()), "mean_difference": float(d.mean()),
+            "updates": [float(grid[0]), float(grid[-1])], "ours_seeds": len(ours), "base_seeds": len(base)}
+
+
+def _target_of(out: Path, regime: str) -> float | None:
+    p = out / "study" / regime / "target.json"
+    return json.loads(p.read_text())["target"] if p.exists() else None
+
+
+def _met(value: float | None, ok: bool) -> bool | None:
+    return None if value is None else bool(ok)
+
+
+def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, Any]]:
+    """Every target, measured from what has run so far."""
+    rows: list[dict[str, Any]] = []
+    t = _target_of(out, "hard")
+    for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
+        s = saving(_runs(out, "hard", "equal-batch", lab), _runs(out, "hard", "equal-batch", "dapo"), t) \
+            if t is not None else {"value": None, "lo": None, "hi": None}
+        rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
+                     + (", interval above 0" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
+                     "met": _met(s["value"], s["value"] is not None and s["value"] >= need
+                                 and (lab != "sara" or (s["lo"] or -1) > 0))})
+    rows += _tuned_rows(out, t)
+    for regime in ("hard", "easy"):
+        d = dominance(_runs(out, regime, "equal-rollouts", "vigor"), _runs(out, regime, "equal-rollouts", "grpo"))
+        rows.append({"target": f"{regime}, equal-rollouts: vigor's accuracy >= grpo's at every update count after "
+                     "the first 10% of the run", "kind": "dominance", "want": 1.0, **d,
+                     "met": _met(d["value"], d["value"] == 1.0)})
+    rows.append(_simulator_row(allocation_json or RESULTS / "allocation.json"))
+    return rows
+
+
+def _tuned_rows(out: Path, t: float | None) -> list[dict[str, Any]]:
+    choice_file = out / "study" / "hard" / "tuned" / "choice.json"
+    choice = json.loads(choice_file.read_text()) if choice_file.exists() else {}
+    ours = {lab: c for lab, c in choice.items() if lab.startswith(OURS_PREFIX) and _runs(out, "hard", "tuned", lab)}
+    grpo = _runs(out, "hard", "tuned", "grpo")
+    best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
+                                      else ours[lab]["validation_rollouts_to_target"])) if ours else None
+    out_rows = []
+    for axis, need, word in (("cum_rollouts", 0.5, "rollouts"), ("seconds", 0.7, "seconds")):
+        s = saving(_runs(out, "hard", "tuned", best), grpo, t, axis=axis) if best and grpo and t is not None \
+            else {"value": None, "lo": None, "hi": None}
+        ratio = None if s["value"] is None else 1.0 - s["value"]
+        out_rows.append({"target": f"hard, tuned: our best allocator reaches the target with <= {need}x the {word} "
+                         "of tuned grpo", "kind": "ratio", "want": need, "allocator": best, **s,
+                         "value": ratio, "lo": None if s["hi"] is None else 1.0 - s["hi"],
+                         "hi": None if s["lo"] is None else 1.0 - s["lo"],
+                         "met": _met(ratio, ratio is not None and ratio <= need),
+                         "candidates": sorted(ours)})
+    return out_rows
+
+
+def _simulator_row(path: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"target": "simulator: our best allocator within 1.4x of k rollouts per effective group "
+                           "on early, late and ushape at k = 8", "kind": "simulator", "want": 1.4}
+    if not path.exists():
+        return {**row, "value": None, "met": None}
+    recs = [r for r in json.loads(path.read_text()) if r["k"] == 8 and r["scenario"] in SIM_SCENARIOS
+            and str(r["allocator"]).startswith(OURS_PREFIX)]
+    per = {}
+    for sc in SIM_SCENARIOS:
+        cand = [r for r in recs if r["scenario"] == sc]
+        if cand:
+            b = min(cand, key=lambda r: r["rollouts_per_effective_group"])
+            per[sc] = {"allocator": b["allocator"], "over_limit": b["rollouts_per_effective_group"] / 8.0}
+    worst = max((v["over_limit"] for v in per.values()), default=None)
+    return {**row, "value": worst, "per_scenario": per, "met": _met(worst, worst is not None and worst <= 1.4)}
+
+
+def fmt(row: Mapping[str, Any]) -> str:
+    v = row.get("value")
+    if v is None:
+        return "not run yet"
+    if row["kind"] == "saving":
+        iv = "" if row.get("lo") is None else f" [{row['lo']:.0%}, {row['hi']:.0%}]" if row.get("hi") is not None \
+            else f" [{row['lo']:.0%}, -]"
+        return f"{v:.0%}{iv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/{row['base_seeds']} " \
+               "reached)"
+    if row["kind"] == "ratio":
+        iv = "" if row.get("lo") is None or row.get("hi") is None else f" [{row['lo']:.2f}, {row['hi']:.2f}]"
+        return f"{v:.2f}x{iv} ({row['allocator']}, {row['ours_seeds']} seeds)"
+    if row["kind"] == "dominance":
+        return f"at {v:.0%} of update counts; lowest difference {row['min_difference']:+.3f} " \
+               f"({row['ours_seeds']} vs {row['base_seeds']} seeds)"
+    return f"{v:.2f}x (" + ", ".join(f"{sc}: {p['allocator']} {p['over_limit']:.2f}x"
+                                     for sc, p in row["per_scenario"].items()) + ")"
+
+
+def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "training_targets.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+    lines = ["| target | measured | met |", "|---|---|---|"]
+    for r in rows:
+        met = {True: "yes", False: "**no**", None: "-"}[r["met"]]
+        lines.append(f"| {r['target']} | {fmt(r)} | {met} |")
+    (results / "training_targets.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the study's results folder")
+    args = ap.parse_args(argv)
+    rows = measure(args.out, args.out / "allocation.json")
+    write(rows, args.out)
+    print((args.out / "training_targets.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The training targets (benchmarks/study_targets.py): savings with censored baselines, dominance, tuned choice."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import study_targets as T
+
+
+def run(accs, seed, per_step=100, variant="x", updates_per_step=1):
+    curve = [{"step": i, "updates": i * updates_per_step, "cum_rollouts": i * per_step, "seconds": 0.5 * i,
+              "greedy_acc": a} for i, a in enumerate(accs)]
+    return {"curve": curve, "seed": seed, "variant": variant, "split": "test"}
+
+
+def test_saving_counts_a_baseline_miss_at_its_budget_and_ours_as_never():
+    ours = [run([0.0, 0.5, 1.0], s) for s in range(5)]  # reach 0.5 at 100 rollouts
+    base = [run([0.0, 0.25, 0.5], s) for s in range(3)] + [run([0.0, 0.1, 0.2], s) for s in (3, 4)]  # 200; 2 miss
+    s = T.saving(ours, base, 0.5)
+    assert s["value"] == pytest.approx(0.5) and s["base_reached"] == 3 and s["ours_reached"] == 5
+    assert s["lo"] <= s["value"] <= s["hi"]
+    miss = [run([0.0, 0.1, 0.2], s) for s in range(5)]
+    assert T.saving(miss, base, 0.5)["value"] is None  # ours never reaches: no saving to claim
+    # a baseline that always misses is charged its whole budget (200), not infinity
+    assert T.saving(ours, miss, 0.5)["value"] == pytest.approx(0.5)
+
+
+def test_dominance_skips_the_first_tenth_and_reports_the_worst_gap():
+    base = [run([0.0, 0.2, 0.4, 0.6, 0.8, 1.0], s) for s in range(3)]
+    ahead = [run([0.0, 0.3, 0.5, 0.7, 0.9, 1.0], s) for s in range(3)]
+    d = T.dominance(ahead, base)
+    assert d["value"] == 1.0 and d["min_difference"] >= 0 and d["updates"] == [0.5, 5.0]
+    behind = [run([0.0, 0.1, 0.5, 0.7, 0.9, 1.0], s) for s in range(3)]  # behind only around update 1
+    d2 = T.dominance(behind, base)
+    assert 0 < d2["value"] < 1 and d2["min_difference"] < 0
+
+
+def write_cell(root: Path, regime: str, proto: str, sub: str, variant: str, runs):
+    d = root / "study" / regime / proto / sub
+    d.mkdir(parents=True, exist_ok=True)
+    for r in runs:
+        r = {**r, "variant": variant}
+        (d / f"s{r['seed']}.json").write_text(json.dumps(r))
+
+
+def test_tuned_target_takes_our_best_on_validation_not_on_test(tmp_path):
+    (tmp_path / "study" / "hard").mkdir(parents=True)
+    (tmp_path / "study" / "hard" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "hard", "tuned", "grpo-b32-lr0.0001", "grpo", [run([0, 0.25, 0.5], s) for s in range(5)])
+    # sara is best on validation but slower on test than sara[budget]: the target must report sara
+    write_cell(tmp_path, "hard", "tuned", "sara-b16-lr0.0001", "sara", [run([0, 0.5, 1], s, 150) for s in range(5)])
+    write_cell(tmp_path, "hard", "tuned", "sara_budget-b16-lr0.0001", "sara[budget]",
+               [run([0, 0.5, 1], s, 50) for s in range(5)])
+    (tmp_path / "study" / "hard" / "tuned" / "choice.json").write_text(json.dumps(
+        {"grpo": {"validation_rollouts_to_target": 200, "grid": [32, 1e-4]},
+         "sara": {"validation_rollouts_to_target": 90, "grid": [16, 1e-4]},
+         "sara[budget]": {"validation_rollouts_to_target": 120, "grid": [16, 1e-4]}}))
+    rows = {r["target"]: r for r in T.measure(tmp_path, tmp_path / "missing.json")}
+    tuned = [r for t, r in rows.items() if "tuned" in t and "rollouts" in t][0]
+    assert tuned["allocator"] == "sara" and tuned["value"] == pytest.approx(150 / 200) and tuned["met"] is False
+    sim = [r for t, r in rows.items() if t.startswith("simulator")][0]
+    assert sim["met"] is None and sim["value"] is None
+    eb = [r for t, r in rows.items() if "equal-batch" in t]
+    assert all(r["met"] is None for r in eb)  # no equal-batch cells: not run, neither met nor missed
+    T.write(list(rows.values()), tmp_path)
+    md = (tmp_path / "training_targets.md").read_text()
+    assert "0.75x" in md and "not run yet" in md
+    assert not math.isnan(json.loads((tmp_path / "training_targets.json").read_text())[2]["value"])

@@ -31,7 +31,7 @@ Aggregations:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -122,37 +122,15 @@ def policy_loss(
     without one), ``ratio_mean``, ``ratio_max``, ``entropy``, and the counts
     ``n_tokens`` and ``n_sequences``.
     """
-    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
-        raise ValueError(
-            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and mask "
-            f"{tuple(mask.shape)} must have the same (N, L) shape"
-        )
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected ({logprobs.shape[0]},)")
-    if clip_eps < 0 or (clip_eps_high is not None and clip_eps_high < 0):
-        raise ValueError(f"clip_eps={clip_eps} and clip_eps_high={clip_eps_high} must be >= 0")
+    _check_shapes(logprobs, old_logprobs, advantages, mask, clip_eps, clip_eps_high)
     agg = AGGREGATIONS.get(aggregation)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-
     m = mask.to(logprobs.dtype)
-    on = m > 0
-    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-    # Masked positions may hold anything (padding, -inf); keep them out of the graph's values.
-    log_ratio = torch.where(on, logprobs - old_logprobs.to(logprobs.dtype), zero)
-    log_ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    ratio = torch.exp(log_ratio)
-    adv = advantages.to(logprobs.dtype).unsqueeze(-1)
-    pg_unclipped = -adv * ratio
-    pg_clipped = -adv * ratio.clamp(1.0 - clip_eps, 1.0 + eps_high)
-    pg = torch.maximum(pg_unclipped, pg_clipped)
-    token_loss = pg
-    kl_ref = None
-    if ref_logprobs is not None:
-        d = torch.where(on, ref_logprobs.to(logprobs.dtype) - logprobs, zero)
-        kl_ref = torch.exp(d) - d - 1.0
-        if kl_coef != 0.0:
-            token_loss = token_loss + kl_coef * kl_ref
-    elif kl_coef != 0.0:
+    t = _token_terms(logprobs, old_logprobs, advantages, m, clip_eps, eps_high, ref_logprobs)
+    token_loss = t["pg"]
+    if t["kl_ref"] is not None and kl_coef != 0.0:
+        token_loss = token_loss + kl_coef * t["kl_ref"]
+    elif t["kl_ref"] is None and kl_coef != 0.0:
         raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
 
     if normaliser is None:
@@ -162,26 +140,63 @@ def policy_loss(
     else:
         raise ValueError(f"normaliser must be > 0, got {normaliser}; pass the global unit count of the batch")
     loss = agg.per_row(token_loss, m).sum() / denom
+    return loss, _metrics(t, m, agg, denom, entropy)
 
-    with torch.no_grad():
-        n_tok = m.sum()
-        t = n_tok.clamp(min=1)
 
-        def tmean(x: torch.Tensor) -> float:
-            return float((x * m).sum() / t)
+def _check_shapes(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                  clip_eps: float, clip_eps_high: float | None) -> None:
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} and mask "
+            f"{tuple(mask.shape)} must have the same (N, L) shape"
+        )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected ({logprobs.shape[0]},)")
+    if clip_eps < 0 or (clip_eps_high is not None and clip_eps_high < 0):
+        raise ValueError(f"clip_eps={clip_eps} and clip_eps_high={clip_eps_high} must be >= 0")
 
-        metrics = {
-            "pg_loss": float(agg.per_row(pg, m).sum() / denom),
-            "clip_frac": tmean((pg_clipped > pg_unclipped).to(m.dtype)),
-            "approx_kl": tmean(ratio - log_ratio - 1.0),
-            "kl_ref": tmean(kl_ref) if kl_ref is not None else 0.0,
-            "ratio_mean": tmean(ratio),
-            "ratio_max": float(torch.where(on, ratio, zero).max()) if on.any() else 0.0,
-            "entropy": tmean(torch.where(on, entropy.to(m.dtype), zero)) if entropy is not None else 0.0,
-            "n_tokens": float(n_tok),
-            "n_sequences": float(_rows_with_tokens(m)),
-        }
-    return loss, metrics
+
+def _token_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, m: torch.Tensor,
+                 clip_eps: float, eps_high: float, ref_logprobs: torch.Tensor | None) -> dict[str, Any]:
+    """Per-token ratio, clipped surrogate (pg) and k3 distance to the reference (None without one)."""
+    on = m > 0
+    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+    # Masked positions may hold anything (padding, -inf); keep them out of the graph's values.
+    log_ratio = torch.where(on, logprobs - old_logprobs.to(logprobs.dtype), zero)
+    log_ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.to(logprobs.dtype).unsqueeze(-1)
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1.0 - clip_eps, 1.0 + eps_high)
+    kl_ref = None
+    if ref_logprobs is not None:
+        d = torch.where(on, ref_logprobs.to(logprobs.dtype) - logprobs, zero)
+        kl_ref = torch.exp(d) - d - 1.0
+    return {"on": on, "zero": zero, "log_ratio": log_ratio, "ratio": ratio, "pg_unclipped": pg_unclipped,
+            "pg_clipped": pg_clipped, "pg": torch.maximum(pg_unclipped, pg_clipped), "kl_ref": kl_ref}
+
+
+@torch.no_grad()
+def _metrics(t: dict[str, Any], m: torch.Tensor, agg: Aggregation, denom: float,
+             entropy: torch.Tensor | None) -> dict[str, float]:
+    n_tok = m.sum()
+    count = n_tok.clamp(min=1)
+    on, zero, ratio = t["on"], t["zero"], t["ratio"]
+
+    def tmean(x: torch.Tensor) -> float:
+        return float((x * m).sum() / count)
+
+    return {
+        "pg_loss": float(agg.per_row(t["pg"], m).sum() / denom),
+        "clip_frac": tmean((t["pg_clipped"] > t["pg_unclipped"]).to(m.dtype)),
+        "approx_kl": tmean(ratio - t["log_ratio"] - 1.0),
+        "kl_ref": tmean(t["kl_ref"]) if t["kl_ref"] is not None else 0.0,
+        "ratio_mean": tmean(ratio),
+        "ratio_max": float(torch.where(on, ratio, zero).max()) if on.any() else 0.0,
+        "entropy": tmean(torch.where(on, entropy.to(m.dtype), zero)) if entropy is not None else 0.0,
+        "n_tokens": float(n_tok),
+        "n_sequences": float(_rows_with_tokens(m)),
+    }
 
 
 __all__ = ["AGGREGATIONS", "Aggregation", "MAX_LOG_RATIO", "loss_normaliser", "policy_loss"]

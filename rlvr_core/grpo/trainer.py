@@ -377,6 +377,34 @@ class GRPOTrainer:
                 off += g.numel()
         return vals.tolist(), flat_grads
 
+    def _epoch(self, local: PolicyBatch, normaliser: float, n_tokens: float, update: bool) -> dict[str, Any]:
+        """One pass over this rank's rows: losses and gradients reduced over ranks, then (``update``) the clipped
+        optimizer step. A non-finite loss or gradient norm skips the step and clears the gradients."""
+        if update:
+            self.optimizer.zero_grad(set_to_none=False)
+        tot = self._pass(local, normaliser, grad=update)
+        vals = [tot.loss, tot.pg_loss, *(tot.token_sums[k] for k in _TOKEN_METRICS)]
+        vals, grads = self._reduce(vals, grads=update)
+        if self.world > 1:
+            rmax = torch.tensor([tot.ratio_max], dtype=torch.float64, device=self.device)
+            dist.all_reduce(rmax, op=dist.ReduceOp.MAX)
+            tot.ratio_max = float(rmax)
+        gnorm = float(torch.nn.utils.get_total_norm(grads, 2.0)) if grads is not None else 0.0
+        e = {"loss": vals[0], "pg_loss": vals[1], "grad_norm": gnorm, "ratio_max": tot.ratio_max,
+             **dict(zip(_TOKEN_METRICS, (v / max(n_tokens, 1.0) for v in vals[2:])))}
+        e["finite"] = math.isfinite(e["loss"]) and math.isfinite(gnorm)
+        if not e["finite"]:
+            if update:
+                self.optimizer.zero_grad(set_to_none=True)
+            return e
+        if grads is not None:
+            if self.config.grad_clip is not None:
+                torch.nn.utils.clip_grads_with_norm_(self.params, self.config.grad_clip, torch.tensor(gnorm))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.steps += 1
+        return e
+
     def _run(self, train_batch: TrainBatch, update: bool) -> dict[str, float]:
         t0 = time.perf_counter()
         c = self.config
@@ -403,39 +431,15 @@ class GRPOTrainer:
         done = 0
         try:
             for _ in range(epochs):
-                if update:
-                    self.optimizer.zero_grad(set_to_none=False)
-                tot = self._pass(local, normaliser, grad=update)
-                vals = [tot.loss, tot.pg_loss, *(tot.token_sums[k] for k in _TOKEN_METRICS)]
-                vals, grads = self._reduce(vals, grads=update)
-                if self.world > 1:
-                    rmax = torch.tensor([tot.ratio_max], dtype=torch.float64, device=self.device)
-                    dist.all_reduce(rmax, op=dist.ReduceOp.MAX)
-                    tot.ratio_max = float(rmax)
-                loss, pg = vals[0], vals[1]
-                tok = dict(zip(_TOKEN_METRICS, (v / max(n_tokens, 1.0) for v in vals[2:])))
-                gnorm = 0.0
-                if grads is not None:
-                    gnorm = float(torch.nn.utils.get_total_norm(grads, 2.0))
-                if not (math.isfinite(loss) and math.isfinite(gnorm)):
+                e = self._epoch(local, normaliser, n_tokens, update)
+                if not e["finite"]:
                     out["nonfinite"] = 1.0
-                    out["loss"], out["grad_norm"] = loss, gnorm
-                    if update:
-                        self.optimizer.zero_grad(set_to_none=True)
+                    out["loss"], out["grad_norm"] = e["loss"], e["grad_norm"]
                     break
-                if grads is not None:
-                    if c.grad_clip is not None:
-                        torch.nn.utils.clip_grads_with_norm_(self.params, c.grad_clip, torch.tensor(gnorm))
-                    self.optimizer.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.steps += 1
                 done += 1
-                sums["loss"] += loss
-                sums["pg_loss"] += pg
-                sums["grad_norm"] += gnorm
-                for k in _TOKEN_METRICS:
-                    sums[k] += tok[k]
-                out["ratio_max"] = max(out["ratio_max"], tot.ratio_max)
+                for k in sums:
+                    sums[k] += e[k]
+                out["ratio_max"] = max(out["ratio_max"], e["ratio_max"])
         finally:
             self.model.train(was_training)
         if done:

@@ -96,21 +96,41 @@ def collate(
     rows:       indices into the R rows to keep (e.g. rows of effective groups), in order
     """
     n_all = len(payloads)
-    adv_all = torch.as_tensor(np.asarray(advantages, dtype=np.float64) if not isinstance(advantages, torch.Tensor)
-                              else advantages.detach().cpu().to(torch.float64))
-    if adv_all.shape != (n_all,):
-        raise ValueError(f"advantages has shape {tuple(adv_all.shape)}, expected ({n_all},): one per payload")
-    if group_id is None:
-        gid_all = torch.zeros(n_all, dtype=torch.int64)
-    else:
-        gid_all = torch.as_tensor(np.asarray(group_id, dtype=np.int64) if not isinstance(group_id, torch.Tensor)
-                                  else group_id.detach().cpu().to(torch.int64))
-        if gid_all.shape != (n_all,):
-            raise ValueError(f"group_id has shape {tuple(gid_all.shape)}, expected ({n_all},): one per payload")
+    adv_all = _per_row(advantages, n_all, torch.float64, "advantages")
+    gid_all = torch.zeros(n_all, dtype=torch.int64) if group_id is None else \
+        _per_row(group_id, n_all, torch.int64, "group_id")
     row_idx = np.arange(n_all, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
     if len(row_idx) and (row_idx.min() < 0 or row_idx.max() >= n_all):
         raise IndexError(f"rows must lie in [0, {n_all}), got min {row_idx.min()} max {row_idx.max()}")
+    seqs, olds, prompt_lens = _read_rows(payloads, row_idx)
+    input_ids, attention, cmask, old = _pad(seqs, olds, prompt_lens, pad_id)
+    sel = torch.as_tensor(row_idx)
+    batch = PolicyBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        completion_mask=cmask,
+        old_logprobs=old,
+        advantages=adv_all.index_select(0, sel).to(torch.float32),
+        group_id=gid_all.index_select(0, sel),
+        row=sel.clone(),
+    )
+    return batch.to(device)
 
+
+def _per_row(values: Any, n: int, dtype: torch.dtype, name: str) -> torch.Tensor:
+    """``values`` as a (n,) tensor of ``dtype`` on the CPU; one value per payload row."""
+    if isinstance(values, torch.Tensor):
+        t = values.detach().cpu().to(dtype)
+    else:
+        t = torch.as_tensor(np.asarray(values, dtype=np.float64 if dtype == torch.float64 else np.int64))
+    if t.shape != (n,):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({n},): one per payload")
+    return t
+
+
+def _read_rows(payloads: Sequence[Mapping[str, Any]], row_idx: np.ndarray
+               ) -> tuple[list[list[int]], list[list[float]], list[int]]:
+    """Token ids (prompt + completion), sampling log-probs and prompt lengths of the kept rows, checked."""
     seqs: list[list[int]] = []
     olds: list[list[float]] = []
     prompt_lens: list[int] = []
@@ -129,7 +149,12 @@ def collate(
         seqs.append(prompt + comp)
         olds.append([float(x) for x in lp])
         prompt_lens.append(len(prompt))
+    return seqs, olds, prompt_lens
 
+
+def _pad(seqs: list[list[int]], olds: list[list[float]], prompt_lens: list[int], pad_id: int
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded input ids, attention mask, completion mask and old log-probs (aligned to next-token logits)."""
     n = len(seqs)
     width = max((len(s) for s in seqs), default=1)
     input_ids = torch.full((n, width), int(pad_id), dtype=torch.int64)
@@ -143,17 +168,7 @@ def collate(
             start = plen - 1  # logits at plen - 1 predict the first completion token
             cmask[i, start : start + len(lp)] = 1.0
             old[i, start : start + len(lp)] = torch.tensor(lp, dtype=torch.float32)
-    sel = torch.as_tensor(row_idx)
-    batch = PolicyBatch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        completion_mask=cmask,
-        old_logprobs=old,
-        advantages=adv_all.index_select(0, sel).to(torch.float32),
-        group_id=gid_all.index_select(0, sel),
-        row=sel.clone(),
-    )
-    return batch.to(device)
+    return input_ids, attention, cmask, old
 
 
 def token_logprobs(

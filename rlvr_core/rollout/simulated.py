@@ -28,6 +28,10 @@ which pulls a 0/8 prompt up to a mean of 1/17 whatever the step's population say
 a fixed quantile u_q ~ U(0, 1) and takes the step's draw of rank floor(u_q * n): its pass rate follows the
 logged population over time while its rank in it stays fixed, as a prompt's difficulty stays fixed in
 ``drift``. The draws are seeded by (seed, logged step), so a seed gives the same pool at the same update.
+The default pool has the size of the logged run's training split (20,000), so that prompts recur in a
+benchmark run about as rarely as in the logged run (none of its 5,024 prompts recurred); in a pool of 4,096
+an allocator that screens ~200 prompts a step meets each prompt again every ~20 steps, which the real run
+never offered (per-prompt carried evidence then pays off more than it could there).
 
 Token lengths are drawn per rollout from a gamma distribution around a
 per-prompt length scale; failures are longer than passes (``fail_length_ratio``).
@@ -79,7 +83,8 @@ SCENARIOS: dict[str, Scenario] = {
     "ushape": Scenario("ushape", 4096, beta=(0.25, 0.25)),
     "uniform": Scenario("uniform", 4096, beta=(1.0, 1.0)),
     "drift": Scenario("drift", 512, drift=True),
-    "replay": Scenario("replay", 4096, replay=str(REPLAY_FILE)),
+    # the pool of the logged run's training split (20,000 prompts), so prompts recur as rarely as they did there
+    "replay": Scenario("replay", 20000, replay=str(REPLAY_FILE)),
 }
 
 

@@ -114,7 +114,8 @@ def test_only_a_replay_scenario_takes_a_log(tmp_path):
 def test_the_default_replay_is_the_committed_hard_run():
     log = read_log(REPLAY_FILE)
     eng = SimulatedEngine("replay", seed=0)
-    assert eng.pool_size == 4096 and len(eng.replay) == log["step"].nunique()
+    assert eng.pool_size == 20000 and len(eng.replay) == log["step"].nunique()
+    assert log.prompt_id.max() < eng.pool_size and not log.duplicated("prompt_id").any()  # no prompt recurred
     start = eng.pass_rate().mean()
     eng.updates = eng.horizon
     end = eng.pass_rate().mean()

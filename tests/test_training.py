@@ -56,7 +56,8 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path, allocator):
     assert _strip(resumed.metrics) == _strip(full.metrics)
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 3, 4]  # nothing missing or duplicated
-    log_full, log_split = read_log(tmp_path / "full" / "rollouts.parquet"), read_log(tmp_path / "split" / "rollouts.parquet")
+    log_full = read_log(tmp_path / "full" / "rollouts.parquet")
+    log_split = read_log(tmp_path / "split" / "rollouts.parquet")
     pd.testing.assert_frame_equal(log_split, log_full)  # the same rows, once each
     assert not log_split.duplicated(["step", "prompt_id"]).any()
     per_step = log_split.groupby("step")["rollouts"].sum()

@@ -49,7 +49,6 @@ from typing import Any
 import numpy as np
 
 from rlvr_core.allocation.beta_binomial import fit_beta_moments
-
 from rlvr_core.errors import ConfigError, require
 from rlvr_core.types import Requests, Rollouts
 

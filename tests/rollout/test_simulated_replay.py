@@ -27,7 +27,7 @@ def test_replayed_pass_rates_rise_with_the_logged_ones(tmp_path):
     share = read_log(log).groupby("step").apply(lambda g: g.passes.sum() / g.rollouts.sum())
     eng = SimulatedEngine("replay", seed=3, replay_path=log, horizon=60)
     means, observed, logged = [], [], []
-    for t in range(61):
+    for _ in range(61):
         means.append(float(eng.pass_rate().mean()))
         ro = eng.generate({int(q): 8 for q in range(0, eng.pool_size, 4)})
         observed.append(float(ro.reward.mean()))

@@ -12,8 +12,9 @@ Pure library code (no orchestration imports). Per step:
 
 A run directory holds ``checkpoints/``, ``metrics.jsonl`` (one JSON object
 per step) and ``rollouts.parquet`` (rollouts, passes and tokens per step and
-prompt, ``rlvr_core.rollout_log``). Starting again on the same directory resumes from the newest intact
-checkpoint and continues exactly as an uninterrupted run would.
+prompt, ``rlvr_core.rollout_log``). Starting again on the same directory
+resumes from the newest intact checkpoint and continues exactly as an
+uninterrupted run would.
 
 Faults (see tests/reliability):
 
@@ -469,10 +470,10 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
             if last:
                 break
     finally:
-        rollout_log.flush()
         scorer.close()  # the verifier's helper processes, if any
         if hasattr(engine, "close"):
             engine.close()  # a rollout server this run started
+        rollout_log.flush()  # the finished steps, also of a run that stopped
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     steps_done = history[-1]["step"] if history else 0
     return TrainResult(run_dir, steps_done, resumed_from, history, final)

@@ -13,7 +13,15 @@ writes, under benchmarks/results/:
 A run with --quick or a changed --seeds/--steps/--batch-size writes to a fresh temporary
 folder (printed) instead, unless --out names one: smoke runs never replace the results.
 
-Usage: python -m benchmarks.allocation [--quick] [--json PATH] [--out DIR]
+``--scenarios A B`` runs only those scenarios and merges: their rows replace the same scenarios' rows
+of the results folder's allocation_runs.csv, every other scenario's rows are kept as they are, and the
+summary, table, plot and targets are rebuilt from the merged runs (the decision-round timing is kept
+from the earlier run). It refuses to merge into files of another protocol (steps, seeds, batch size).
+
+Scenario ``replay`` replays the pass rates of a real training run (rlvr_core.rollout.simulated,
+benchmarks/replay/README.md); its logged steps are mapped onto the run's ``--steps`` updates.
+
+Usage: python -m benchmarks.allocation [--quick] [--scenarios S ...] [--json PATH] [--out DIR]
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from benchmarks.output import results_dir
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
-SCENARIOS = ("early", "late", "ushape", "uniform", "drift")
+SCENARIOS = ("early", "late", "ushape", "uniform", "drift", "replay")
 FULL = {"seeds": 5, "steps": 60, "batch_size": 32}  # the protocol behind benchmarks/results/allocation.*
 
 
@@ -73,7 +81,8 @@ VARIANTS = (
 
 def run_one(variant: Variant, scenario: str, k: int, seed: int, steps: int, batch_size: int) -> dict[str, Any]:
     """Train-free allocation run: ``steps`` steps on one simulated scenario."""
-    engine = SimulatedEngine(scenario, seed=seed)
+    # replay: the whole logged run over this run's updates (drift keeps the engine's horizon, 60 = FULL steps)
+    engine = SimulatedEngine(scenario, seed=seed, **({"horizon": steps} if scenario == "replay" else {}))
     source = PromptSource(engine.pool_size, seed=seed)
     alloc = make_allocator(variant.allocator, k=k, batch_size=batch_size, seed=seed, **variant.params)
     tot: dict[str, float] = {}
@@ -171,7 +180,9 @@ def targets(summary: pd.DataFrame) -> dict[str, Any]:
         return float(row["useful_share"].iloc[0]) if len(row) else float("nan")
 
     res: dict[str, Any] = {}
-    for scen in ("early", "ushape"):
+    for scen in ("early", "ushape", "replay"):
+        if scen not in set(summary.scenario):
+            continue
         saving = 1 - rpeg("sara", scen) / rpeg("dapo", scen)
         res[f"sara_vs_dapo_saving_{scen}_k8"] = {"value": saving, "target": 0.22, "met": bool(saving >= 0.22)}
     saving = 1 - rpeg("sara[carry]", "drift") / rpeg("dapo", "drift")
@@ -183,6 +194,39 @@ def targets(summary: pd.DataFrame) -> dict[str, Any]:
         "met": bool(all(v > g for _, _, v, g in ok)),
     }
     return res
+
+
+def check_mergeable(out: Path, meta: dict[str, Any]) -> None:
+    """SystemExit when ``out`` holds results of another protocol than ``meta``'s (steps, seeds, batch size,
+    quick): rows of two protocols never share a table."""
+    meta_path = out / "allocation_targets.json"
+    if (out / "allocation_runs.csv").is_file() and meta_path.is_file():
+        old = json.loads(meta_path.read_text()).get("run", {})
+        differ = {k: (old.get(k), meta[k]) for k in ("steps", "seeds", "batch_size", "quick") if old.get(k) != meta[k]}
+        if differ:
+            raise SystemExit(f"--scenarios: {out} holds a run of another protocol ({differ}: earlier, now); "
+                             "rerun every scenario or pass another --out")
+
+
+def merge_runs(out: Path, runs: pd.DataFrame, scenarios: tuple[str, ...]) -> tuple[
+        pd.DataFrame, pd.DataFrame | None, list[str]]:
+    """``runs`` (of ``scenarios``) merged into ``out``'s allocation_runs.csv: the earlier rows of those
+    scenarios are replaced, the others kept (``check_mergeable`` first). Returns (merged runs in the
+    table's order, the earlier timing or None, the scenarios kept)."""
+    old_path = out / "allocation_runs.csv"
+    if not old_path.is_file():
+        return runs, None, []
+    old_runs = pd.read_csv(old_path)
+    kept = old_runs[~old_runs.scenario.isin(scenarios)]
+    merged = pd.concat([kept, runs], ignore_index=True)
+    order = {s: i for i, s in enumerate(SCENARIOS)}
+    labels = {v.label: i for i, v in enumerate(VARIANTS)}
+    merged = merged.assign(_k=merged.k, _s=merged.scenario.map(lambda s: order.get(s, len(order))),
+                           _v=merged.allocator.map(lambda a: labels.get(a, len(labels))))
+    merged = merged.sort_values(["_k", "_s", "_v", "seed"], kind="stable").drop(columns=["_k", "_s", "_v"])
+    timing_path = out / "allocation_timing.csv"
+    timing = pd.read_csv(timing_path) if timing_path.is_file() else None
+    return merged.reset_index(drop=True), timing, [s for s in SCENARIOS if s in set(kept.scenario)]
 
 
 def markdown_table(summary: pd.DataFrame, timing: pd.DataFrame | None) -> str:
@@ -251,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=FULL["seeds"])
     ap.add_argument("--steps", type=int, default=None, help=f"steps per run (default {FULL['steps']}, quick 15)")
     ap.add_argument("--batch-size", type=int, default=FULL["batch_size"])
+    ap.add_argument("--scenarios", nargs="+", default=None, choices=SCENARIOS, metavar="SCENARIO",
+                    help=f"only these scenarios ({', '.join(SCENARIOS)}), merged into the results folder's files")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as a JSON list here")
     ap.add_argument("--out", type=Path, default=None,
                     help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
@@ -260,8 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or (15 if args.quick else FULL["steps"])
     args.out = results_dir(args.out, full_protocol(args.quick, args.seeds, steps, args.batch_size), "allocation")
     t_start = time.perf_counter()
+    meta: dict[str, Any] = {"steps": steps, "seeds": args.seeds, "batch_size": args.batch_size, "quick": args.quick}
+    if args.scenarios:
+        check_mergeable(args.out, meta)
     runs = []
-    combos = [(v, s, k) for k in (8, 16) for s in SCENARIOS for v in VARIANTS]
+    scenarios = tuple(s for s in SCENARIOS if s in args.scenarios) if args.scenarios else SCENARIOS
+    combos = [(v, s, k) for k in (8, 16) for s in scenarios for v in VARIANTS]
     for i, (v, scen, k) in enumerate(combos, 1):
         for seed in range(args.seeds):
             runs.append(run_one(v, scen, k, seed, steps, args.batch_size))
@@ -269,8 +319,12 @@ def main(argv: list[str] | None = None) -> int:
               f"rollouts/eff.group={np.mean([r['rollouts_per_effective_group'] for r in runs[-args.seeds:]]):6.2f}",
               flush=True)
     runs_df = pd.DataFrame(runs)
+    timing, kept = None, []
+    if args.scenarios:
+        runs_df, timing, kept = merge_runs(args.out, runs_df, scenarios)
     summary = summarise(runs_df)
-    timing = time_decision_rounds(repeats=10 if args.quick else 30)
+    if timing is None:
+        timing = time_decision_rounds(repeats=10 if args.quick else 30)
     tgt = targets(summary)
     runs_df.to_csv(args.out / "allocation_runs.csv", index=False)
     summary.to_csv(args.out / "allocation.csv", index=False)
@@ -279,8 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         "value": {r.allocator: round(r.median_ms, 3) for _, r in timing.iterrows()},
         "target": 5.0, "met": bool((timing.median_ms < 5.0).all()),
     }
-    meta = {"steps": steps, "seeds": args.seeds, "batch_size": args.batch_size, "quick": args.quick,
-            "seconds": round(time.perf_counter() - t_start, 1)}
+    meta["seconds"] = round(time.perf_counter() - t_start, 1)
+    if args.scenarios:
+        earlier = args.out / "allocation_targets.json"
+        meta["scenarios_run"] = list(scenarios)
+        meta["scenarios_kept"] = kept
+        if kept and earlier.is_file():
+            prev = json.loads(earlier.read_text()).get("run", {})
+            meta["earlier_run"] = prev.get("earlier_run", prev)
     (args.out / "allocation_targets.json").write_text(json.dumps({"run": meta, "targets": tgt}, indent=2) + "\n")
     (args.out / "allocation.md").write_text(markdown_table(summary, timing))
     plot(summary, args.out / "allocation.png")

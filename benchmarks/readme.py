@@ -52,6 +52,7 @@ def training_headline(protocols: list[dict]) -> str:
 ALLOCATION_TARGETS = {
     "sara_vs_dapo_saving_early_k8": "`sara` spends >= 22% fewer rollouts per effective group than `dapo` on `early`",
     "sara_vs_dapo_saving_ushape_k8": "the same on `ushape`",
+    "sara_vs_dapo_saving_replay_k8": "the same on `replay` (the pass rates of a real `hard` GRPO run)",
     "sara_carry_vs_dapo_saving_drift_k8": "`sara[carry]` spends >= 35% fewer than `dapo` on `drift`",
     "vigor_useful_share_above_grpo": "`vigor` has a higher useful share than `grpo`, every scenario, k = 8 and 16",
     "decision_round_ms_1024_live": "one decision round for 1,024 live prompts < 5 ms (slowest allocator, median)",

@@ -10,9 +10,11 @@ Pure library code (no orchestration imports). Per step:
    (greedy accuracy, pass@k);
 5. every ``checkpoint_every`` steps the whole state is checkpointed atomically.
 
-A run directory holds ``checkpoints/`` and ``metrics.jsonl`` (one JSON object
-per step). Starting again on the same directory resumes from the newest intact
-checkpoint and continues exactly as an uninterrupted run would.
+A run directory holds ``checkpoints/``, ``metrics.jsonl`` (one JSON object
+per step) and ``rollouts.parquet`` (rollouts, passes and tokens per step and
+prompt, ``rlvr_core.rollout_log``). Starting again on the same directory
+resumes from the newest intact checkpoint and continues exactly as an
+uninterrupted run would.
 
 Faults (see tests/reliability):
 
@@ -69,6 +71,8 @@ from rlvr_core.models.policy import load_any_policy as load_policy
 from rlvr_core.models.policy import policy_prompts, precision, resolve_device
 from rlvr_core.rewards import get_verifier
 from rlvr_core.rollout import ENGINES
+from rlvr_core.rollout_log import FILENAME as ROLLOUT_LOG
+from rlvr_core.rollout_log import RolloutLog
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.types import Rollouts
 
@@ -374,6 +378,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
         metrics_path.unlink(missing_ok=True)
         if not resume:
             shutil.rmtree(ckpt_dir, ignore_errors=True)
+    rollout_log = RolloutLog(run_dir / ROLLOUT_LOG, train_rows, upto=start)  # a resumed run drops later steps
 
     def evaluate() -> dict[str, float]:
         reduce = f"train.eval_size (now {cfg.eval_size}), train.eval_samples (now {cfg.eval_samples})"
@@ -396,6 +401,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
     def score(rollouts: Rollouts) -> None:
         fault_point("generate", step)
         scorer(rollouts)
+        rollout_log.add(step, rollouts)
 
     try:
         for step in range(start + 1, cfg.steps + 1):
@@ -448,6 +454,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
             rec["step_s"] = time.perf_counter() - t0
             history.append(rec)
             _append_metrics(metrics_path, rec)
+            rollout_log.end_step(step)
             fault_point("metrics", step)
             if on_step:
                 on_step(rec)
@@ -455,6 +462,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
                 raise TrainingStopped(f"step {step}: {nonfinite_run} consecutive non-finite losses or gradients; "
                                       f"lower train.lr (now {cfg.lr}) or check the data")
             if step % cfg.checkpoint_every == 0 or last:
+                rollout_log.flush()  # before the checkpoint: a resume from it finds its steps in the file
                 save_checkpoint(ckpt_dir, step, {
                     "step": step, "trainer": trainer.state_dict(), "allocator": allocator.state_dict(),
                     "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
@@ -467,6 +475,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
         scorer.close()  # the verifier's helper processes, if any
         if hasattr(engine, "close"):
             engine.close()  # a rollout server this run started
+        rollout_log.flush()  # the finished steps, also of a run that stopped
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     steps_done = history[-1]["step"] if history else 0
     return TrainResult(run_dir, steps_done, resumed_from, history, final)

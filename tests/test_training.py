@@ -1,7 +1,10 @@
 """The training loop on the tiny policy: it learns-ready, resumes exactly, refuses bad input."""
 
 import json
+import shutil
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -10,6 +13,7 @@ from rlvr_core.config import TrainConfig
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.warmstart import warm_start
+from rlvr_core.rollout_log import read_log
 from rlvr_core.training import train
 
 TIMING = ("generate_s", "verify_s", "allocate_s", "update_s", "step_s", "eval_s")
@@ -42,12 +46,22 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path, allocator):
     # stop after step 2 (a checkpoint), then start again with the full step count
     train(_cfg(allocator=allocator, steps=2), policy_dir=root / "policy", train_rows=ds["train"],
           test_rows=ds["test"], run_dir=tmp_path / "split")
+    assert sorted(read_log(tmp_path / "split" / "rollouts.parquet")["step"].unique()) == [1, 2]
+    # a run killed after writing rows of steps its newest checkpoint (step 2) does not hold: the rows of
+    # steps 3 and 4 of the full run stand in for them; the resumed run must drop and regenerate them
+    shutil.copy(tmp_path / "full" / "rollouts.parquet", tmp_path / "split" / "rollouts.parquet")
     resumed = train(_cfg(allocator=allocator), policy_dir=root / "policy", train_rows=ds["train"],
                     test_rows=ds["test"], run_dir=tmp_path / "split")
     assert resumed.resumed_from == 2
     assert _strip(resumed.metrics) == _strip(full.metrics)
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 3, 4]  # nothing missing or duplicated
+    log_full = read_log(tmp_path / "full" / "rollouts.parquet")
+    log_split = read_log(tmp_path / "split" / "rollouts.parquet")
+    pd.testing.assert_frame_equal(log_split, log_full)  # the same rows, once each
+    assert not log_split.duplicated(["step", "prompt_id"]).any()
+    per_step = log_split.groupby("step")["rollouts"].sum()
+    assert per_step.to_dict() == {r["step"]: r["rollouts"] for r in resumed.metrics[1:]}
     a = read_state(tmp_path / "full" / "checkpoints" / "step_000004")
     b = read_state(tmp_path / "split" / "checkpoints" / "step_000004")
     for k, v in a["trainer"]["model"].items():
@@ -68,6 +82,33 @@ def test_step_metrics_account_rollouts_and_tokens(setup, tmp_path):
         assert key in s1
     assert "eval/greedy_acc" in res.metrics[0] and "eval/pass_at_8" in res.metrics[-1]
     assert len(list((tmp_path / "r" / "checkpoints").glob("step_*"))) == 1  # keep_last
+
+
+def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
+    root, ds = setup
+    res = train(_cfg(allocator="sara", steps=3, checkpoint_every=2), policy_dir=root / "policy",
+                train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
+    log = read_log(tmp_path / "r" / "rollouts.parquet")
+    assert list(log.columns) == ["step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens", "difficulty", "op"]
+    last = res.metrics[-1]
+    assert log["rollouts"].sum() == last["cum_rollouts"]
+    assert log["tokens"].sum() == last["cum_tokens"]
+    for rec in res.metrics[1:]:
+        sub = log[log.step == rec["step"]]
+        assert sub["rollouts"].sum() == rec["rollouts"] and sub["tokens"].sum() == rec["tokens"]
+    assert not log.duplicated(["step", "prompt_id"]).any()
+    assert ((log.passes >= 0) & (log.passes <= log.rollouts)).all()
+    assert np.allclose(log.passes, log.reward_sum)  # the arithmetic verifier's rewards are 0 or 1
+    rows = ds["train"]
+    assert log["difficulty"].tolist() == [rows[i]["difficulty"] for i in log.prompt_id]
+    assert log["op"].tolist() == [rows[i]["op"] for i in log.prompt_id]
+    # the warm-started policy passes some rollouts and fails others
+    assert 0 < log["passes"].sum() < log["rollouts"].sum()
+    # a fresh run in the same folder does not keep the earlier run's rows
+    train(_cfg(allocator="grpo", steps=1), policy_dir=root / "policy", train_rows=ds["train"],
+          test_rows=ds["test"], run_dir=tmp_path / "r", resume=False)
+    again = read_log(tmp_path / "r" / "rollouts.parquet")
+    assert again["step"].unique().tolist() == [1] and again["rollouts"].sum() == 8 * 8
 
 
 def test_bad_train_config_is_refused_before_any_rollout():

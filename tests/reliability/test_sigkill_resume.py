@@ -3,9 +3,9 @@
 The driver (tests/reliability/driver.py) runs ``train`` in a subprocess and kills
 itself at a chosen point through ``$RLVR_FAULT_KILL_AT``; one more case is
 killed by the parent at an arbitrary moment. The same command is then started
-again; its metrics.jsonl (minus timings) and its final checkpoint (policy,
-optimizer, allocator posteriors, prompt order, engine and RNG states) must equal
-those of an uninterrupted run.
+again; its metrics.jsonl (minus timings), its rollouts.parquet and its final
+checkpoint (policy, optimizer, allocator posteriors, prompt order, engine and RNG
+states) must equal those of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from rlvr_core.config import TrainConfig
+from rlvr_core.rollout_log import read_log
 from rlvr_core.training import train
 from tests.reliability.common import (
     CFG,
@@ -56,6 +58,8 @@ def _check_resumed(run: Path, reference: tuple[Path, list[dict[str, Any]]], poli
     got = read_metrics(run)
     assert [r["step"] for r in got] == list(range(CFG["steps"] + 1))  # nothing missing or duplicated
     assert strip_timing(got) == strip_timing(ref_metrics)
+    # the rollout log: every step once, as the uninterrupted run logged it
+    pd.testing.assert_frame_equal(read_log(run / "rollouts.parquet"), read_log(ref_run / "rollouts.parquet"))
     assert_same(final_state(run, CFG["steps"]), final_state(ref_run, CFG["steps"]))
     assert not list((run / "checkpoints").glob(".tmp_*"))  # the half-written checkpoint was cleaned up
 

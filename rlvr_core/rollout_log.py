@@ -1,0 +1,136 @@
+"""The per-step, per-prompt rollout log of a training run: ``rollouts.parquet`` in the run folder.
+
+One row per (step, prompt) that received rollouts in that step, every round of the step summed:
+
+- ``step``      the training step (1-based, as in metrics.jsonl)
+- ``prompt_id`` the prompt's index in the training split
+- ``rollouts``  rollouts generated for it in the step (committed, abandoned or skipped alike, so the
+  column sums to the run's ``cum_rollouts``)
+- ``passes``    rollouts whose reward is > 0 (binary verifiers: the passes)
+- ``reward_sum`` the sum of their rewards (what the allocators count as passes)
+- ``tokens``    generated tokens
+- the row's feature columns, where the training rows have them (``FEATURE_COLUMNS``: arithmetic
+  ``difficulty`` (digits) and ``op``; hub rows ``difficulty`` (MATH level), ``subject``, ``source``)
+
+The simulated engine's ``replay`` scenario reads such a file (``rlvr_core.rollout.simulated``).
+
+Consistency with checkpoints: the rows live in memory, a step's rows join the log once its metrics are
+written (``end_step``), and the file is rewritten atomically before each checkpoint and when the run
+stops, finished or not (``flush``). A run that resumes from the checkpoint of
+step s keeps the file's rows of steps <= s and drops the later ones (they are generated again), so the file
+never holds a step twice or misses one that metrics.jsonl holds once the run has finished.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rlvr_core.types import Rollouts
+
+FILENAME = "rollouts.parquet"
+COLUMNS: tuple[str, ...] = ("step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens")
+FEATURE_COLUMNS: tuple[str, ...] = ("difficulty", "digits", "op", "level", "subject", "source")
+
+
+def feature_columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The feature columns every row has with a scalar (int or str) value, in FEATURE_COLUMNS order."""
+    out: dict[str, list[Any]] = {}
+    for name in FEATURE_COLUMNS:
+        vals = [r.get(name) for r in rows] if rows else []
+        if vals and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in vals):
+            out[name] = vals
+    return out
+
+
+class RolloutLog:
+    """Collects a run's rollouts per (step, prompt) and keeps ``run_dir/rollouts.parquet`` in step with its
+    checkpoints (module docstring).
+
+    Args:
+        path: the parquet file
+        rows: the training rows (their feature columns are copied into the log)
+        upto: the step the run starts after (0: a fresh run, the file is removed; s: a resumed run, the
+            file's rows of steps > s are dropped)
+    """
+
+    def __init__(self, path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], upto: int = 0) -> None:
+        self.path = Path(path)
+        self.features = feature_columns(rows)
+        self._frames: list[Any] = []
+        # (step, prompt) -> [rollouts, passes, reward_sum, tokens], of finished steps and of the running one
+        self._done: dict[tuple[int, int], np.ndarray] = {}
+        self._running: dict[tuple[int, int], np.ndarray] = {}
+        if upto > 0 and self.path.exists():
+            old = read_log(self.path)
+            self._frames.append(old[old["step"] <= upto])
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def add(self, step: int, rollouts: Rollouts) -> None:
+        """Count one scored round of ``step`` (kept aside until ``end_step(step)``)."""
+        if not len(rollouts):
+            return
+        pid, inv = np.unique(rollouts.prompt_id, return_inverse=True)
+        sums = np.zeros((len(pid), 4))
+        np.add.at(sums, inv, np.column_stack([np.ones(len(rollouts)), rollouts.reward > 0, rollouts.reward,
+                                              rollouts.tokens]))
+        for q, s in zip(pid.tolist(), sums):
+            key = (int(step), int(q))
+            self._running[key] = self._running.get(key, 0.0) + s
+
+    def end_step(self, step: int) -> None:
+        """``step`` finished (its metrics are written): its rows join the log; rows of an unfinished step,
+        left by a step that raised, are dropped."""
+        self._done.update({k: v for k, v in self._running.items() if k[0] == step})
+        self._running = {}
+
+    def frame(self) -> Any:
+        """Every row of the finished steps as a DataFrame, ordered by step and prompt."""
+        import pandas as pd
+
+        new = None
+        if self._done:
+            keys = sorted(self._done)
+            vals = np.vstack([self._done[k] for k in keys])
+            ids = np.asarray([k[1] for k in keys], np.int64)
+            new = pd.DataFrame({"step": np.asarray([k[0] for k in keys], np.int64), "prompt_id": ids,
+                                "rollouts": vals[:, 0].astype(np.int64), "passes": vals[:, 1].astype(np.int64),
+                                "reward_sum": vals[:, 2], "tokens": vals[:, 3].astype(np.int64)})
+            for name, col in self.features.items():
+                new[name] = [col[i] for i in ids.tolist()]
+        parts = [f for f in self._frames if len(f)] + ([new] if new is not None else [])
+        if not parts:
+            return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reward_sum" else "float64") for c in COLUMNS})
+        df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+        return df.sort_values(["step", "prompt_id"], kind="stable").reset_index(drop=True)
+
+    def flush(self) -> None:
+        """Rewrite the file atomically with the rows of the finished steps (none and no file: nothing written)."""
+        df = self.frame()
+        if not len(df) and not self.path.exists():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, self.path)
+
+
+def read_log(path: str | os.PathLike) -> Any:
+    """A rollout log as a DataFrame; ValueError naming the file when it cannot be read or lacks a column."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"rollout log {path}: no such file")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # noqa: BLE001 - any reader failure means the file is not a usable log
+        raise ValueError(f"rollout log {path}: not a readable parquet file ({e.__class__.__name__}: {e})") from e
+    missing = [c for c in ("step", "prompt_id", "rollouts", "passes") if c not in df.columns]
+    if missing:
+        raise ValueError(f"rollout log {path}: missing column(s) {missing}; has {list(df.columns)}")
+    return df

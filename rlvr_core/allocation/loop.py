@@ -19,8 +19,9 @@ from rlvr_core.errors import is_out_of_memory
 from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts, StepStats, TrainBatch
 
-# Fills rollouts.reward in place (a verifier over the payloads); None when the engine scores itself.
-Scorer = Callable[[Rollouts], None]
+# Fills rollouts.reward in place (a verifier over the payloads; the training loop passes its
+# rlvr_core.training.Scorer); None when the engine scores itself.
+ScoreFn = Callable[[Rollouts], None]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
 
 
 def run_allocation_step(allocator: Allocator, engine: RolloutEngine, source: PromptSource,
-                        score: Scorer | None = None, *, retries: int = 0,
+                        score: ScoreFn | None = None, *, retries: int = 0,
                         retry_delay_s: float = 0.0) -> tuple[TrainBatch, StepStats]:
     """Run rounds until the allocator proposes nothing; return its batch and counters.
 

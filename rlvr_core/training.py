@@ -378,7 +378,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
     def evaluate() -> dict[str, float]:
         reduce = f"train.eval_size (now {cfg.eval_size}), train.eval_samples (now {cfg.eval_samples})"
         with precision(device, cfg.dtype), _stop_on_oom("the held-out evaluation", reduce):
-            return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
+            return evaluate_policy((model, tok), eval_rows, task, k=cfg.pass_k, n_samples=cfg.eval_samples,
                                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                                    seed=cfg.seed, device=device)
 

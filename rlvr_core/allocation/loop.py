@@ -38,7 +38,7 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
     """``engine.generate(requests)``, retried up to ``retries`` more times on failure.
 
     Before each retry the engine's ``state_dict()`` from before the first attempt
-    is loaded back (engines without one are retried as they are), so a failure
+    is loaded back (an engine without sampling state keeps the default ``{}``), so a failure
     that advanced the sampling counter does not shift later samples. Attempt a
     waits ``retry_delay_s * 2**(a-1)`` seconds. ValueError and TypeError (a bad
     request) and out-of-memory errors (``rlvr_core.errors.is_out_of_memory``) are
@@ -51,11 +51,10 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
     """
     if retries < 0:
         raise ValueError(f"retries: need >= 0, got {retries}")
-    snapshot = engine.state_dict() if hasattr(engine, "state_dict") and hasattr(engine, "load_state_dict") else None
+    snapshot = engine.state_dict()
     for attempt in range(retries + 1):
         if attempt:
-            if snapshot is not None:
-                engine.load_state_dict(snapshot)
+            engine.load_state_dict(snapshot)
             time.sleep(retry_delay_s * 2 ** (attempt - 1))
         try:
             return engine.generate(requests), attempt
@@ -63,12 +62,10 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
             raise
         except Exception as e:  # noqa: BLE001 - any other engine fault (lost server, ...) is retried
             if is_out_of_memory(e):  # deterministic: the same round would run out of memory again
-                if snapshot is not None:
-                    engine.load_state_dict(snapshot)
+                engine.load_state_dict(snapshot)
                 raise
             if attempt == retries:
-                if snapshot is not None:
-                    engine.load_state_dict(snapshot)
+                engine.load_state_dict(snapshot)
                 raise EngineError(f"engine.generate failed in round {round_index} of this step after "
                                   f"{retries + 1} attempt(s); last error: {e.__class__.__name__}: {e}") from e
             log.warning("engine.generate failed in round %d (attempt %d of %d): %s: %s; retrying",

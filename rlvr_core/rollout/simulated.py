@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_core.errors import ConfigError, require
+from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts
 
 
@@ -51,7 +52,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-class SimulatedEngine:
+class SimulatedEngine(RolloutEngine):
     """RolloutEngine answering requests with Bernoulli(p_q) rewards.
 
     Args:

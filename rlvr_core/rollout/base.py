@@ -37,23 +37,23 @@ class RolloutEngine(ABC):
     @abstractmethod
     def generate(self, requests: Requests) -> Rollouts: ...
 
-    def update_weights(self, state: Any = None) -> None:
+    def update_weights(self, state: Any = None) -> None:  # noqa: B027 - a deliberate no-op default
         """The policy changed; ``state`` is its state dict, or None for the model the engine was given."""
 
-    def sleep(self, level: int = 1) -> None:
+    def sleep(self, level: int = 1) -> None:  # noqa: B027 - a deliberate no-op default
         """Free accelerator memory until the next call; nothing to free by default."""
 
-    def wake_up(self) -> None:
+    def wake_up(self) -> None:  # noqa: B027 - a deliberate no-op default
         """Restore what ``sleep`` freed; nothing by default."""
 
     def state_dict(self) -> dict[str, Any]:
         """Sampling state to checkpoint (the model weights are saved elsewhere); none by default."""
         return {}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - a deliberate no-op default
         """Restore ``state_dict()``'s state; nothing to restore by default."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a deliberate no-op default
         """Release what the engine started; idempotent, nothing by default."""
 
 

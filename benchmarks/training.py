@@ -32,13 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pandas as pd
 
+from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 from rlvr_core.training import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALL = ("grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps")
+ALL = tuple(ALLOCATORS.names())  # every registered allocator
 
 
 def first_reach(xs: np.ndarray, acc: np.ndarray, target: float) -> float:

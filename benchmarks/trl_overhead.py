@@ -32,12 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+from rlvr_core.rollout import RolloutEngine
 from tests.integrations.trl_setup import ScriptedReward, arithmetic_rows, grpo_config, tiny_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class ScriptedEngine:
+class ScriptedEngine(RolloutEngine):
     """rlvr-alloc's engine protocol with the scripted reward rule (no text)."""
 
     def __init__(self, rows: list[dict]) -> None:

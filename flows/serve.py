@@ -1,6 +1,7 @@
 """Serve the deployments in one process against a Prefect server ($PREFECT_API_URL):
 
-    train/grpo, train/dapo, train/sara, train/vigor, train/pods, train/greso, train/sara-dps
+    train/<allocator> for every registered allocator (rlvr_core.allocation.ALLOCATORS: train/grpo,
+        train/dapo, train/sara, train/sara-dps, ...; a "+" in a name becomes "-")
     evaluate/nightly (cron, default 02:00 every day; --cron to change)
 
 then `prefect deployment run train/sara` (optionally `--param steps=50`) starts a run.
@@ -15,15 +16,14 @@ from prefect import serve
 
 from flows.evaluate import evaluate
 from flows.train import train
-
-ALLOCATORS = ("grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps")
+from rlvr_core.allocation import ALLOCATORS
 
 
 def deployments(cron: str = "0 2 * * *") -> list:
     """The train deployment per allocator (allocator preset) and the scheduled nightly evaluation."""
     out = [train.to_deployment(name=a.replace("+", "-"), parameters={"allocator": a}, tags=["train", a],
                                description=f"GRPO training with the {a} allocator")
-           for a in ALLOCATORS]
+           for a in ALLOCATORS.names()]
     out.append(evaluate.to_deployment(name="nightly", parameters={"nightly": True}, cron=cron, tags=["evaluate"],
                                       description="evaluate every run's newest checkpoint not yet evaluated"))
     return out

@@ -320,6 +320,7 @@ class TrainConfig:
     temperature, top_p, max_new_tokens: sampling (max_new_tokens <= MAX_NEW_TOKENS)
     eval_every: steps between held-out evaluations (0: only at the end)
     eval_size: held-out problems per evaluation; eval_samples: samples each for pass@k
+    eval_pass_k: the k of pass@k and of the held-out group shares (null: the group size k)
     checkpoint_every: steps between checkpoints; keep_last: checkpoints kept
     max_nonfinite: consecutive non-finite updates that stop the run
     engine: rollout engine name ("hf" in-process; "vllm" the rollout server, see docs/vllm.md)
@@ -375,6 +376,7 @@ class TrainConfig:
     eval_every: int = 10
     eval_size: int = 200
     eval_samples: int = 0
+    eval_pass_k: int | None = None
     checkpoint_every: int = 25
     keep_last: int = 2
     max_nonfinite: int = 5
@@ -420,8 +422,10 @@ class TrainConfig:
         require(0 < self.lr < 1, "lr", f"got {short_repr(self.lr)}; need 0 < lr < 1 (1e-4 is the tested default)")
         require(self.temperature > 0, "temperature", f"got {short_repr(self.temperature)}; need > 0")
         require(0 < self.top_p <= 1, "top_p", f"got {short_repr(self.top_p)}; need 0 < top_p <= 1")
-        require(self.eval_samples == 0 or self.eval_samples >= self.k, "eval_samples",
-                f"got {self.eval_samples}; need 0 or >= k={self.k} for pass@k")
+        require(self.eval_pass_k is None or self.eval_pass_k >= 1, "eval_pass_k",
+                f"got {short_repr(self.eval_pass_k)}; need an int >= 1 or null (the group size k)")
+        require(self.eval_samples == 0 or self.eval_samples >= self.pass_k, "eval_samples",
+                f"got {self.eval_samples}; need 0 or >= {self.pass_k} (train.eval_pass_k, null: train.k) for pass@k")
         require(self.engine_retry_delay_s >= 0, "engine_retry_delay_s",
                 f"got {short_repr(self.engine_retry_delay_s)}; need >= 0")
         require(self.verifier_timeout_s is None or 0 < self.verifier_timeout_s <= MAX_VERIFIER_TIMEOUT_S,
@@ -458,6 +462,11 @@ class TrainConfig:
                 hint = f" (did you mean {short_repr(close[0])}?)" if close else ""
                 raise ConfigError(f"engine_options.{key}: not an option of engine {short_repr(self.engine)}{hint}; "
                                   f"valid: {', '.join(valid)}")
+
+    @property
+    def pass_k(self) -> int:
+        """The k of the held-out pass@k: ``eval_pass_k``, or the group size ``k`` when that is null."""
+        return self.k if self.eval_pass_k is None else self.eval_pass_k
 
     def allocator_kwargs(self, name: str | None = None) -> dict[str, Any]:
         """Parameters for ``make_allocator``: k, batch_size, seed plus the overrides."""

@@ -22,12 +22,16 @@ def require(cond: bool, field: str, message: str) -> None:
 def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> C:
     """Build dataclass ``cls`` from ``data``, prefixing every error with ``section``.
 
-    Unknown keys name the closest valid one; the dataclass's own validation
-    errors ("field: why") become "section.field: why".
+    Unknown keys name the closest valid one; a key the class lists in its ``RENAMED_KEYS``
+    ({old name: what to write instead}) is refused with that text; the dataclass's own
+    validation errors ("field: why") become "section.field: why".
     """
     data = dict(data or {})
     names = [f.name for f in dataclasses.fields(cls)]
+    renamed: Mapping[str, str] = getattr(cls, "RENAMED_KEYS", {})
     for key in data:
+        if key in renamed and key not in names:
+            raise ConfigError(f"{section}.{key}: {renamed[key]}")
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -383,7 +383,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
     def evaluate() -> dict[str, float]:
         reduce = f"train.eval_size (now {cfg.eval_size}), train.eval_samples (now {cfg.eval_samples})"
         with precision(device, cfg.dtype), _stop_on_oom("the held-out evaluation", reduce):
-            return evaluate_policy((model, tok), eval_rows, task, k=cfg.k, n_samples=cfg.eval_samples,
+            return evaluate_policy((model, tok), eval_rows, task, k=cfg.pass_k, n_samples=cfg.eval_samples,
                                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                                    seed=cfg.seed, device=device)
 
@@ -416,7 +416,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
                                                    retry_delay_s=cfg.engine_retry_delay_s)
             scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
             t1 = time.perf_counter()
-            if getattr(engine, "enable_sleep_mode", False):
+            if engine.enable_sleep_mode:
                 engine.sleep()  # a colocated server frees the accelerator while the trainer runs
             with precision(device, cfg.dtype), _stop_on_oom(f"step {step}: the policy update",
                                                             f"train.micro_batch (now {cfg.micro_batch})"):
@@ -473,8 +473,7 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
                 break
     finally:
         scorer.close()  # the verifier's helper processes, if any
-        if hasattr(engine, "close"):
-            engine.close()  # a rollout server this run started
+        engine.close()  # a rollout server this run started
         rollout_log.flush()  # the finished steps, also of a run that stopped
     final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
     steps_done = history[-1]["step"] if history else 0

@@ -82,3 +82,24 @@ def test_evaluate_policy_settings() -> None:
         evaluate_policy((model, tok), [], k=1)
     greedy_only = evaluate_policy((model, tok), [{"prompt": "0001+0002=", "answer": "3"}], "arithmetic", n_samples=0)
     assert set(greedy_only) == {"n_problems", "greedy_acc"}
+
+
+@pytest.mark.parametrize("pass_k", [None, 2])
+def test_training_reports_pass_at_eval_pass_k(tmp_path, pass_k) -> None:
+    """train.eval_pass_k is the k of the in-training pass@k, apart from the group size k; null keeps k."""
+    from rlvr_core.config import TrainConfig
+    from rlvr_core.data.arithmetic import make_arithmetic
+    from rlvr_core.models.tiny import save_policy
+    from rlvr_core.training import train
+
+    model, tok = build_tiny_policy(hidden=32, layers=1, heads=2, intermediate=64, seed=0)
+    folder = save_policy(model, tok, tmp_path / "policy")
+    ds = make_arithmetic(40, 10, seed=0)
+    base = dict(allocator="grpo", k=4, batch_size=2, steps=0, eval_size=5, eval_samples=4, checkpoint_every=1)
+    with pytest.raises(ConfigError, match="eval_samples"):
+        TrainConfig(**base, eval_pass_k=8)  # 4 samples cannot estimate pass@8
+    cfg = TrainConfig(**base, eval_pass_k=pass_k)
+    assert cfg.pass_k == (pass_k or 4)
+    res = train(cfg, policy_dir=folder, train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "run")
+    assert {k for k in res.final_eval if k.startswith("pass_at_")} == {"pass_at_1", f"pass_at_{cfg.pass_k}"}
+    assert f"mixed_share_k{cfg.pass_k}" in res.final_eval

@@ -3,7 +3,7 @@
 Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps.
 """
 
-from rlvr_core.allocation import greso, pods, sara, uniform, vigor  # noqa: F401  (registration)
+from rlvr_core.allocation import dapo, greso, pods, sara, uniform, vigor  # noqa: F401  (registration)
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import p_effective
 from rlvr_core.allocation.loop import run_allocation_step

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_core.allocation.dapo import DAPOAllocator, DAPOParams
 from rlvr_core.allocation.registry import ALLOCATORS
-from rlvr_core.allocation.uniform import DAPOAllocator, DAPOParams
 from rlvr_core.errors import require
 
 

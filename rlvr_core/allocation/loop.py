@@ -19,8 +19,9 @@ from rlvr_core.errors import is_out_of_memory
 from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts, StepStats, TrainBatch
 
-# Fills rollouts.reward in place (a verifier over the payloads); None when the engine scores itself.
-Scorer = Callable[[Rollouts], None]
+# Fills rollouts.reward in place (a verifier over the payloads; the training loop passes its
+# rlvr_core.training.Scorer); None when the engine scores itself.
+ScoreFn = Callable[[Rollouts], None]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
     """``engine.generate(requests)``, retried up to ``retries`` more times on failure.
 
     Before each retry the engine's ``state_dict()`` from before the first attempt
-    is loaded back (engines without one are retried as they are), so a failure
+    is loaded back (an engine without sampling state keeps the default ``{}``), so a failure
     that advanced the sampling counter does not shift later samples. Attempt a
     waits ``retry_delay_s * 2**(a-1)`` seconds. ValueError and TypeError (a bad
     request) and out-of-memory errors (``rlvr_core.errors.is_out_of_memory``) are
@@ -50,11 +51,10 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
     """
     if retries < 0:
         raise ValueError(f"retries: need >= 0, got {retries}")
-    snapshot = engine.state_dict() if hasattr(engine, "state_dict") and hasattr(engine, "load_state_dict") else None
+    snapshot = engine.state_dict()
     for attempt in range(retries + 1):
         if attempt:
-            if snapshot is not None:
-                engine.load_state_dict(snapshot)
+            engine.load_state_dict(snapshot)
             time.sleep(retry_delay_s * 2 ** (attempt - 1))
         try:
             return engine.generate(requests), attempt
@@ -62,12 +62,10 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
             raise
         except Exception as e:  # noqa: BLE001 - any other engine fault (lost server, ...) is retried
             if is_out_of_memory(e):  # deterministic: the same round would run out of memory again
-                if snapshot is not None:
-                    engine.load_state_dict(snapshot)
+                engine.load_state_dict(snapshot)
                 raise
             if attempt == retries:
-                if snapshot is not None:
-                    engine.load_state_dict(snapshot)
+                engine.load_state_dict(snapshot)
                 raise EngineError(f"engine.generate failed in round {round_index} of this step after "
                                   f"{retries + 1} attempt(s); last error: {e.__class__.__name__}: {e}") from e
             log.warning("engine.generate failed in round %d (attempt %d of %d): %s: %s; retrying",
@@ -76,7 +74,7 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
 
 
 def run_allocation_step(allocator: Allocator, engine: RolloutEngine, source: PromptSource,
-                        score: Scorer | None = None, *, retries: int = 0,
+                        score: ScoreFn | None = None, *, retries: int = 0,
                         retry_delay_s: float = 0.0) -> tuple[TrainBatch, StepStats]:
     """Run rounds until the allocator proposes nothing; return its batch and counters.
 

@@ -17,7 +17,7 @@ sees large batches and a step takes a handful of rounds. Two budget modes:
   Each live prompt reserves the rollouts it could still need (k - n), so the
   budget is never exceeded and every committed group can be completed.
 - ``mode="groups"``: stop once ``batch_size`` groups are committed (compare
-  with dapo), under a rollout cap ``max_rollouts``.
+  with dapo), under a per-step rollout cap ``max_step_rollouts``.
 
 Guarantee (under the prior SARA assumes): an abandoned prompt would have
 ended mixed with probability p_eff < tau_low.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,7 +47,8 @@ class SARAParams(AllocatorParams):
 
     mode: "groups" (stop at batch_size committed groups) or "rollouts" (fixed budget)
     budget: rollouts per step in "rollouts" mode (default batch_size * k)
-    max_rollouts: rollout cap per step in "groups" mode (default 8 * batch_size * k)
+    max_step_rollouts: rollout cap per step in "groups" mode (default 8 * batch_size * k); named so
+        apart from train.max_rollouts, the whole run's budget (the old name is refused, naming this one)
     probe_schedule: cumulative probe sizes; floats in (0, 1] are fractions of k,
         ints are absolute counts; k is always the last size. The default
         (k/2, k) suits the uniform prior, under which a shorter all-fail prefix
@@ -64,13 +65,17 @@ class SARAParams(AllocatorParams):
 
     mode: str = "groups"
     budget: int | None = None
-    max_rollouts: int | None = None
+    max_step_rollouts: int | None = None
     probe_schedule: tuple = (0.5, 1.0)
     tau_low: float = 0.5
     tau_high: float = 1.0
     max_rounds: int = 6
     max_new_prompts_per_round: int | None = None
     prior: Any = None
+
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        "max_rollouts": "renamed max_step_rollouts (the per-step cap of groups mode; train.max_rollouts is the "
+                        "whole run's budget); write max_step_rollouts"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,7 +95,7 @@ class SARAParams(AllocatorParams):
         sizes = self.schedule
         require(len(sizes) <= self.max_rounds, "max_rounds",
                 f"{self.max_rounds} rounds cannot fit the {len(sizes)}-size probe schedule {sizes}; raise max_rounds")
-        require(self.step_budget >= self.k, "budget",
+        require(self.step_budget >= self.k, "budget" if self.mode == "rollouts" else "max_step_rollouts",
                 f"{self.step_budget} rollouts cannot hold one group of k={self.k}; set it >= k")
         require(self.max_new_prompts_per_round is None or self.max_new_prompts_per_round >= 1,
                 "max_new_prompts_per_round", "set it >= 1 or leave it unset")
@@ -113,7 +118,7 @@ class SARAParams(AllocatorParams):
     def step_budget(self) -> int:
         if self.mode == "rollouts":
             return int(self.budget if self.budget is not None else self.batch_size * self.k)
-        return int(self.max_rollouts if self.max_rollouts is not None else 8 * self.batch_size * self.k)
+        return int(self.max_step_rollouts if self.max_step_rollouts is not None else 8 * self.batch_size * self.k)
 
 
 @ALLOCATORS.register("sara")

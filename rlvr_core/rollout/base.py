@@ -1,8 +1,9 @@
-"""The RolloutEngine protocol (docs/design.md §3.1, §2.5)."""
+"""The RolloutEngine base class (docs/design.md §3.1, §2.5)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from abc import ABC, abstractmethod
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -10,20 +11,50 @@ from rlvr_core.registry import Registry
 from rlvr_core.types import Requests, Rollouts
 
 
-@runtime_checkable
-class RolloutEngine(Protocol):
-    """Answers one allocation round with rollouts.
+class RolloutEngine(ABC):
+    """Answers one allocation round with rollouts; declares everything the training loop calls.
 
     ``generate(requests)`` returns, for each ``prompt_id -> n`` in ``requests``,
     exactly n rollouts (rows in any order), with rewards filled in where the
     engine scores them itself (simulated) or left at 0.0 for the caller's
     verifier (model engines: the payload carries the completion text).
-    ``update_weights(...)`` is called after every policy update.
+
+    The rest have defaults for engines that need not do anything:
+
+    - ``update_weights(state)``: called after every policy update (default: nothing,
+      for an engine that shares the trainer's model object or has no weights);
+    - ``sleep(level)`` / ``wake_up()``: free and restore accelerator memory; the loop
+      calls ``sleep()`` before each update when ``enable_sleep_mode`` is true, and the
+      engine wakes itself on its next call (default: nothing, the flag false);
+    - ``state_dict()`` / ``load_state_dict(state)``: the sampling state that checkpoints
+      keep and a retried round restores (default: none, ``{}``);
+    - ``close()``: release what the engine started (a server); idempotent (default: nothing).
     """
 
+    #: true when ``sleep()`` frees memory, so the training loop calls it before each update
+    enable_sleep_mode: bool = False
+
+    @abstractmethod
     def generate(self, requests: Requests) -> Rollouts: ...
 
-    def update_weights(self, state: Any = None) -> None: ...
+    def update_weights(self, state: Any = None) -> None:  # noqa: B027 - a deliberate no-op default
+        """The policy changed; ``state`` is its state dict, or None for the model the engine was given."""
+
+    def sleep(self, level: int = 1) -> None:  # noqa: B027 - a deliberate no-op default
+        """Free accelerator memory until the next call; nothing to free by default."""
+
+    def wake_up(self) -> None:  # noqa: B027 - a deliberate no-op default
+        """Restore what ``sleep`` freed; nothing by default."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sampling state to checkpoint (the model weights are saved elsewhere); none by default."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - a deliberate no-op default
+        """Restore ``state_dict()``'s state; nothing to restore by default."""
+
+    def close(self) -> None:  # noqa: B027 - a deliberate no-op default
+        """Release what the engine started; idempotent, nothing by default."""
 
 
 ENGINES: Registry[type] = Registry("engine")

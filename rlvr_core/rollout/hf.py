@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlvr_core.errors import OutOfMemory, is_out_of_memory, require
-from rlvr_core.rollout.base import encode_prompt_pool, prompt_sequences
+from rlvr_core.rollout.base import RolloutEngine, encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
 _SEED_STRIDE = 1_000_003  # call c of an engine with seed s samples with seed s * stride + c
@@ -54,7 +54,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-class HFEngine:
+class HFEngine(RolloutEngine):
     """RolloutEngine sampling from a transformers causal LM.
 
     Args:

@@ -50,6 +50,7 @@ import numpy as np
 
 from rlvr_core.allocation.beta_binomial import fit_beta_moments
 from rlvr_core.errors import ConfigError, require
+from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts
 
 
@@ -150,7 +151,7 @@ class ReplayLog:
         return self._cache[key]
 
 
-class SimulatedEngine:
+class SimulatedEngine(RolloutEngine):
     """RolloutEngine answering requests with Bernoulli(p_q) rewards.
 
     Args:

@@ -65,7 +65,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr_core.errors import ConfigError, require
-from rlvr_core.rollout.base import encode_prompt_pool, prompt_sequences
+from rlvr_core.rollout.base import RolloutEngine, encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
 #: The server program, run with the vLLM environment's interpreter.
@@ -122,7 +122,7 @@ def _default_weights_dir() -> Path:
     return Path(tempfile.gettempdir())
 
 
-class VLLMEngine:
+class VLLMEngine(RolloutEngine):
     """RolloutEngine whose rollouts come from a vLLM server process.
 
     Args:

@@ -6,6 +6,7 @@ import pytest
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.allocation.pods import max_variance_subset
 from rlvr_core.allocation.sara import ABANDONED
+from rlvr_core.rollout import RolloutEngine
 from rlvr_core.rollout.simulated import SimulatedEngine
 
 
@@ -175,7 +176,7 @@ def test_vigor_keeps_growing_when_gamma_near_one_rounds_a_size_flat():
     assert st.rounds == 2  # m0, then the growth to 3 (the flat iterations request nothing)
 
 
-class ConstantEngine:
+class ConstantEngine(RolloutEngine):
     """Rewards that are the same within each prompt's group but far from 0 (100.1), except for prompt 0."""
 
     def generate(self, requests):

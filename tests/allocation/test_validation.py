@@ -20,6 +20,7 @@ def test_unknown_allocator_lists_valid_names():
     ("sara", {"tau_low": 1.0}, "tau_low"),
     ("sara", {"tau_low": -0.1}, "tau_low"),
     ("sara", {"mode": "rollouts", "budget": 7}, "budget"),
+    ("sara", {"max_step_rollouts": 7}, "max_step_rollouts"),
     ("sara", {"probe_schedule": (0.0, 1.0)}, "probe_schedule"),
     ("sara", {"mode": "fixed"}, "mode"),
     ("sara", {"prior": "magic"}, "prior.kind"),
@@ -41,6 +42,15 @@ def test_impossible_parameters_name_the_field(name, kw, field):
 def test_unknown_parameter_suggests_closest():
     with pytest.raises(ConfigError, match="did you mean 'tau_low'"):
         make_allocator("sara", tau_lo=0.3)
+
+
+@pytest.mark.parametrize("name", ["sara", "sara+dps"])
+def test_the_old_name_of_the_step_cap_names_the_new_one(name):
+    """SARA's per-step cap was called max_rollouts, like train.max_rollouts (the whole run's budget)."""
+    with pytest.raises(ConfigError) as e:
+        make_allocator(name, max_rollouts=512)
+    assert str(e.value).startswith(f"{name}.max_rollouts: renamed max_step_rollouts")
+    assert make_allocator(name, k=8, batch_size=4, max_step_rollouts=40).max_rollouts_per_step == 40
 
 
 def test_empty_prompt_pool_is_refused():

@@ -14,6 +14,7 @@ from rlvr_core.allocation.loop import generate_with_retry
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import DataError
 from rlvr_core.errors import OutOfMemory, is_out_of_memory
+from rlvr_core.rollout import RolloutEngine
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.training import TrainingStopped, train
 from tests.reliability.common import CFG, dataset, make_flow_root
@@ -108,7 +109,7 @@ def test_out_of_memory_is_recognised(exc: BaseException, oom: bool) -> None:
     assert is_out_of_memory(exc) is oom
 
 
-class _Engine:
+class _Engine(RolloutEngine):
     def __init__(self, exc: BaseException) -> None:
         self.exc, self.calls, self.state = exc, 0, {"calls": 0}
 

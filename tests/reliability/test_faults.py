@@ -18,6 +18,7 @@ from rlvr_core.allocation.loop import EngineError, generate_with_retry
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
+from rlvr_core.rollout import RolloutEngine
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.training import Scorer, TrainingStopped, train
 from rlvr_core.types import Rollouts
@@ -96,7 +97,7 @@ def test_engine_error_after_the_retries_fails_the_step_and_keeps_the_checkpoint(
     assert _without(read_metrics(run), "engine_retries") == _without(reference[1], "engine_retries")
 
 
-class CountingEngine:
+class CountingEngine(RolloutEngine):
     """Engine whose draws depend on a call counter, like HFEngine; fails on chosen attempts."""
 
     def __init__(self, fail: list[BaseException | None]) -> None:

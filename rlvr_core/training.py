@@ -51,7 +51,7 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -344,140 +344,220 @@ def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.
                 train_rows: list[Mapping[str, Any]], test_rows: list[Mapping[str, Any]], run_dir: Path, task: str,
                 resume: bool, on_step: StepCallback | None, device: str, digest: str) -> TrainResult:
     """The body of ``train`` once its inputs are checked and this process holds ``run_dir``."""
-    ckpt_dir = run_dir / "checkpoints"
-    metrics_path = run_dir / "metrics.jsonl"
-    allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
-    # each prompt's feature key, for allocators with a contextual prior (the others ignore it)
-    source = PromptSource(len(train_rows), seed=cfg.seed, context=context_keys(train_rows, task))
-    engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir, device=device)
-    trainer = GRPOTrainer(model, TrainerConfig.from_train(cfg),
-                          ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
-                          pad_id=tok.pad_token_id, device=device)
-    scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s, max_error_share=cfg.max_verifier_error_share,
-                    workers=cfg.verifier_workers)
-    rng = np.random.default_rng(cfg.seed)
-    eval_idx = np.sort(rng.choice(len(test_rows), size=min(cfg.eval_size, len(test_rows)), replace=False))
-    eval_rows = [test_rows[i] for i in eval_idx]
-
-    start, resumed_from, history, nonfinite_run = 0, None, [], 0
-    cum = {"rollouts": 0, "tokens": 0}
-    if resume and (latest := load_latest(ckpt_dir)) is not None:
-        step0, state = latest
-        check_resumable(state, cfg, digest, str(ckpt_dir / f"step_{step0:06d}"), step=step0)
-        trainer.load_state_dict(state["trainer"])
-        allocator.load_state_dict(state["allocator"])
-        source.load_state_dict(state["source"])
-        engine.load_state_dict(state["engine"])
-        scorer.errors = state["verifier_errors"]
-        scorer.timeouts = state.get("verifier_timeouts", 0)
-        _set_rng_state(state["rng"])
-        start, resumed_from, nonfinite_run, cum = step0, step0, state["nonfinite_run"], dict(state["cum"])
-        history = _read_metrics(metrics_path, upto=step0)
-        _write_metrics(metrics_path, history)  # drop lines written after the checkpoint
-    else:  # a fresh run: nothing of an earlier run in this folder may be mistaken for this one's
-        metrics_path.unlink(missing_ok=True)
-        if not resume:
-            shutil.rmtree(ckpt_dir, ignore_errors=True)
-    rollout_log = RolloutLog(run_dir / ROLLOUT_LOG, train_rows, upto=start)  # a resumed run drops later steps
-
-    def evaluate() -> dict[str, float]:
-        reduce = f"train.eval_size (now {cfg.eval_size}), train.eval_samples (now {cfg.eval_samples})"
-        with precision(device, cfg.dtype), _stop_on_oom("the held-out evaluation", reduce):
-            return evaluate_policy((model, tok), eval_rows, task, k=cfg.pass_k, n_samples=cfg.eval_samples,
-                                   temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                                   seed=cfg.seed, device=device)
-
-    if start == 0:
-        te = time.perf_counter()
-        ev = {f"eval/{k}": v for k, v in evaluate().items()}
-        rec = {"step": 0, "cum_rollouts": 0, "cum_tokens": 0, **ev, "eval_s": time.perf_counter() - te}
-        history.append(rec)
-        _append_metrics(metrics_path, rec)
-        if on_step:
-            on_step(rec)
-
-    step = start
-
-    def score(rollouts: Rollouts) -> None:
-        fault_point("generate", step)
-        scorer(rollouts)
-        rollout_log.add(step, rollouts)
-
+    run = _Run(cfg, model, tok, policy_dir=policy_dir, train_rows=train_rows, test_rows=test_rows, run_dir=run_dir,
+               task=task, on_step=on_step, device=device, digest=digest)
     try:
-        for step in range(start + 1, cfg.steps + 1):
-            if cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts:
+        run.restore(resume)
+        run.loop()
+    finally:
+        run.close()
+    return run.result()
+
+
+@dataclass
+class RunState:
+    """What a run carries from step to step besides its components' own state (allocator, trainer, ...).
+
+    step: the last finished step; resumed_from: the checkpoint step this process started from (None: fresh);
+    nonfinite_run: consecutive non-finite updates; cum: rollouts and tokens generated so far;
+    history: every step's metrics record (read back from metrics.jsonl on resume, not checkpointed).
+    """
+
+    step: int = 0
+    resumed_from: int | None = None
+    nonfinite_run: int = 0
+    cum: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "tokens": 0})
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "nonfinite_run": self.nonfinite_run, "cum": dict(self.cum)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.step = self.resumed_from = int(state["step"])
+        self.nonfinite_run = int(state["nonfinite_run"])
+        self.cum = {k: int(v) for k, v in state["cum"].items()}
+
+
+class _Run:
+    """One training run's components and its phases: restore, then per step allocate, update, record,
+    evaluate and checkpoint (``loop``), then close."""
+
+    def __init__(self, cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.PathLike,
+                 train_rows: list[Mapping[str, Any]], test_rows: list[Mapping[str, Any]], run_dir: Path, task: str,
+                 on_step: StepCallback | None, device: str, digest: str) -> None:
+        self.cfg, self.model, self.tok, self.task, self.device, self.digest = cfg, model, tok, task, device, digest
+        self.train_rows, self.on_step = train_rows, on_step
+        self.run_dir, self.ckpt_dir, self.metrics_path = run_dir, run_dir / "checkpoints", run_dir / "metrics.jsonl"
+        self.allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
+        # each prompt's feature key, for allocators with a contextual prior (the others ignore it)
+        self.source = PromptSource(len(train_rows), seed=cfg.seed, context=context_keys(train_rows, task))
+        self.engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir,
+                                    device=device)
+        self.trainer = GRPOTrainer(model, TrainerConfig.from_train(cfg),
+                                   ref_model=_frozen_copy(policy_dir, device) if cfg.kl_coef > 0 else None,
+                                   pad_id=tok.pad_token_id, device=device)
+        self.scorer = Scorer(task, train_rows, timeout_s=cfg.verifier_timeout_s,
+                             max_error_share=cfg.max_verifier_error_share, workers=cfg.verifier_workers)
+        rng = np.random.default_rng(cfg.seed)
+        eval_idx = np.sort(rng.choice(len(test_rows), size=min(cfg.eval_size, len(test_rows)), replace=False))
+        self.eval_rows = [test_rows[i] for i in eval_idx]
+        self.state = RunState()
+        self.rollout_log: RolloutLog | None = None
+
+    # ----- phases ------------------------------------------------------------------------------------------
+    def restore(self, resume: bool) -> None:
+        """Continue from the newest checkpoint (``resume``), or start afresh and evaluate the initial policy."""
+        st = self.state
+        if resume and (latest := load_latest(self.ckpt_dir)) is not None:
+            step0, saved = latest
+            check_resumable(saved, self.cfg, self.digest, str(self.ckpt_dir / f"step_{step0:06d}"), step=step0)
+            self.trainer.load_state_dict(saved["trainer"])
+            self.allocator.load_state_dict(saved["allocator"])
+            self.source.load_state_dict(saved["source"])
+            self.engine.load_state_dict(saved["engine"])
+            self.scorer.errors = saved["verifier_errors"]
+            self.scorer.timeouts = saved.get("verifier_timeouts", 0)
+            _set_rng_state(saved["rng"])
+            st.load_state_dict(saved)
+            st.history = _read_metrics(self.metrics_path, upto=step0)
+            _write_metrics(self.metrics_path, st.history)  # drop lines written after the checkpoint
+        else:  # a fresh run: nothing of an earlier run in this folder may be mistaken for this one's
+            self.metrics_path.unlink(missing_ok=True)
+            if not resume:
+                shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        self.rollout_log = RolloutLog(self.run_dir / ROLLOUT_LOG, self.train_rows, upto=st.step)  # drops later steps
+        if st.step == 0:
+            te = time.perf_counter()
+            rec = {"step": 0, "cum_rollouts": 0, "cum_tokens": 0, **self.evaluate(), "eval_s": time.perf_counter() - te}
+            self._emit(rec)
+
+    def loop(self) -> None:
+        cfg, st = self.cfg, self.state
+        for step in range(st.step + 1, cfg.steps + 1):
+            if self._budget_spent():
                 break  # a resumed run whose budget was already spent
             t0 = time.perf_counter()
-            errors0, timeouts0 = scorer.errors, scorer.timeouts
-            scorer.begin_step()
-            with precision(device, cfg.dtype), _stop_on_oom(f"step {step}: generation", "the prompt length, "
-                                                            f"train.max_new_tokens (now {cfg.max_new_tokens})"):
-                batch, stats = run_allocation_step(allocator, engine, source, score=score, retries=cfg.engine_retries,
-                                                   retry_delay_s=cfg.engine_retry_delay_s)
-            scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
-            t1 = time.perf_counter()
-            if engine.enable_sleep_mode:
-                engine.sleep()  # a colocated server frees the accelerator while the trainer runs
-            with precision(device, cfg.dtype), _stop_on_oom(f"step {step}: the policy update",
-                                                            f"train.micro_batch (now {cfg.micro_batch})"):
-                upd = trainer.step(batch)
-            engine.update_weights()  # HF: shares the model object, nothing to do; vLLM: pushes the new weights
-            t2 = time.perf_counter()
-            fault_point("update", step)
-            nonfinite_run = nonfinite_run + 1 if upd.get("nonfinite", 0) else 0
-            _log_step_faults(step, stats.effective_groups, stats.groups, stats.hit_cap, upd, nonfinite_run,
-                             cfg.max_nonfinite, scorer.errors - errors0, scorer.timeouts - timeouts0)
-            cum["rollouts"] += stats.rollouts
-            cum["tokens"] += stats.tokens
-            rec = {
-                "step": step, "rollouts": stats.rollouts, "tokens": stats.tokens,
-                "effective_groups": stats.effective_groups, "groups": stats.groups,
-                "effective_ratio": stats.effective_groups / max(stats.groups, 1),
-                "useful_share": stats.useful_rollouts / max(stats.rollouts, 1),
-                "committed": stats.committed, "abandoned": stats.abandoned, "skipped_prompts": stats.skipped,
-                "rounds": stats.rounds, "hit_cap": stats.hit_cap,
-                "reward_mean": float(batch.rollouts.reward.mean()) if len(batch.rollouts) else 0.0,
-                "loss": upd.get("loss", 0.0), "kl": upd.get("kl", 0.0), "grad_norm": upd.get("grad_norm", 0.0),
-                "clip_frac": upd.get("clip_frac", 0.0), "update_skipped": upd.get("skipped", 0.0),
-                "nonfinite": upd.get("nonfinite", 0.0), "verifier_errors": scorer.errors,
-                "verifier_timeouts": scorer.timeouts, "engine_retries": stats.extra.get("engine_retries", 0),
-                "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
-                "allocate_s": (t1 - t0) - stats.extra["generate_seconds"] - stats.extra["verify_seconds"],
-                "update_s": t2 - t1, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
-                "trained_tokens": upd.get("n_tokens", 0.0), "trained_sequences": upd.get("n_sequences", 0.0),
-            }
-            last = step == cfg.steps or (cfg.max_rollouts is not None and cum["rollouts"] >= cfg.max_rollouts)
+            errors0, timeouts0 = self.scorer.errors, self.scorer.timeouts
+            batch, stats, allocate_s = self.allocate(step)
+            upd, update_s = self.update(step, batch)
+            _log_step_faults(step, stats.effective_groups, stats.groups, stats.hit_cap, upd, st.nonfinite_run,
+                             cfg.max_nonfinite, self.scorer.errors - errors0, self.scorer.timeouts - timeouts0)
+            st.step = step
+            st.cum["rollouts"] += stats.rollouts
+            st.cum["tokens"] += stats.tokens
+            rec = step_record(step, stats, batch, upd, self.scorer, st.cum, allocate_s=allocate_s, update_s=update_s)
+            last = step == cfg.steps or self._budget_spent()
             if (cfg.eval_every and step % cfg.eval_every == 0) or last:
                 te = time.perf_counter()
-                rec.update({f"eval/{k}": v for k, v in evaluate().items()})
+                rec.update(self.evaluate())
                 rec["eval_s"] = time.perf_counter() - te
             rec["step_s"] = time.perf_counter() - t0
-            history.append(rec)
-            _append_metrics(metrics_path, rec)
-            rollout_log.end_step(step)
-            fault_point("metrics", step)
-            if on_step:
-                on_step(rec)
-            if nonfinite_run >= cfg.max_nonfinite:
-                raise TrainingStopped(f"step {step}: {nonfinite_run} consecutive non-finite losses or gradients; "
+            self._emit(rec)
+            if st.nonfinite_run >= cfg.max_nonfinite:
+                raise TrainingStopped(f"step {step}: {st.nonfinite_run} consecutive non-finite losses or gradients; "
                                       f"lower train.lr (now {cfg.lr}) or check the data")
             if step % cfg.checkpoint_every == 0 or last:
-                rollout_log.flush()  # before the checkpoint: a resume from it finds its steps in the file
-                save_checkpoint(ckpt_dir, step, {
-                    "step": step, "trainer": trainer.state_dict(), "allocator": allocator.state_dict(),
-                    "source": source.state_dict(), "engine": engine.state_dict(), "rng": _rng_state(),
-                    "verifier_errors": scorer.errors, "verifier_timeouts": scorer.timeouts,
-                    "nonfinite_run": nonfinite_run, "cum": dict(cum), "config": asdict(cfg), "data_digest": digest,
-                }, keep_last=cfg.keep_last, meta={"config": asdict(cfg), "data_digest": digest})
+                self.checkpoint(step)
             if last:
                 break
-    finally:
-        scorer.close()  # the verifier's helper processes, if any
-        engine.close()  # a rollout server this run started
-        rollout_log.flush()  # the finished steps, also of a run that stopped
-    final = {k[5:]: v for k, v in history[-1].items() if k.startswith("eval/")} if history else {}
-    steps_done = history[-1]["step"] if history else 0
-    return TrainResult(run_dir, steps_done, resumed_from, history, final)
+
+    def allocate(self, step: int) -> tuple[Any, Any, float]:
+        """The step's allocation loop, every rollout scored; (batch, stats, seconds outside generate/verify)."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        self.scorer.begin_step()
+
+        def score(rollouts: Rollouts) -> None:
+            fault_point("generate", step)
+            self.scorer(rollouts)
+            self.rollout_log.add(step, rollouts)
+
+        with precision(self.device, cfg.dtype), _stop_on_oom(f"step {step}: generation", "the prompt length, "
+                                                              f"train.max_new_tokens (now {cfg.max_new_tokens})"):
+            batch, stats = run_allocation_step(self.allocator, self.engine, self.source, score=score,
+                                               retries=cfg.engine_retries, retry_delay_s=cfg.engine_retry_delay_s)
+        self.scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
+        ex = stats.extra
+        return batch, stats, (time.perf_counter() - t0) - ex["generate_seconds"] - ex["verify_seconds"]
+
+    def update(self, step: int, batch: Any) -> tuple[dict[str, float], float]:
+        """The GRPO update on the step's batch, the new weights pushed to the engine; (metrics, seconds)."""
+        cfg, t1 = self.cfg, time.perf_counter()
+        if self.engine.enable_sleep_mode:
+            self.engine.sleep()  # a colocated server frees the accelerator while the trainer runs
+        with precision(self.device, cfg.dtype), _stop_on_oom(f"step {step}: the policy update",
+                                                              f"train.micro_batch (now {cfg.micro_batch})"):
+            upd = self.trainer.step(batch)
+        self.engine.update_weights()  # HF: shares the model object, nothing to do; vLLM: pushes the new weights
+        update_s = time.perf_counter() - t1
+        fault_point("update", step)
+        st = self.state
+        st.nonfinite_run = st.nonfinite_run + 1 if upd.get("nonfinite", 0) else 0
+        return upd, update_s
+
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        reduce = f"train.eval_size (now {cfg.eval_size}), train.eval_samples (now {cfg.eval_samples})"
+        with precision(self.device, cfg.dtype), _stop_on_oom("the held-out evaluation", reduce):
+            ev = evaluate_policy((self.model, self.tok), self.eval_rows, self.task, k=cfg.pass_k,
+                                 n_samples=cfg.eval_samples, temperature=cfg.temperature,
+                                 max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=self.device)
+        return {f"eval/{k}": v for k, v in ev.items()}
+
+    def checkpoint(self, step: int) -> None:
+        self.rollout_log.flush()  # before the checkpoint: a resume from it finds its steps in the file
+        cfg, st = asdict(self.cfg), self.state
+        save_checkpoint(self.ckpt_dir, step, {
+            **st.state_dict(), "trainer": self.trainer.state_dict(), "allocator": self.allocator.state_dict(),
+            "source": self.source.state_dict(), "engine": self.engine.state_dict(), "rng": _rng_state(),
+            "verifier_errors": self.scorer.errors, "verifier_timeouts": self.scorer.timeouts,
+            "config": cfg, "data_digest": self.digest,
+        }, keep_last=self.cfg.keep_last, meta={"config": cfg, "data_digest": self.digest})
+
+    def close(self) -> None:
+        self.scorer.close()  # the verifier's helper processes, if any
+        self.engine.close()  # a rollout server this run started
+        if self.rollout_log is not None:
+            self.rollout_log.flush()  # the finished steps, also of a run that stopped
+
+    def result(self) -> TrainResult:
+        h = self.state.history
+        final = {k[5:]: v for k, v in h[-1].items() if k.startswith("eval/")} if h else {}
+        return TrainResult(self.run_dir, h[-1]["step"] if h else 0, self.state.resumed_from, h, final)
+
+    # ----- helpers -----------------------------------------------------------------------------------------
+    def _budget_spent(self) -> bool:
+        return self.cfg.max_rollouts is not None and self.state.cum["rollouts"] >= self.cfg.max_rollouts
+
+    def _emit(self, rec: dict[str, Any]) -> None:
+        """Record a step: history, metrics.jsonl, the rollout log's step end, the callback."""
+        self.state.history.append(rec)
+        _append_metrics(self.metrics_path, rec)
+        if rec["step"]:
+            self.rollout_log.end_step(rec["step"])
+            fault_point("metrics", rec["step"])
+        if self.on_step:
+            self.on_step(rec)
+
+
+def step_record(step: int, stats: Any, batch: Any, upd: Mapping[str, float], scorer: Scorer, cum: Mapping[str, int],
+                *, allocate_s: float, update_s: float) -> dict[str, Any]:
+    """One step's metrics record (metrics.jsonl), from the allocation's stats and the update's metrics."""
+    return {
+        "step": step, "rollouts": stats.rollouts, "tokens": stats.tokens,
+        "effective_groups": stats.effective_groups, "groups": stats.groups,
+        "effective_ratio": stats.effective_groups / max(stats.groups, 1),
+        "useful_share": stats.useful_rollouts / max(stats.rollouts, 1),
+        "committed": stats.committed, "abandoned": stats.abandoned, "skipped_prompts": stats.skipped,
+        "rounds": stats.rounds, "hit_cap": stats.hit_cap,
+        "reward_mean": float(batch.rollouts.reward.mean()) if len(batch.rollouts) else 0.0,
+        "loss": upd.get("loss", 0.0), "kl": upd.get("kl", 0.0), "grad_norm": upd.get("grad_norm", 0.0),
+        "clip_frac": upd.get("clip_frac", 0.0), "update_skipped": upd.get("skipped", 0.0),
+        "nonfinite": upd.get("nonfinite", 0.0), "verifier_errors": scorer.errors,
+        "verifier_timeouts": scorer.timeouts, "engine_retries": stats.extra.get("engine_retries", 0),
+        "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
+        "allocate_s": allocate_s, "update_s": update_s, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
+        "trained_tokens": upd.get("n_tokens", 0.0), "trained_sequences": upd.get("n_sequences", 0.0),
+    }
 
 
 @contextlib.contextmanager

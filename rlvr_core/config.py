@@ -206,18 +206,19 @@ def _check_self(obj: Any) -> None:
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    """Task data: synthetic generation, or hub math datasets.
+    """Task data: synthetic generation, or hub datasets.
 
-    task: "arithmetic" or "countdown" (synthetic), or "math" (hub rows verified by
-        math-verify: MATH, GSM8K, MATH-500, AIME 2024 through ``rlvr_core.data.hub``)
+    task: a registered task (``rlvr_core.tasks``): "arithmetic" or "countdown" (synthetic), or
+        "math" (hub rows verified by math-verify: MATH, GSM8K, MATH-500, AIME 2024 through
+        ``rlvr_core.data.hub``)
     n_train, n_test: synthetic only, problems per split (disjoint)
     seed: synthetic only, generator seed
     digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-3;
         the tiny policy does not learn 4-digit problems in its warm-start budget)
     digit_weights: arithmetic only, relative weight of each entry of ``digits``
     ops: arithmetic only, operators to draw from
-    dataset: task math only, hub loader of the training split (math, gsm8k,
-        math500, aime2024; null: math)
+    dataset: hub tasks only, hub loader of the training split, one the task reads (math: math,
+        gsm8k, math500, aime2024; null: the task's first, math)
     path: hub name or local directory/file in the hub format (null: the loader's hub name)
     split: split of ``dataset`` used for training
     limit: first N training rows (null: all)
@@ -242,9 +243,10 @@ class PrepareConfig:
     eval_limit: int | None = None
 
     def __post_init__(self) -> None:
+        from rlvr_core.tasks import TASKS, describe_names
+
         _check_self(self)
-        require(self.task in SYNTHETIC_TASKS + HUB_TASKS, "task",
-                f"got {short_repr(self.task)}; use 'arithmetic' or 'countdown' (synthetic) or 'math' (hub datasets)")
+        require(self.task in TASKS, "task", f"got {short_repr(self.task)}; use {describe_names()}")
         self._check_hub_fields()
         require(_is_int(self.n_train) and self.n_train >= 1, "n_train",
                 f"got {short_repr(self.n_train)}; need an int >= 1")
@@ -262,15 +264,17 @@ class PrepareConfig:
         require(len(self.ops) > 0 and set(self.ops) <= {"+", "-", "*"}, "ops", "choose among '+', '-', '*'")
 
     def _check_hub_fields(self) -> None:
-        from rlvr_core.data.hub import DATASETS
+        from rlvr_core.tasks import TASKS, get_task
 
         hub_keys = ("dataset", "path", "limit", "eval_dataset", "eval_path", "eval_split", "eval_limit")
-        if self.task in SYNTHETIC_TASKS:
+        task = get_task(self.task)
+        if task.generated:
             given = [k for k in hub_keys if getattr(self, k) is not None]
+            hub = " or ".join(repr(n) for n in TASKS.names() if not get_task(n).generated)
             require(not given, given[0] if given else "dataset",
-                    f"applies to task 'math' only; task {short_repr(self.task)} is generated, remove {given}")
+                    f"applies to task {hub} only; task {short_repr(self.task)} is generated, remove {given}")
             return
-        names = DATASETS.names()
+        names = sorted(task.datasets)
         for key in ("dataset", "eval_dataset"):
             v = getattr(self, key)
             require(v is None or v in names, key, f"unknown dataset {short_repr(v)}; valid names: {', '.join(names)}")
@@ -285,8 +289,10 @@ class PrepareConfig:
             require(v is None or (_is_int(v) and v >= 1), key, f"got {short_repr(v)}; need an int >= 1 or null")
 
     def hub_sources(self) -> dict[str, dict[str, Any]]:
-        """Task math: {"train"|"test": {dataset, path, split, limit}} for ``rlvr_core.data.hub.load_hub_dataset``."""
-        train = self.dataset or "math"
+        """A hub task: {"train"|"test": {dataset, path, split, limit}} for ``rlvr_core.data.hub.load_hub_dataset``."""
+        from rlvr_core.tasks import get_task
+
+        train = self.dataset or get_task(self.task).default_dataset
         return {
             "train": {"dataset": train, "path": self.path, "split": self.split, "limit": self.limit},
             "test": {"dataset": self.eval_dataset or train, "path": self.eval_path, "split": self.eval_split,
@@ -294,8 +300,6 @@ class PrepareConfig:
         }
 
 
-SYNTHETIC_TASKS: tuple[str, ...] = ("arithmetic", "countdown")
-HUB_TASKS: tuple[str, ...] = ("math",)
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 

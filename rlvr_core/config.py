@@ -500,7 +500,9 @@ SECTIONS = {"prepare": PrepareConfig, "warmstart": WarmStartConfig, "train": Tra
 def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
     """Read and validate params.yaml; ``overrides`` {section: {key: value}} win over the file.
 
-    The file must hold the sections ``REQUIRED_SECTIONS`` (prepare and train); a section it leaves out
+    The file must hold the sections ``REQUIRED_SECTIONS`` (prepare and train), and its sections must
+    agree (``check_sections_agree``: a task without a tiny-policy warm start needs
+    ``warmstart.base_model``); a section it leaves out
     (warmstart, evaluate) and keys a section leaves out take the dataclass defaults, which are the
     project's params.yaml values. An error about an overridden key says the value came from the
     overrides (the flows' --set and --steps/--seed/--allocator), not from the file.
@@ -540,7 +542,24 @@ def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mappin
     missing = [sec for sec in REQUIRED_SECTIONS if raw.get(sec) is None]
     if missing:
         raise ConfigError(f"{path}: no {short_repr(missing[0])} section; {need}")
+    check_sections_agree(params, path)
     return params
+
+
+def check_sections_agree(params: Params, where: str | Path = "params") -> None:
+    """ConfigError for sections that are each valid but cannot run together: a task without a warm
+    start for the tiny policy (``rlvr_core.tasks``: math, code) needs ``warmstart.base_model``, and
+    ``train.max_new_tokens`` / ``evaluate.max_new_tokens`` must fit the task's answers (countdown: 16)."""
+    from rlvr_core.tasks import check_new_tokens, check_warm_start
+
+    task = params.prepare.task
+    problem = check_warm_start(task, params.warmstart.base_model)
+    if problem:
+        raise ConfigError(f"{where}: warmstart.base_model: {problem}")
+    for key, value in (("train.max_new_tokens", params.train.max_new_tokens),
+                       ("evaluate.max_new_tokens", params.evaluate.max_new_tokens)):
+        if (problem := check_new_tokens(task, value)) is not None:
+            raise ConfigError(f"{where}: {key}: {problem}")
 
 
 def _from_overrides(message: str, overrides: Mapping[str, Mapping[str, Any]], path: Path) -> str:

@@ -12,6 +12,8 @@ A ``Task`` declares everything the pipeline needs to run it:
   use, ``check_consistent`` a generated row that contradicts itself
 - ``instruction``: the instruction chat prompts append (``rlvr_core.data.templates.INSTRUCTIONS``);
   tasks without one give the policy the row's raw prompt
+- ``min_new_tokens``: the completion length the task's reference answers need (one token a
+  character for the tiny policy); the params check refuses a shorter ``max_new_tokens``
 - ``teacher``: warm-start support, the targets the tiny policy's supervised warm start trains on
   (``rlvr_core.models.warmstart``); None: the task needs a pretrained base model
   (``warmstart.base_model``), which the params check demands
@@ -46,6 +48,7 @@ class Task:
     check_row: RowCheck | None = None
     check_consistent: RowCheck | None = None
     teacher: Callable[[Any], Any] | None = None
+    min_new_tokens: int | None = None  # completions shorter than this cannot hold every reference answer
     needs: str = ""  # what the tiny policy lacks for this task (teacher None): said when the params are refused
 
     @property
@@ -76,6 +79,27 @@ def register_task(task: Task) -> Task:
 def get_task(name: str) -> Task:
     """The task registered as ``name``; UnknownNameError (a KeyError) lists the valid names."""
     return TASKS.get(name)
+
+
+def check_warm_start(task: str, base_model: str | None) -> str | None:
+    """Why ``task`` cannot run with this warm start, or None: the tiny policy (``base_model`` None) is
+    warm-started with the task's teacher, and a task without one needs a pretrained model."""
+    spec = get_task(task)
+    if base_model is None and spec.teacher is None:
+        with_teacher = " or ".join(repr(n) for n in TASKS.names() if get_task(n).teacher is not None)
+        return (f"null, but prepare.task {task!r} has no warm start for the tiny policy ({spec.needs}): set "
+                f"warmstart.base_model to a pretrained model (a hub id or a local model folder; see "
+                f"params-gpu.yaml), or use task {with_teacher}")
+    return None
+
+
+def check_new_tokens(task: str, max_new_tokens: int) -> str | None:
+    """Why completions of ``max_new_tokens`` tokens are too short for ``task``'s answers, or None."""
+    need = get_task(task).min_new_tokens
+    if need is not None and max_new_tokens < need:
+        return (f"got {max_new_tokens}, but prepare.task {task!r} has answers of up to {need} tokens (one a "
+                f"character), which a shorter completion cannot write: set it to {need} or more")
+    return None
 
 
 def describe_names() -> str:
@@ -225,6 +249,18 @@ def _arithmetic_teacher(rows: Any) -> Any:
     return arithmetic_targets(rows)
 
 
+def _countdown_teacher(rows: Any) -> Any:
+    from rlvr_core.models.warmstart import countdown_targets
+
+    return countdown_targets(rows)
+
+
+def _countdown_answer_chars() -> int:
+    from rlvr_core.data.countdown import MAX_ANSWER_CHARS
+
+    return MAX_ANSWER_CHARS
+
+
 # ----------------------------------------------------------------------------- the registered tasks
 
 register_task(Task(
@@ -235,7 +271,8 @@ register_task(Task(
 register_task(Task(
     name="countdown", verifier="countdown",
     schema={"id": str, "prompt": str, "numbers": ("list", int), "target": int},
-    build=_build_countdown, check_consistent=_countdown_consistent,
+    build=_build_countdown, check_consistent=_countdown_consistent, teacher=_countdown_teacher,
+    min_new_tokens=_countdown_answer_chars(),
 ))
 register_task(Task(
     name="math", verifier="math", schema={"id": str, "prompt": str, "answer": str},
@@ -243,4 +280,5 @@ register_task(Task(
     needs="its problems are English and LaTeX, which the tiny policy's character vocabulary cannot write",
 ))
 
-__all__ = ["TASKS", "Task", "build_hub_splits", "describe_names", "get_task", "register_task"]
+__all__ = ["TASKS", "Task", "build_hub_splits", "check_new_tokens", "check_warm_start",
+           "describe_names", "get_task", "register_task"]

@@ -28,6 +28,7 @@ def test_every_task_is_complete(name: str) -> None:
     assert task.name == name and task.verifier in VERIFIERS
     assert {"id", "prompt"} <= set(task.schema)
     assert set(task.datasets) <= set(DATASETS.names())
+    assert task.teacher is not None or task.needs, f"{name}: no warm-start teacher and no reason why"
 
 
 @pytest.mark.parametrize("name", GENERATED)
@@ -48,3 +49,60 @@ def test_prepare_task_errors_come_from_the_registry() -> None:
     with pytest.raises(ConfigError, match=r"dataset: unknown dataset 'gsm9k'; valid names: aime2024, gsm8k, math, math500"):
         PrepareConfig(task="math", dataset="gsm9k")
     assert PrepareConfig(task="math").hub_sources()["train"]["dataset"] == get_task("math").default_dataset == "math"
+
+
+def test_countdown_teacher_writes_the_recorded_solution_and_a_sloppy_expression() -> None:
+    from rlvr_core.data.countdown import make_countdown
+    from rlvr_core.models.warmstart import countdown_targets
+    from rlvr_core.rewards.countdown import _literals, verify_countdown
+
+    rows = list(make_countdown(200, 10, seed=1)["train"])
+    t = countdown_targets(rows)
+    assert t.prompts == [r["prompt"] for r in rows] and t.difficulty == [len(r["numbers"]) for r in rows]
+    assert all(verify_countdown(c, r) == 1.0 for c, r in zip(t.clean, rows))
+    import ast
+
+    for s, r in zip(t.sloppy, rows):  # well formed: every number once, only + - * / and parentheses
+        assert sorted(_literals(ast.parse(s, mode="eval").body, 4)) == sorted(r["numbers"]), s
+    wrong = sum(verify_countdown(s, r) == 0.0 for s, r in zip(t.sloppy, rows))
+    assert wrong > 0.8 * len(rows)  # the sloppy teacher reaches the target only by chance
+    assert countdown_targets(rows).sloppy == t.sloppy  # the same every run
+
+
+def test_tasks_without_a_teacher_are_refused_up_front(tmp_path) -> None:
+    import yaml
+
+    from rlvr_core.config import load_params
+    from rlvr_core.models.warmstart import warm_start
+
+    with pytest.raises(ConfigError, match=r"task 'math': the tiny policy has no warm start for it"):
+        warm_start([{"id": "m", "prompt": "What is $1+1$?", "answer": "2"}], task="math", steps=1)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"prepare": {"task": "math"}, "train": {}}))
+    with pytest.raises(ConfigError, match=r"warmstart\.base_model: null, but prepare\.task 'math' has no warm start "
+                                          r"for the tiny policy \(its problems are English.*set warmstart\.base_model"):
+        load_params(path)
+    path.write_text(yaml.safe_dump({"prepare": {"task": "math"}, "train": {},
+                                    "warmstart": {"base_model": "Qwen/Qwen2.5-1.5B-Instruct"}}))
+    assert load_params(path).prepare.task == "math"
+
+
+def test_countdown_needs_completions_long_enough_for_its_answers(tmp_path) -> None:
+    import yaml
+
+    from rlvr_core.config import load_params
+    from rlvr_core.data.countdown import MAX_ANSWER_CHARS
+
+    assert MAX_ANSWER_CHARS == len("100/(75-(50-25))")
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"prepare": {"task": "countdown"}, "train": {}}))  # max_new_tokens 8
+    with pytest.raises(ConfigError, match=r"train\.max_new_tokens: got 8, but prepare\.task 'countdown' has answers "
+                                          r"of up to 16 tokens .*set it to 16 or more"):
+        load_params(path)
+    path.write_text(yaml.safe_dump({"prepare": {"task": "countdown"}, "train": {"max_new_tokens": 16},
+                                    "evaluate": {"max_new_tokens": 12}}))
+    with pytest.raises(ConfigError, match=r"evaluate\.max_new_tokens: got 12"):
+        load_params(path)
+    path.write_text(yaml.safe_dump({"prepare": {"task": "countdown"}, "train": {"max_new_tokens": 16},
+                                    "evaluate": {"max_new_tokens": 16}}))
+    assert load_params(path).train.max_new_tokens == 16

@@ -208,9 +208,9 @@ def _check_self(obj: Any) -> None:
 class PrepareConfig:
     """Task data: synthetic generation, or hub datasets.
 
-    task: a registered task (``rlvr_core.tasks``): "arithmetic" or "countdown" (synthetic), or
+    task: a registered task (``rlvr_core.tasks``): "arithmetic" or "countdown" (synthetic),
         "math" (hub rows verified by math-verify: MATH, GSM8K, MATH-500, AIME 2024 through
-        ``rlvr_core.data.hub``)
+        ``rlvr_core.data.hub``) or "code" (LiveCodeBench stdin/stdout problems, run in the sandbox)
     n_train, n_test: synthetic only, problems per split (disjoint)
     seed: synthetic only, generator seed
     digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-3;
@@ -218,9 +218,10 @@ class PrepareConfig:
     digit_weights: arithmetic only, relative weight of each entry of ``digits``
     ops: arithmetic only, operators to draw from
     dataset: hub tasks only, hub loader of the training split, one the task reads (math: math,
-        gsm8k, math500, aime2024; null: the task's first, math)
+        gsm8k, math500, aime2024; code: livecodebench; null: the task's first, math or livecodebench)
     path: hub name or local directory/file in the hub format (null: the loader's hub name)
-    split: split of ``dataset`` used for training
+    split: split of ``dataset`` used for training (livecodebench: the release file, test for
+        release v1, test2 for the problems release v2 added, ...)
     limit: first N training rows (null: all)
     eval_dataset, eval_path, eval_split, eval_limit: the same for the held-out split
         (eval_dataset null: ``dataset``; eval_split null: the loader's default split)
@@ -264,6 +265,7 @@ class PrepareConfig:
         require(len(self.ops) > 0 and set(self.ops) <= {"+", "-", "*"}, "ops", "choose among '+', '-', '*'")
 
     def _check_hub_fields(self) -> None:
+        from rlvr_core.data.hub import DATASETS
         from rlvr_core.tasks import TASKS, get_task
 
         hub_keys = ("dataset", "path", "limit", "eval_dataset", "eval_path", "eval_split", "eval_limit")
@@ -277,7 +279,10 @@ class PrepareConfig:
         names = sorted(task.datasets)
         for key in ("dataset", "eval_dataset"):
             v = getattr(self, key)
-            require(v is None or v in names, key, f"unknown dataset {short_repr(v)}; valid names: {', '.join(names)}")
+            what = (f"dataset {short_repr(v)} belongs to another task" if v in DATASETS
+                    else f"unknown dataset {short_repr(v)}")
+            require(v is None or v in names, key, f"{what}; valid names for task {short_repr(self.task)}: "
+                    f"{', '.join(names)}" if v in DATASETS else f"{what}; valid names: {', '.join(names)}")
         for key in ("path", "eval_path", "eval_split"):
             v = getattr(self, key)
             require(v is None or (isinstance(v, str) and v.strip() != ""), key,

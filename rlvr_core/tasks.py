@@ -240,6 +240,26 @@ def _build_math(cfg: Any) -> tuple[Any, dict[str, Any]]:
     return build_hub_splits(cfg)
 
 
+def _stdin_only(row: Mapping[str, Any]) -> bool:
+    return row.get("testtype", "stdin") == "stdin"
+
+
+def _build_code(cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """The hub's stdin/stdout problems; problems with functional tests (call a method of a class, which the
+    code verifier does not run) are dropped and counted as ``dropped_functional``."""
+    return build_hub_splits(cfg, keep=_stdin_only, dropped_key="dropped_functional")
+
+
+def _code_row(row: Mapping[str, Any]) -> str | None:
+    from rlvr_core.rewards.code import parse_tests
+
+    try:
+        parse_tests(row)
+    except ValueError as e:
+        return f"the code verifier cannot run its tests ({str(e)[:300]})"
+    return None
+
+
 # ----------------------------------------------------------------------------- the warm-start teachers
 
 
@@ -278,6 +298,12 @@ register_task(Task(
     name="math", verifier="math", schema={"id": str, "prompt": str, "answer": str},
     build=_build_math, datasets=("math", "gsm8k", "math500", "aime2024"), check_row=_math_row,
     needs="its problems are English and LaTeX, which the tiny policy's character vocabulary cannot write",
+))
+
+register_task(Task(
+    name="code", verifier="code", schema={"id": str, "prompt": str}, one_of=(("tests", "public_test_cases"),),
+    build=_build_code, datasets=("livecodebench",), check_row=_code_row,
+    needs="its problems are English text and its answers Python programs, outside the tiny policy's vocabulary",
 ))
 
 __all__ = ["TASKS", "Task", "build_hub_splits", "check_new_tokens", "check_warm_start",

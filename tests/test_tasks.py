@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlvr_core.config import PrepareConfig
@@ -16,7 +18,7 @@ GENERATED = [n for n in TASKS.names() if get_task(n).generated]
 
 
 def test_registry_names_the_four_tasks() -> None:
-    assert {"arithmetic", "countdown", "math"} <= set(TASKS.names())
+    assert set(TASKS.names()) == {"arithmetic", "code", "countdown", "math"}
     assert set(GENERATED) == {"arithmetic", "countdown"}
     with pytest.raises(UnknownNameError, match=r"unknown task 'countdwn' \(did you mean 'countdown'\?\); valid names"):
         get_task("countdwn")
@@ -106,3 +108,17 @@ def test_countdown_needs_completions_long_enough_for_its_answers(tmp_path) -> No
     path.write_text(yaml.safe_dump({"prepare": {"task": "countdown"}, "train": {"max_new_tokens": 16},
                                     "evaluate": {"max_new_tokens": 16}}))
     assert load_params(path).train.max_new_tokens == 16
+
+
+def test_code_rows_need_tests_the_sandbox_can_run() -> None:
+    good = {"id": "p", "prompt": "Print A+B.", "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n",
+                                                                                  "testtype": "stdin"}])}
+    validate_rows([good], "code", "train")
+    with pytest.raises(DataError, match=r"needs one of the fields \['tests', 'public_test_cases'\]"):
+        validate_rows([{"id": "p", "prompt": "Print A+B."}], "code", "train")
+    functional = dict(good, public_test_cases=json.dumps([{"input": "[1]", "output": "1", "testtype": "functional"}]))
+    with pytest.raises(DataError, match=r"train row 0 \('p'\): the code verifier cannot run its tests .*'functional'"):
+        validate_rows([functional], "code", "train")
+    with pytest.raises(ConfigError, match=r"dataset: dataset 'math' belongs to another task; valid names for task 'code': livecodebench"):
+        PrepareConfig(task="code", dataset="math")
+    assert PrepareConfig(task="code").hub_sources()["train"]["dataset"] == "livecodebench"

@@ -38,8 +38,6 @@ from rlvr_core.errors import ConfigError
 
 # Any name that is not a registered task (a verifier registered elsewhere) needs at least these.
 DEFAULT_REQUIRED: dict[str, FieldType] = {"id": str, "prompt": str}
-# Verifiers that are not a task yet and whose rows need at least one field of each group.
-ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {"code": (("tests", "public_test_cases"),)}
 
 
 def _task(name: str) -> Any:
@@ -80,7 +78,7 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], task: str, split: str, *, s
             raise DataError(f"{where}{split} row {i} ({row.get('id')!r}): missing field(s) {missing}; "
                             f"the {task!r} task needs {_describe(schema)}")
         projected.append({f: row[f] for f in schema})
-        for group in spec.one_of if spec is not None else ONE_OF.get(task, ()):
+        for group in spec.one_of if spec is not None else ():
             if not any(row.get(f) is not None for f in group):
                 raise DataError(f"{where}{split} row {i} ({row.get('id')!r}): needs one of the fields "
                                 f"{list(group)} for the {task!r} verifier; row has {sorted(row)}")

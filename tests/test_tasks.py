@@ -31,6 +31,7 @@ def test_every_task_is_complete(name: str) -> None:
     assert {"id", "prompt"} <= set(task.schema)
     assert set(task.datasets) <= set(DATASETS.names())
     assert task.teacher is not None or task.needs, f"{name}: no warm-start teacher and no reason why"
+    assert (task.instruction is None) == task.generated  # hub problems get the task's instruction in chat prompts
 
 
 @pytest.mark.parametrize("name", GENERATED)

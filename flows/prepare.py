@@ -1,8 +1,10 @@
 """Flow `prepare`: build the task's dataset into data/<task>/ (reads params `prepare`).
 
-Synthetic tasks (arithmetic, countdown) are generated; task math loads hub datasets
-(prepare.dataset / prepare.eval_dataset, e.g. MATH train and MATH-500) from the hub or
-from local copies (prepare.path / prepare.eval_path), see rlvr_core.config.PrepareConfig.
+Each task builds its data as it registered it (rlvr_core.tasks): synthetic tasks (arithmetic,
+countdown) are generated; hub tasks (math, code) load hub datasets (prepare.dataset /
+prepare.eval_dataset, e.g. MATH train and MATH-500, or two LiveCodeBench releases) from the hub or
+from local copies (prepare.path / prepare.eval_path),
+see rlvr_core.config.PrepareConfig.
 """
 
 from __future__ import annotations

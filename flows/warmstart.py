@@ -1,7 +1,8 @@
 """Flow `warmstart`: the policy RL starts from -> models/warmstart/ + reports/warmstart.json (reads params
 `warmstart`, `prepare.task`).
 
-warmstart.base_model null: supervised warm start of the tiny policy on the train split. Set (a hub id
+warmstart.base_model null: supervised warm start of the tiny policy on the train split, with the task's
+teacher (arithmetic, countdown; rlvr_core.tasks). Set (a hub id
 such as Qwen/Qwen2.5-1.5B-Instruct, or a local model folder): no training, a snapshot of that model and
 its tokenizer (offline when HF_HUB_OFFLINE is set; a local folder is always read offline).
 """
@@ -25,7 +26,8 @@ def warmstart(params_file: str | None = None) -> dict[str, Any]:
     """Warm start the tiny policy on the prepared train split, or snapshot warmstart.base_model;
     writes reports/warmstart.json (+ _timings)."""
     params = load(params_file)
-    metrics = run_warm_start(params.warmstart, str(data_dir(params.prepare.task)), str(warmstart_dir()))
+    task = params.prepare.task
+    metrics = run_warm_start(params.warmstart, str(data_dir(task)), str(warmstart_dir()), task)
     write_json(reports_dir() / "warmstart.json", {k: v for k, v in metrics.items() if k not in TIMING_KEYS})
     write_json(reports_dir() / "warmstart_timings.json", {k: metrics[k] for k in TIMING_KEYS if k in metrics})
     if params.warmstart.base_model is not None:

@@ -206,20 +206,22 @@ def _check_self(obj: Any) -> None:
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    """Task data: synthetic generation, or hub math datasets.
+    """Task data: synthetic generation, or hub datasets.
 
-    task: "arithmetic" or "countdown" (synthetic), or "math" (hub rows verified by
-        math-verify: MATH, GSM8K, MATH-500, AIME 2024 through ``rlvr_core.data.hub``)
+    task: a registered task (``rlvr_core.tasks``): "arithmetic" or "countdown" (synthetic),
+        "math" (hub rows verified by math-verify: MATH, GSM8K, MATH-500, AIME 2024 through
+        ``rlvr_core.data.hub``) or "code" (LiveCodeBench stdin/stdout problems, run in the sandbox)
     n_train, n_test: synthetic only, problems per split (disjoint)
     seed: synthetic only, generator seed
     digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-3;
         the tiny policy does not learn 4-digit problems in its warm-start budget)
     digit_weights: arithmetic only, relative weight of each entry of ``digits``
     ops: arithmetic only, operators to draw from
-    dataset: task math only, hub loader of the training split (math, gsm8k,
-        math500, aime2024; null: math)
+    dataset: hub tasks only, hub loader of the training split, one the task reads (math: math,
+        gsm8k, math500, aime2024; code: livecodebench; null: the task's first, math or livecodebench)
     path: hub name or local directory/file in the hub format (null: the loader's hub name)
-    split: split of ``dataset`` used for training
+    split: split of ``dataset`` used for training (livecodebench: the release file, test for
+        release v1, test2 for the problems release v2 added, ...)
     limit: first N training rows (null: all)
     eval_dataset, eval_path, eval_split, eval_limit: the same for the held-out split
         (eval_dataset null: ``dataset``; eval_split null: the loader's default split)
@@ -242,9 +244,10 @@ class PrepareConfig:
     eval_limit: int | None = None
 
     def __post_init__(self) -> None:
+        from rlvr_core.tasks import TASKS, describe_names
+
         _check_self(self)
-        require(self.task in SYNTHETIC_TASKS + HUB_TASKS, "task",
-                f"got {short_repr(self.task)}; use 'arithmetic' or 'countdown' (synthetic) or 'math' (hub datasets)")
+        require(self.task in TASKS, "task", f"got {short_repr(self.task)}; use {describe_names()}")
         self._check_hub_fields()
         require(_is_int(self.n_train) and self.n_train >= 1, "n_train",
                 f"got {short_repr(self.n_train)}; need an int >= 1")
@@ -263,17 +266,23 @@ class PrepareConfig:
 
     def _check_hub_fields(self) -> None:
         from rlvr_core.data.hub import DATASETS
+        from rlvr_core.tasks import TASKS, get_task
 
         hub_keys = ("dataset", "path", "limit", "eval_dataset", "eval_path", "eval_split", "eval_limit")
-        if self.task in SYNTHETIC_TASKS:
+        task = get_task(self.task)
+        if task.generated:
             given = [k for k in hub_keys if getattr(self, k) is not None]
+            hub = " or ".join(repr(n) for n in TASKS.names() if not get_task(n).generated)
             require(not given, given[0] if given else "dataset",
-                    f"applies to task 'math' only; task {short_repr(self.task)} is generated, remove {given}")
+                    f"applies to task {hub} only; task {short_repr(self.task)} is generated, remove {given}")
             return
-        names = DATASETS.names()
+        names = sorted(task.datasets)
         for key in ("dataset", "eval_dataset"):
             v = getattr(self, key)
-            require(v is None or v in names, key, f"unknown dataset {short_repr(v)}; valid names: {', '.join(names)}")
+            what = (f"dataset {short_repr(v)} belongs to another task" if v in DATASETS
+                    else f"unknown dataset {short_repr(v)}")
+            require(v is None or v in names, key, f"{what}; valid names for task {short_repr(self.task)}: "
+                    f"{', '.join(names)}" if v in DATASETS else f"{what}; valid names: {', '.join(names)}")
         for key in ("path", "eval_path", "eval_split"):
             v = getattr(self, key)
             require(v is None or (isinstance(v, str) and v.strip() != ""), key,
@@ -285,8 +294,10 @@ class PrepareConfig:
             require(v is None or (_is_int(v) and v >= 1), key, f"got {short_repr(v)}; need an int >= 1 or null")
 
     def hub_sources(self) -> dict[str, dict[str, Any]]:
-        """Task math: {"train"|"test": {dataset, path, split, limit}} for ``rlvr_core.data.hub.load_hub_dataset``."""
-        train = self.dataset or "math"
+        """A hub task: {"train"|"test": {dataset, path, split, limit}} for ``rlvr_core.data.hub.load_hub_dataset``."""
+        from rlvr_core.tasks import get_task
+
+        train = self.dataset or get_task(self.task).default_dataset
         return {
             "train": {"dataset": train, "path": self.path, "split": self.split, "limit": self.limit},
             "test": {"dataset": self.eval_dataset or train, "path": self.eval_path, "split": self.eval_split,
@@ -294,8 +305,6 @@ class PrepareConfig:
         }
 
 
-SYNTHETIC_TASKS: tuple[str, ...] = ("arithmetic", "countdown")
-HUB_TASKS: tuple[str, ...] = ("math",)
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 
@@ -507,7 +516,9 @@ SECTIONS = {"prepare": PrepareConfig, "warmstart": WarmStartConfig, "train": Tra
 def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
     """Read and validate params.yaml; ``overrides`` {section: {key: value}} win over the file.
 
-    The file must hold the sections ``REQUIRED_SECTIONS`` (prepare and train); a section it leaves out
+    The file must hold the sections ``REQUIRED_SECTIONS`` (prepare and train), and its sections must
+    agree (``check_sections_agree``: a task without a tiny-policy warm start needs
+    ``warmstart.base_model``); a section it leaves out
     (warmstart, evaluate) and keys a section leaves out take the dataclass defaults, which are the
     project's params.yaml values. An error about an overridden key says the value came from the
     overrides (the flows' --set and --steps/--seed/--allocator), not from the file.
@@ -547,7 +558,24 @@ def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mappin
     missing = [sec for sec in REQUIRED_SECTIONS if raw.get(sec) is None]
     if missing:
         raise ConfigError(f"{path}: no {short_repr(missing[0])} section; {need}")
+    check_sections_agree(params, path)
     return params
+
+
+def check_sections_agree(params: Params, where: str | Path = "params") -> None:
+    """ConfigError for sections that are each valid but cannot run together: a task without a warm
+    start for the tiny policy (``rlvr_core.tasks``: math, code) needs ``warmstart.base_model``, and
+    ``train.max_new_tokens`` / ``evaluate.max_new_tokens`` must fit the task's answers (countdown: 16)."""
+    from rlvr_core.tasks import check_new_tokens, check_warm_start
+
+    task = params.prepare.task
+    problem = check_warm_start(task, params.warmstart.base_model)
+    if problem:
+        raise ConfigError(f"{where}: warmstart.base_model: {problem}")
+    for key, value in (("train.max_new_tokens", params.train.max_new_tokens),
+                       ("evaluate.max_new_tokens", params.evaluate.max_new_tokens)):
+        if (problem := check_new_tokens(task, value)) is not None:
+            raise ConfigError(f"{where}: {key}: {problem}")
 
 
 def _from_overrides(message: str, overrides: Mapping[str, Mapping[str, Any]], path: Path) -> str:

@@ -1,4 +1,4 @@
-"""Task: build the task's dataset (synthetic, or hub math data) and save it to disk."""
+"""Task: build the task's dataset (its generator or hub loaders, ``rlvr_core.tasks``) and save it to disk."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from rlvr_core.config import SYNTHETIC_TASKS, PrepareConfig
+from rlvr_core.config import PrepareConfig
+from rlvr_core.tasks import get_task
 
 # PrepareConfig fields of the hub datasets; left out of a synthetic task's counts.json (its bytes stay as before)
 HUB_FIELDS = ("dataset", "path", "split", "limit", "eval_dataset", "eval_path", "eval_split", "eval_limit")
@@ -21,56 +22,25 @@ HUB_FIELDS = ("dataset", "path", "split", "limit", "eval_dataset", "eval_path", 
 @task(retries=0, cache_policy=NO_CACHE, log_prints=False)
 def generate_dataset(cfg: PrepareConfig, out_dir: str) -> dict[str, int]:
     """Build the task's DatasetDict, save_to_disk at ``out_dir``, write <out_dir>/counts.json; returns the counts."""
-    extra: dict[str, Any] = {}
-    if cfg.task == "arithmetic":
-        from rlvr_core.data.arithmetic import make_arithmetic
-
-        ds = make_arithmetic(cfg.n_train, cfg.n_test, cfg.seed, digits=cfg.digits, ops=cfg.ops,
-                             digit_weights=cfg.digit_weights)
-    elif cfg.task == "countdown":
-        from rlvr_core.data.countdown import make_countdown
-
-        ds = make_countdown(cfg.n_train, cfg.n_test, cfg.seed)
-    else:
-        ds, extra = hub_dataset(cfg)
+    spec = get_task(cfg.task)
+    ds, extra = spec.build(cfg)
     out = Path(out_dir)
     ds.save_to_disk(str(out))
     counts = {split: len(ds[split]) for split in ds}
     config = asdict(cfg)
-    if cfg.task in SYNTHETIC_TASKS:
+    if spec.generated:
         config = {k: v for k, v in config.items() if k not in HUB_FIELDS}
     (out / "counts.json").write_text(json.dumps({"config": config, "rows": counts, **extra}, indent=1, sort_keys=True))
     return counts
 
 
 def hub_dataset(cfg: PrepareConfig) -> tuple[Any, dict[str, Any]]:
-    """Task math: DatasetDict {train, test} from the hub loaders named by ``cfg`` (hub names or local paths).
-
-    Rows keep the loaders' schema (id, prompt = the raw problem text, difficulty, answer,
-    source). Training rows whose problem text is also a held-out problem are dropped
-    (decontamination; their number is reported as ``dropped_overlap``), then both splits
-    are checked with ``validate_splits`` for the math verifier. Raises DataError (a
-    ConfigError) for unusable rows; loader errors name the source and row.
-    """
-    from datasets import DatasetDict
-
-    from rlvr_core.data.hub import load_hub_dataset
-    from rlvr_core.data.validate import DataError, validate_splits
-
-    splits = {}
-    for name, src in cfg.hub_sources().items():
-        try:
-            splits[name] = load_hub_dataset(src["dataset"], src["split"], src["path"], limit=src["limit"])
-        except (ValueError, FileNotFoundError) as e:
-            where = src["path"] or f"the {src['dataset']} hub dataset"
-            raise DataError(f"prepare: {name} split from {where} (split {src['split'] or 'default'}): {e}") from e
-    held_out = set(splits["test"]["prompt"])
-    keep = [i for i, p in enumerate(splits["train"]["prompt"]) if p not in held_out]
-    dropped = len(splits["train"]) - len(keep)
-    if dropped:
-        splits["train"] = splits["train"].select(keep)
-    validate_splits(list(splits["train"]), list(splits["test"]), cfg.task, source="prepare")
-    return DatasetDict(splits), {"dropped_overlap": dropped}
+    """A hub task's DatasetDict {train, test} and its counts.json extras (``rlvr_core.tasks.build_hub_splits``
+    through the task's ``build``): loaded, decontaminated, validated."""
+    spec = get_task(cfg.task)
+    if spec.generated:
+        raise ValueError(f"task {cfg.task!r} is generated, not loaded from the hub")
+    return spec.build(cfg)
 
 
 def load_split(data_dir: str, split: str) -> list[dict]:

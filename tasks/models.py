@@ -13,12 +13,12 @@ from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 
 
 @task(retries=0, cache_policy=NO_CACHE)
-def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str) -> dict[str, Any]:
+def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str, task: str = "arithmetic") -> dict[str, Any]:
     """Policy folder at ``out_dir``; returns its metrics.
 
     ``cfg.base_model`` set: no training, the pretrained model and its tokenizer are
     snapshotted into ``out_dir`` (metrics say what was copied). Otherwise the tiny
-    policy is warm-started on the train split at ``data_dir``.
+    policy is warm-started on the train split of ``task`` at ``data_dir`` (with the task's teacher).
     """
     from prefect import get_run_logger
 
@@ -32,7 +32,7 @@ def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str) -> dict[st
         return info
     from tasks.data import load_split
 
-    _, _, metrics = warm_start(load_split(data_dir, "train"), **cfg.sft_kwargs(), out_dir=out_dir,
+    _, _, metrics = warm_start(load_split(data_dir, "train"), task=task, **cfg.sft_kwargs(), out_dir=out_dir,
                                progress=lambda s, m: log.info("warmstart step %d loss %.4f", s, m["loss"]))
     return metrics
 

@@ -53,3 +53,31 @@ def test_gpu_preset_has_every_key_dvc_yaml_and_params_yaml_have() -> None:
         for part in key.split("."):
             assert isinstance(node, dict) and part in node, f"params-gpu.yaml lacks {key} (listed in dvc.yaml)"
             node = node[part]
+
+
+CODE_GPU = ROOT / "params-code-gpu.yaml"
+
+
+def test_code_preset_loads_and_reads_livecodebench_releases() -> None:
+    from rlvr_core.data.hub import LIVECODEBENCH_NAME
+    from rlvr_core.tasks import get_task
+
+    p = load_params(CODE_GPU)
+    assert p.prepare.task == "code" and get_task("code").verifier == "code"
+    src = p.prepare.hub_sources()
+    assert src["train"]["dataset"] == src["test"]["dataset"] == "livecodebench"
+    assert src["train"]["path"] is None and src["test"]["path"] is None  # the hub files, not a local copy
+    assert (src["train"]["split"], src["test"]["split"]) == ("test", "test2")  # two releases: disjoint problems
+    assert inspect.signature(DATASETS.get("livecodebench")).parameters["path_or_name"].default == LIVECODEBENCH_NAME
+    assert p.warmstart.base_model == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    t = p.train
+    assert t.engine == "vllm" and t.device == "cuda" and t.dtype == "bfloat16"
+    assert set(t.engine_options) <= set(inspect.signature(VLLMEngine.__init__).parameters)
+
+
+def test_code_preset_differs_from_the_math_preset_only_in_what_code_needs() -> None:
+    math_p, code_p = (yaml.safe_load(f.read_text()) for f in (GPU, CODE_GPU))
+    assert {s: set(v) for s, v in math_p.items()} == {s: set(v) for s, v in code_p.items()}  # the same keys
+    changed = {(s, k) for s in math_p for k in math_p[s] if math_p[s][k] != code_p[s][k]}
+    assert changed == {("prepare", "task"), ("prepare", "dataset"), ("prepare", "split"),
+                       ("prepare", "eval_dataset"), ("prepare", "eval_split"), ("warmstart", "base_model")}

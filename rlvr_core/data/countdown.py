@@ -31,6 +31,10 @@ SIZES: tuple[int, ...] = (3, 4)
 MAX_TARGET = 999
 OPS: tuple[str, ...] = ("+", "-", "*", "/")
 MAX_MISSES = 20_000  # consecutive draws without a new problem before giving up
+# the longest recorded answer: the digits of the largest numbers, an operator between each two, and
+# at most one pair of parentheses per operator but the outermost (16 characters: "100/(75-(50-25))")
+MAX_ANSWER_CHARS = (sum(len(str(n)) for n in DECK[-max(SIZES):]) + (max(SIZES) - 1)
+                    + 2 * (max(SIZES) - 2))
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
 _LEAF_PREC = 3
 
@@ -90,12 +94,19 @@ def random_expression(numbers: Sequence[int], rng: random.Random) -> tuple[Fract
     return items[0][0], items[0][1]
 
 
-def _draw_problems(size: int, count: int, rng: random.Random, seen: set[tuple[tuple[int, ...], int]]) -> list[tuple[list[int], int, str]]:
-    """``count`` new distinct (sorted numbers, target, solution) problems of ``size`` numbers."""
+def _draw_problems(size: int, count: int, rng: random.Random, seen: set[tuple[tuple[int, ...], int]],
+                   *, may_run_out: bool = False) -> list[tuple[list[int], int, str]]:
+    """``count`` new distinct (sorted numbers, target, solution) problems of ``size`` numbers.
+
+    When the space of such problems is used up (``MAX_MISSES`` draws in a row give nothing new) it
+    returns the fewer problems found if ``may_run_out``, and raises ConfigError otherwise.
+    """
     out: list[tuple[list[int], int, str]] = []
     misses = 0  # draws since the last new problem: a long streak means the space is used up
     while len(out) < count:
         misses += 1
+        if misses > MAX_MISSES and may_run_out:
+            return out
         if misses > MAX_MISSES:
             raise ConfigError(
                 f"n_train + n_test: found only {len(out)} of {count} distinct {size}-number problems "
@@ -135,6 +146,9 @@ def make_countdown(n_train: int, n_test: int, seed: int, *, sizes: Sequence[int]
 
     Rows are spread equally over ``sizes`` (3 and/or 4 numbers); the test split
     takes a proportional slice of each size, so both splits mix difficulties.
+    A size whose distinct problems run out (3 numbers give about 7,600) hands
+    the rows it could not give to the next size (the CPU default's 20,500 rows:
+    all 3-number problems, the rest 4-number ones); the last size raises.
     Row order within a split is shuffled. Same arguments, same dataset.
 
     Returns:
@@ -156,10 +170,14 @@ def make_countdown(n_train: int, n_test: int, seed: int, *, sizes: Sequence[int]
     seen: set[tuple[tuple[int, ...], int]] = set()
     train: list[tuple[list[int], int, str]] = []
     test: list[tuple[list[int], int, str]] = []
-    for size, q, q_test in zip(sizes, quotas, test_quotas):
-        problems = _draw_problems(size, q, rng, seen)
+    short_train = short_test = 0  # rows a used-up size could not give, asked of the next size instead
+    for i, (size, q, q_test) in enumerate(zip(sizes, quotas, test_quotas)):
+        q_train, q_test = q - q_test + short_train, q_test + short_test
+        problems = _draw_problems(size, q_train + q_test, rng, seen, may_run_out=i + 1 < len(sizes))
         test.extend(problems[:q_test])
         train.extend(problems[q_test:])
+        short_test = q_test - len(problems[:q_test])
+        short_train = q_train - len(problems[q_test:])
 
     split_rows = {}
     for name, problems in (("train", train), ("test", test)):

@@ -1,4 +1,5 @@
-"""Math benchmark loaders (GSM8K, MATH, MATH-500, AIME 2024) normalised to one row schema.
+"""Hub dataset loaders: math benchmarks (GSM8K, MATH, MATH-500, AIME 2024) normalised to one row
+schema, and LiveCodeBench's stdin/stdout code problems (``load_livecodebench``, its own schema below).
 
 Every loader returns a ``datasets.Dataset`` with the columns
 
@@ -23,6 +24,23 @@ Sources and the fields read from them:
   ``answer`` (str), ``url``, ``year``; split train. ``Maxwell-Jia/AIME_2024`` is
   read too: ``ID`` ("2024-I-1"), ``Problem``, ``Solution``, ``Answer`` (int).
 
+LiveCodeBench ``livecodebench/code_generation_lite``: one JSON Lines file per release, ``test.jsonl``
+(the problems of release v1), ``test2.jsonl`` (those release v2 added), ... ; the split names the file
+(``split: test2`` reads ``test2.jsonl``), so releases are disjoint splits. Fields read:
+``question_id``, ``question_content``, ``platform``, ``difficulty`` ("easy", "medium", "hard"),
+``contest_date``, ``public_test_cases`` (a JSON string of ``[{"input", "output", "testtype"}]``) and
+``private_test_cases`` (the same, either plain JSON or base64 of zlib of a pickled JSON string, which
+is unpickled with every class refused, so it can only give back a string). Its rows have the columns
+
+    id: str                  "livecodebench-<question_id>"
+    prompt: str              ``question_content``
+    difficulty: int          easy 1, medium 2, hard 3 (0: other)
+    public_test_cases: str   JSON list of {"input", "output", "testtype"}
+    private_test_cases: str  the same, decoded (may be "[]")
+    testtype: str            "stdin" when every test is a stdin/stdout test, else "functional"
+    platform, contest_date: str
+    source: str              "livecodebench"
+
 ``path_or_name`` is a hub name (the default), a local directory (a checkout of the
 hub repository or a folder of split files such as ``test.jsonl``) or a single
 local ``.json``/``.jsonl``/``.parquet``/``.csv`` file in the source's format.
@@ -32,8 +50,13 @@ Every loader also takes ``limit`` (first N rows) and ``cache_dir`` (the
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 import os
+import pickle
 import re
+import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvr_core.registry import Registry
@@ -44,6 +67,7 @@ GSM8K_NAME = "openai/gsm8k"
 MATH_NAME = "DigitalLearningGmbH/MATH-lighteval"
 MATH500_NAME = "HuggingFaceH4/MATH-500"
 AIME2024_NAME = "HuggingFaceH4/aime_2024"
+LIVECODEBENCH_NAME = "livecodebench/code_generation_lite"
 MATH_SUBJECTS: tuple[str, ...] = (
     "algebra",
     "counting_and_probability",
@@ -306,8 +330,96 @@ def load_aime2024(path_or_name: str = AIME2024_NAME, split: str = "train", *, li
     return _to_dataset(rows, "aime2024")
 
 
+# --------------------------------------------------------------------------- LiveCodeBench
+
+CODE_COLUMNS: tuple[str, ...] = ("id", "prompt", "difficulty", "public_test_cases", "private_test_cases", "testtype",
+                                 "platform", "contest_date", "source")
+_LCB_DIFFICULTY = {"easy": 1, "medium": 2, "hard": 3}
+
+
+class _StringsOnly(pickle.Unpickler):
+    """An unpickler that refuses every class and function: only plain values (a str) come back."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refused {module}.{name}: test cases are a pickled string, not objects")
+
+
+def decode_test_cases(raw: Any, field: str = "private_test_cases") -> list[dict[str, Any]]:
+    """LiveCodeBench test cases -> a list of {"input", "output", "testtype"} mappings.
+
+    ``raw`` is a JSON string (or an already decoded list), or base64 of zlib of a pickled JSON
+    string (LiveCodeBench's compressed private tests). Raises ValueError naming ``field``.
+    """
+    if isinstance(raw, list):
+        return raw
+    if raw is None or raw == "":
+        return []
+    if not isinstance(raw, str):
+        raise ValueError(f"{field}: expected a JSON string of test cases, got {type(raw).__name__}")
+    try:
+        tests = json.loads(raw)
+    except json.JSONDecodeError:
+        try:
+            text = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(raw, validate=True)))).load()
+            tests = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, zlib.error, pickle.UnpicklingError, EOFError, TypeError) as e:
+            raise ValueError(f"{field}: neither JSON nor base64/zlib/pickled JSON ({e.__class__.__name__}: "
+                             f"{str(e)[:200]})") from None
+    if not isinstance(tests, list) or not all(isinstance(t, Mapping) for t in tests):
+        raise ValueError(f"{field}: expected a list of {{'input', 'output', 'testtype'}} mappings")
+    return tests
+
+
+def _load_lcb_raw(path_or_name: str, split: str, cache_dir: str | None) -> Any:
+    """The release file ``<split>.jsonl`` of a hub name or local folder, or a local file as given."""
+    import datasets
+
+    if os.path.isdir(path_or_name) and os.path.isfile(os.path.join(path_or_name, f"{split}.jsonl")):
+        path_or_name = os.path.join(path_or_name, f"{split}.jsonl")
+    if os.path.exists(path_or_name):
+        return _load_raw(path_or_name, split, None, cache_dir)
+    return datasets.load_dataset("json", data_files={split: f"hf://datasets/{path_or_name}/{split}.jsonl"},
+                                 split=split, cache_dir=cache_dir)
+
+
+@DATASETS.register("livecodebench")
+def load_livecodebench(path_or_name: str = LIVECODEBENCH_NAME, split: str = "test", *, limit: int | None = None,
+                       cache_dir: str | None = None) -> Any:
+    """LiveCodeBench code generation problems (``split``: the release file, test, test2, ...) as rows
+    with the code columns above; both test lists are kept as JSON strings, the private ones decoded."""
+    import datasets
+
+    raw = _limited(_load_lcb_raw(path_or_name, split, cache_dir), limit)
+    rows = []
+    for i, row in enumerate(raw):
+        public = decode_test_cases(_field(row, ("public_test_cases",), "livecodebench", i), "public_test_cases")
+        try:
+            private = decode_test_cases(row.get("private_test_cases"))
+        except ValueError as e:
+            raise ValueError(f"livecodebench row {i}: {e}") from None
+        kinds = {str(t.get("testtype", "stdin")) for t in public + private}
+        rows.append({
+            "id": f"livecodebench-{_field(row, ('question_id',), 'livecodebench', i)}",
+            "prompt": _field(row, ("question_content",), "livecodebench", i),
+            "difficulty": _LCB_DIFFICULTY.get(str(row.get("difficulty", "")).lower(), 0),
+            "public_test_cases": json.dumps(public),
+            "private_test_cases": json.dumps(private),
+            "testtype": "stdin" if kinds <= {"stdin"} else "functional",
+            "platform": str(row.get("platform") or ""),
+            "contest_date": str(row.get("contest_date") or ""),
+            "source": "livecodebench",
+        })
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        if row["id"] in seen:
+            raise ValueError(f"livecodebench: rows {seen[row['id']]} and {i} share id {row['id']!r}")
+        seen[row["id"]] = i
+    features = datasets.Features({c: datasets.Value("int64" if c == "difficulty" else "string") for c in CODE_COLUMNS})
+    return datasets.Dataset.from_dict({c: [r[c] for r in rows] for c in CODE_COLUMNS}, features=features)
+
+
 def load_hub_dataset(name: str, split: str | None = None, path_or_name: str | None = None, **kwargs: Any) -> Any:
-    """Load the registered dataset ``name`` ("gsm8k", "math", "math500", "aime2024").
+    """Load the registered dataset ``name`` ("gsm8k", "math", "math500", "aime2024", "livecodebench").
 
     ``split`` None uses the loader's default (test; train for aime2024);
     ``path_or_name`` None uses the hub name; other keyword arguments go to the loader.

@@ -5,8 +5,9 @@ rollout is generated. It checks, per split:
 
 - the split is not empty;
 - every row is a mapping with the fields the task's verifier reads, of the
-  right Python type (``REQUIRED``; extra fields are allowed), a non-empty
-  prompt, and for arithmetic an answer written as a decimal integer;
+  right Python type (the task's ``schema`` in ``rlvr_core.tasks``; extra fields
+  are allowed), a non-empty prompt, and field values the verifier can use
+  (the task's ``check_row``: for arithmetic an answer written as a decimal integer);
 - row ids are unique;
 - synthetic rows agree with their own fields (``check_consistent``): an
   arithmetic prompt ``0377+0012=`` with the answer of ``a op b``, a Countdown
@@ -28,7 +29,6 @@ required fields, and the overlap check reuses ``check_disjoint``.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -36,17 +36,14 @@ from rlvr_core.data.splits import FieldType, check_disjoint
 from rlvr_core.data.splits import validate_rows as _validate_schema
 from rlvr_core.errors import ConfigError
 
-# Fields (and their Python types) each verifier needs in a row.
-REQUIRED: dict[str, dict[str, FieldType]] = {
-    "arithmetic": {"id": str, "prompt": str, "answer": str},
-    "countdown": {"id": str, "prompt": str, "numbers": ("list", int), "target": int},
-    "math": {"id": str, "prompt": str, "answer": str},
-    "code": {"id": str, "prompt": str},
-}
-# Tasks whose rows need at least one field of each group (any type; the verifier parses it).
-ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {"code": (("tests", "public_test_cases"),)}
-# Any other task (a verifier registered elsewhere) needs at least these.
+# Any name that is not a registered task (a verifier registered elsewhere) needs at least these.
 DEFAULT_REQUIRED: dict[str, FieldType] = {"id": str, "prompt": str}
+
+
+def _task(name: str) -> Any:
+    from rlvr_core.tasks import TASKS
+
+    return TASKS.get(name) if name in TASKS else None
 
 
 class DataError(ConfigError):
@@ -62,14 +59,16 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], task: str, split: str, *, s
 
     Args:
         rows: (N,) row mappings (a list, or anything indexable with len)
-        task: verifier name; selects the required fields (``REQUIRED``)
+        task: task name; selects the required fields and checks (``rlvr_core.tasks``; any other
+            name, a verifier registered elsewhere: ``DEFAULT_REQUIRED`` only)
         split: split name used in messages ("train", "test")
         source: where the rows came from (a path), prefixed to messages
     """
     where = _where(source)
     if len(rows) == 0:
         raise DataError(f"{where}{split} split is empty; prepare the data first (python -m flows.prepare)")
-    schema = REQUIRED.get(task, DEFAULT_REQUIRED)
+    spec = _task(task)
+    schema = dict(spec.schema) if spec is not None else DEFAULT_REQUIRED
     projected = []
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
@@ -79,7 +78,7 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], task: str, split: str, *, s
             raise DataError(f"{where}{split} row {i} ({row.get('id')!r}): missing field(s) {missing}; "
                             f"the {task!r} task needs {_describe(schema)}")
         projected.append({f: row[f] for f in schema})
-        for group in ONE_OF.get(task, ()):
+        for group in spec.one_of if spec is not None else ():
             if not any(row.get(f) is not None for f in group):
                 raise DataError(f"{where}{split} row {i} ({row.get('id')!r}): needs one of the fields "
                                 f"{list(group)} for the {task!r} verifier; row has {sorted(row)}")
@@ -90,71 +89,21 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], task: str, split: str, *, s
     for i, row in enumerate(projected):
         if not row["prompt"].strip():
             raise DataError(f"{where}{split} row {i} ({row['id']!r}): field 'prompt' is empty")
-        if task == "arithmetic" and not _ARITH_ANSWER.fullmatch(row["answer"]):
-            raise DataError(f"{where}{split} row {i} ({row['id']!r}): field 'answer' must be a decimal integer "
-                            f"such as '130': 1 to {_MAX_ANSWER_DIGITS} ASCII digits, no sign, no leading zero "
-                            f"(a completion is the answer's digits reversed, so other answers can never be "
-                            f"matched), got {_short(row['answer'])}")
-        if task == "math" and not row["answer"].strip():
-            raise DataError(f"{where}{split} row {i} ({row['id']!r}): field 'answer' is empty")
+        problem = spec.check_row(rows[i]) if spec is not None and spec.check_row is not None else None
+        if problem:
+            raise DataError(f"{where}{split} row {i} ({row['id']!r}): {problem}")
         problem = check_consistent(rows[i], task)
         if problem:
             raise DataError(f"{where}{split} row {i} ({row['id']!r}): {problem}; the row contradicts itself "
                             "(an edited or corrupted data file?): regenerate the data (python -m flows.prepare)")
 
 
-_MAX_ANSWER_DIGITS = 12  # rlvr_core.data.arithmetic.MAX_COMPLETION_CHARS: longer answers are never parsed
-_ARITH_ANSWER = re.compile(rf"0|[1-9][0-9]{{0,{_MAX_ANSWER_DIGITS - 1}}}")
-_ARITH_PROMPT = re.compile(r"([0-9]{4})([-+*])([0-9]{4})=")
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
 def check_consistent(row: Mapping[str, Any], task: str) -> str | None:
-    """Why a synthetic row contradicts itself, or None when it agrees (or carries nothing to compare).
-
-    arithmetic: a prompt in the generator's format ``f"{a:04d}{op}{b:04d}="`` must have the answer
-    ``a op b``; rows that carry ``a``, ``op``, ``b`` (and ``difficulty``) must have exactly that prompt.
-    countdown: rows must have the prompt ``format_prompt(numbers, target)``; a recorded ``answer``
-    expression must use every number once and reach the target.
-    """
-    if task == "arithmetic":
-        from rlvr_core.data.arithmetic import OPS, apply_op, format_prompt
-
-        prompt, answer = row["prompt"], row["answer"]
-        if all(k in row for k in ("a", "op", "b")):
-            a, op, b = row["a"], row["op"], row["b"]
-            if op not in OPS or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 9999
-                                        for x in (a, b)):
-                return f"fields a={_short(a)}, op={_short(op)}, b={_short(b)} are not an arithmetic problem"
-            if prompt != format_prompt(a, op, b):
-                return (f"field 'prompt' {_short(prompt)} does not match its fields a={a}, op={op!r}, b={b} "
-                        f"(expected {format_prompt(a, op, b)!r})")
-            if "difficulty" in row and row["difficulty"] != len(str(max(a, b))):
-                return f"field 'difficulty' {_short(row['difficulty'])} is not the digit count of max(a, b)={max(a, b)}"
-        m = _ARITH_PROMPT.fullmatch(prompt)
-        if m:
-            value = apply_op(int(m.group(1)), m.group(2), int(m.group(3)))
-            if str(value) != answer:
-                return f"field 'answer' {_short(answer)} is not the value of the prompt {prompt!r} ({value})"
-        return None
-    if task == "countdown":
-        from rlvr_core.data.countdown import format_prompt
-        from rlvr_core.rewards.countdown import verify_countdown
-
-        expected = format_prompt(row["numbers"], row["target"])
-        if row["prompt"] != expected:
-            return (f"field 'prompt' {_short(row['prompt'])} does not match its fields numbers={row['numbers']}, "
-                    f"target={row['target']} (expected {expected!r})")
-        answer = row.get("answer")
-        if isinstance(answer, str) and answer and verify_countdown(answer, row) != 1.0:
-            return (f"field 'answer' {_short(answer)} does not use every number of {row['numbers']} once to "
-                    f"reach the target {row['target']}")
-        return None
-    return None
+    """Why a generated row contradicts itself, or None when it agrees (or carries nothing to compare):
+    the task's ``check_consistent`` (``rlvr_core.tasks``), e.g. an arithmetic prompt ``0377+0012=``
+    with an answer other than 389, or a Countdown answer that misses its target."""
+    spec = _task(task)
+    return spec.check_consistent(row) if spec is not None and spec.check_consistent is not None else None
 
 
 def validate_splits(train_rows: Sequence[Mapping[str, Any]], test_rows: Sequence[Mapping[str, Any]], task: str,

@@ -1,4 +1,4 @@
-"""Supervised warm start of the tiny policy on worked arithmetic answers.
+"""Supervised warm start of the tiny policy on a sloppy teacher's answers (arithmetic, Countdown).
 
 The warm start stands in for the pretrained base model of a real RLVR run, and
 it is deliberately *flawed*: a "sloppy teacher" writes a fraction ``noise`` of
@@ -21,6 +21,13 @@ batch it is written sloppily with probability ``noise`` (problems without a
 carry or borrow come out the same either way). Training is plain next-token
 cross-entropy on the completion (answer digits + ``<eos>``), AdamW with linear
 warm-up and cosine decay. Everything is deterministic by ``seed``.
+
+Each task with a warm start declares its teacher in ``rlvr_core.tasks`` (``Task.teacher``):
+``arithmetic_targets`` as above, and ``countdown_targets``, whose sloppy teacher writes a random
+expression over the problem's numbers instead of the recorded solution (difficulty: how many
+numbers, so the default noisy difficulties (2, 3) make the 3-number problems noisy). Tasks
+without one (math, code: text the character vocabulary cannot write) start from a pretrained
+model (``base_model``).
 """
 
 from __future__ import annotations
@@ -138,19 +145,73 @@ def sloppy_value(a: int, op: str, b: int) -> int:
     return int("".join(str(d) for d in reversed(digits)))
 
 
-def _rows_columns(rows: Any) -> dict[str, list]:
+@dataclass(frozen=True)
+class TeacherTargets:
+    """What the warm start trains on, one entry per training row.
+
+    prompts:    the row's prompt (what the tiny policy reads)
+    clean:      the teacher's correct completion (without ``<eos>``)
+    sloppy:     the sloppy teacher's completion, written instead with probability ``noise``
+                on rows whose difficulty is in ``noisy_difficulties``
+    difficulty: the row's difficulty (arithmetic: operand digits; Countdown: numbers given)
+    """
+
+    prompts: list[str]
+    clean: list[str]
+    sloppy: list[str]
+    difficulty: list[int]
+
+
+def _columns(rows: Any, names: Sequence[str], made_by: str) -> dict[str, list]:
     if hasattr(rows, "column_names"):  # datasets.Dataset
-        missing = [c for c in ("prompt", "a", "b", "op", "difficulty") if c not in rows.column_names]
+        missing = [c for c in names if c not in rows.column_names]
         if missing:
-            raise ValueError(f"train_rows: missing columns {missing}; expected rows from make_arithmetic")
-        return {c: list(rows[c]) for c in ("prompt", "a", "b", "op", "difficulty")}
-    cols: dict[str, list] = {c: [] for c in ("prompt", "a", "b", "op", "difficulty")}
+            raise ValueError(f"train_rows: missing columns {missing}; expected rows from {made_by}")
+        return {c: list(rows[c]) for c in names}
+    cols: dict[str, list] = {c: [] for c in names}
     for i, r in enumerate(rows):
         for c in cols:
             if c not in r:
-                raise ValueError(f"train_rows[{i}]: missing field {c!r}; expected rows from make_arithmetic")
+                raise ValueError(f"train_rows[{i}]: missing field {c!r}; expected rows from {made_by}")
             cols[c].append(r[c])
     return cols
+
+
+def arithmetic_targets(rows: Any) -> TeacherTargets:
+    """Arithmetic: the answer's digits reversed (``format_answer``), sloppily with every carry/borrow dropped."""
+    cols = _columns(rows, ("prompt", "a", "b", "op", "difficulty"), "make_arithmetic")
+    triples = list(zip(cols["a"], cols["op"], cols["b"]))
+    return TeacherTargets(
+        prompts=cols["prompt"],
+        clean=[format_answer(apply_op(int(a), op, int(b))) for a, op, b in triples],
+        sloppy=[format_answer(sloppy_value(int(a), op, int(b))) for a, op, b in triples],
+        difficulty=[int(d) for d in cols["difficulty"]],
+    )
+
+
+def countdown_targets(rows: Any) -> TeacherTargets:
+    """Countdown: the generator's recorded expression; the sloppy teacher writes a random expression over
+    the same numbers (seeded by the row id, so the same every run), which reaches the target only by chance.
+
+    Like the arithmetic teacher's dropped carries, the sloppy answer is well formed (every number once,
+    only ``+ - * /`` and parentheses) but mostly wrong, so the right answers are among the policy's
+    samples without being all of them.
+    """
+    import random
+
+    from rlvr_core.data.countdown import random_expression
+
+    cols = _columns(rows, ("id", "prompt", "numbers", "answer"), "make_countdown")
+    sloppy = []
+    for ident, numbers, answer in zip(cols["id"], cols["numbers"], cols["answer"]):
+        rng = random.Random(f"sloppy-{ident}")
+        expr = None
+        for _ in range(100):  # a division by zero draws again
+            if (expr := random_expression(list(numbers), rng)) is not None:
+                break
+        sloppy.append(expr[1] if expr is not None else answer)
+    return TeacherTargets(prompts=cols["prompt"], clean=[str(a) for a in cols["answer"]], sloppy=sloppy,
+                          difficulty=[len(n) for n in cols["numbers"]])
 
 
 def _encode_targets(prompt_ids: list[list[int]], targets: Sequence[str], tok: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,9 +230,22 @@ def _encode_targets(prompt_ids: list[list[int]], targets: Sequence[str], tok: An
     return ids, mask
 
 
+def _teacher(task: str) -> Callable[[Any], TeacherTargets]:
+    """The warm-start teacher of ``task`` (``rlvr_core.tasks``); ConfigError when the task has none."""
+    from rlvr_core.errors import ConfigError
+    from rlvr_core.tasks import get_task
+
+    spec = get_task(task)
+    if spec.teacher is None:
+        raise ConfigError(f"task {task!r}: the tiny policy has no warm start for it ({spec.needs}); "
+                          "start from a pretrained model instead (warmstart.base_model)")
+    return spec.teacher
+
+
 def warm_start(
     train_rows: Any,
     *,
+    task: str = "arithmetic",
     steps: int = WarmStartConfig.steps,
     batch_size: int = WarmStartConfig.batch_size,
     lr: float = WarmStartConfig.lr,
@@ -194,8 +268,11 @@ def warm_start(
     """Train a fresh tiny policy on sloppy-teacher answers to ``train_rows``.
 
     Args:
-        train_rows: arithmetic rows (``make_arithmetic(...)["train"]`` or mappings
-            with prompt, a, b, op, difficulty); batches are drawn with replacement.
+        train_rows: rows of ``task`` (arithmetic: ``make_arithmetic(...)["train"]`` or mappings
+            with prompt, a, b, op, difficulty; countdown: ``make_countdown``'s rows with id,
+            prompt, numbers, answer); batches are drawn with replacement.
+        task: a task with a warm-start teacher (``rlvr_core.tasks``: arithmetic, countdown),
+            which writes the targets (``TeacherTargets``).
         steps ... log_every: see ``WarmStartConfig`` (validated there).
         out_dir: if given, the policy is saved there with ``save_policy``.
         progress: called as ``progress(step, {"loss": ..., "lr": ...})`` every
@@ -214,20 +291,20 @@ def warm_start(
         hidden=hidden, layers=layers, heads=heads, intermediate=intermediate, log_every=log_every,
     )  # fmt: skip
     t_start = time.perf_counter()
-    cols = _rows_columns(train_rows)
-    n = len(cols["prompt"])
+    teacher = _teacher(task)
+    targets = teacher(train_rows)
+    n = len(targets.prompts)
     require(n > 0, "train_rows", "is empty")
     model, tok = build_tiny_policy(cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, seed=cfg.seed)
 
-    prompt_ids = encode_prompts(tok, cols["prompt"])
-    clean = [format_answer(apply_op(int(a), op, int(b))) for a, op, b in zip(cols["a"], cols["op"], cols["b"])]
-    sloppy = [format_answer(sloppy_value(int(a), op, int(b))) for a, op, b in zip(cols["a"], cols["op"], cols["b"])]
+    prompt_ids = encode_prompts(tok, targets.prompts)
+    clean, sloppy = targets.clean, targets.sloppy
     clean_ids, clean_mask = _encode_targets(prompt_ids, clean, tok)
     sloppy_ids, sloppy_mask = _encode_targets(prompt_ids, sloppy, tok)
     width = max(clean_ids.shape[1], sloppy_ids.shape[1])
     clean_ids, sloppy_ids = (torch.nn.functional.pad(x, (0, width - x.shape[1]), value=PAD_ID) for x in (clean_ids, sloppy_ids))
     clean_mask, sloppy_mask = (torch.nn.functional.pad(x, (0, width - x.shape[1]), value=False) for x in (clean_mask, sloppy_mask))
-    noisy_row = torch.as_tensor([int(d) in cfg.noisy_difficulties for d in cols["difficulty"]])
+    noisy_row = torch.as_tensor([int(d) in cfg.noisy_difficulties for d in targets.difficulty])
     differs = torch.as_tensor([c != s for c, s in zip(clean, sloppy)])
 
     rng = np.random.default_rng(cfg.seed)
@@ -286,7 +363,7 @@ def warm_start(
         from rlvr_core.evaluation import evaluate_policy
 
         t_eval = time.perf_counter()
-        ev = evaluate_policy((model, tok), eval_rows, "arithmetic", k=8, n_samples=eval_samples, seed=cfg.seed)
+        ev = evaluate_policy((model, tok), eval_rows, task, k=8, n_samples=eval_samples, seed=cfg.seed)
         metrics.update({f"heldout_{k}": v for k, v in ev.items()})
         metrics["eval_seconds"] = time.perf_counter() - t_eval
     if out_dir is not None:
@@ -295,4 +372,5 @@ def warm_start(
     return model, tok, metrics
 
 
-__all__ = ["WarmStartConfig", "sloppy_value", "warm_start"]
+__all__ = ["TeacherTargets", "WarmStartConfig", "arithmetic_targets", "countdown_targets", "sloppy_value",
+           "warm_start"]

@@ -80,3 +80,15 @@ def test_generation_speed():
     dd = make_countdown(9000, 1000, seed=0)
     assert time.perf_counter() - t < 4.0  # ~0.8 s here; margin for a busy CI box
     assert dd["test"].num_rows == 1000
+
+
+def test_a_used_up_size_hands_its_rows_to_the_next(monkeypatch):
+    monkeypatch.setattr(cd, "MAX_TARGET", 2)  # a few hundred distinct 3-number problems
+    monkeypatch.setattr(cd, "MAX_MISSES", 3000)
+    dd = make_countdown(800, 100, seed=0)
+    assert (dd["train"].num_rows, dd["test"].num_rows) == (800, 100)
+    got = {s: Counter(list(dd[s]["difficulty"])) for s in ("train", "test")}
+    assert got["test"] == {3: 50, 4: 50}  # the test split is served first
+    assert 0 < got["train"][3] < 400 and got["train"][3] + got["train"][4] == 800
+    keys = [(tuple(r["numbers"]), r["target"]) for s in ("train", "test") for r in dd[s]]
+    assert len(set(keys)) == len(keys)

@@ -205,3 +205,41 @@ def test_chat_template_applied() -> None:
     assert len(out) == 2 and out[1].startswith("<|user|>b\n\n")
     with pytest.raises(ValueError, match="no 'prompt' field"):
         render_prompts([{"question": "a"}])
+
+
+# --------------------------------------------------------------------------- LiveCodeBench
+
+
+def test_livecodebench_release_files_in_the_hub_format(cache: str) -> None:
+    from rlvr_core.data.hub import load_livecodebench
+    from rlvr_core.rewards.code import parse_tests
+
+    v1 = load_livecodebench(str(FIX / "livecodebench"), "test", cache_dir=cache)  # the folder: <split>.jsonl
+    assert v1.num_rows == 4 and v1[0]["id"] == "livecodebench-abc901_a"
+    assert v1[0]["prompt"] == "You are given two integers A and B. Print A+B."
+    assert [r["difficulty"] for r in v1] == [1, 1, 2, 1]
+    assert [r["testtype"] for r in v1] == ["stdin", "stdin", "stdin", "functional"]
+    # private tests: compressed (rows 0, 2) and plain JSON (row 1) both come back as JSON lists
+    assert json.loads(v1[0]["private_test_cases"]) == [{"input": "10 -4\n", "output": "6\n", "testtype": "stdin"},
+                                                       {"input": "0 0\n", "output": "0\n", "testtype": "stdin"}]
+    assert [t.input for t in parse_tests(v1[1])] == ["abc\n", "x\n"]
+    v2 = load_livecodebench(str(FIX / "livecodebench" / "test2.jsonl"), "test2", limit=2, cache_dir=cache)
+    assert [r["id"] for r in v2] == ["livecodebench-abc911_a", "livecodebench-1911A"]
+    assert v2[1]["private_test_cases"] == "[]"
+
+
+def test_livecodebench_test_cases_never_unpickle_objects() -> None:
+    import base64
+    import pickle
+    import zlib
+
+    from rlvr_core.data.hub import decode_test_cases
+
+    tests = [{"input": "1\n", "output": "2\n", "testtype": "stdin"}]
+    packed = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+    assert decode_test_cases(packed) == tests == decode_test_cases(json.dumps(tests))
+    hostile = base64.b64encode(zlib.compress(pickle.dumps(Path("/etc/passwd")))).decode()  # a class: refused
+    with pytest.raises(ValueError, match=r"private_test_cases: neither JSON nor .*refused pathlib"):
+        decode_test_cases(hostile)
+    with pytest.raises(ValueError, match="neither JSON"):
+        decode_test_cases("not json, not base64!")

@@ -88,7 +88,7 @@ def test_prepare_drops_training_rows_that_are_held_out_problems() -> None:
 def test_bad_prepare_values_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"prepare\.dataset: unknown dataset 'hendrycks'.*math500"):
         load_params(_params_file(tmp_path, prepare={"task": "math", "dataset": "hendrycks"}))
-    with pytest.raises(ConfigError, match=r"prepare\.dataset: applies to task 'math' only"):
+    with pytest.raises(ConfigError, match=r"prepare\.dataset: applies to task 'code' or 'math' only"):
         load_params(_params_file(tmp_path, prepare={"task": "arithmetic", "dataset": "math"}))
     with pytest.raises(ConfigError, match=r"prepare\.eval_limit"):
         load_params(_params_file(tmp_path, prepare={"task": "math", "eval_limit": 0}))

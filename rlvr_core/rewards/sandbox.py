@@ -993,6 +993,58 @@ def _classify(returncode: int | None, stderr: bytes, killed_for: str | None, *, 
     return RUNTIME_ERROR
 
 
+def _write_program(workdir: str, code: str, unprivileged: bool) -> str:
+    """Write ``code`` to ``workdir/main.py`` (both owned by the unprivileged uid when it runs); its path."""
+    program = os.path.join(workdir, "main.py")
+    with open(program, "w", encoding="utf-8") as f:
+        f.write(code)
+    if unprivileged:
+        os.chown(workdir, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
+        os.chown(program, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
+    return program
+
+
+def _inprocess_command(
+    prefix: tuple[str, ...], limits: SandboxLimits, workdir: str, program: str, unprivileged: bool
+) -> tuple[list[str], dict[str, str], dict]:
+    """The interpreter's command line (prelude, limits, program), its environment and Popen's uid arguments."""
+    cpu = max(1, math.ceil(limits.cpu_seconds))
+    rlimits = [
+        ("RLIMIT_AS", int(limits.memory_bytes)),
+        ("RLIMIT_FSIZE", int(limits.max_file_bytes)),
+        ("RLIMIT_NOFILE", int(limits.max_open_files)),
+        ("RLIMIT_CORE", 0),
+    ]
+    if unprivileged:
+        rlimits.append(("RLIMIT_NPROC", int(limits.max_processes)))
+    rlimit_arg = ",".join(f"{name}={value}" for name, value in rlimits)
+    argv = [*prefix, limits.python, "-S", "-s", "-B", "-P", "-c", _PRELUDE, workdir, str(cpu), rlimit_arg, program]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONHASHSEED": "0",
+        "PYTHONIOENCODING": "utf-8",
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+    }
+    extra: dict = {}
+    if unprivileged and not prefix:
+        extra = {"user": UNPRIVILEGED_UID, "group": UNPRIVILEGED_GID, "extra_groups": []}
+    return argv, env, extra
+
+
+def _end_inprocess(proc: subprocess.Popen[bytes] | None, workdir: str) -> None:
+    """Kill what is left of the run's session, reap it, close its pipes and remove its working directory."""
+    if proc is not None:
+        _kill_session(proc.pid)
+        if proc.returncode is None:
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
     """The in-process sandbox (audit hook, rlimits, optional ``unshare -n`` and uid drop)."""
     prefix, layers = _probe(limits.python, limits.network_namespace, limits.drop_privileges)
@@ -1003,34 +1055,8 @@ def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
     unprivileged = "unprivileged" in layers
     proc: subprocess.Popen[bytes] | None = None
     try:
-        program = os.path.join(workdir, "main.py")
-        with open(program, "w", encoding="utf-8") as f:
-            f.write(code)
-        if unprivileged:
-            os.chown(workdir, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
-            os.chown(program, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
-        cpu = max(1, math.ceil(limits.cpu_seconds))
-        rlimits = [
-            ("RLIMIT_AS", int(limits.memory_bytes)),
-            ("RLIMIT_FSIZE", int(limits.max_file_bytes)),
-            ("RLIMIT_NOFILE", int(limits.max_open_files)),
-            ("RLIMIT_CORE", 0),
-        ]
-        if unprivileged:
-            rlimits.append(("RLIMIT_NPROC", int(limits.max_processes)))
-        rlimit_arg = ",".join(f"{name}={value}" for name, value in rlimits)
-        argv = [*prefix, limits.python, "-S", "-s", "-B", "-P", "-c", _PRELUDE, workdir, str(cpu), rlimit_arg, program]
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "PYTHONHASHSEED": "0",
-            "PYTHONIOENCODING": "utf-8",
-            "LANG": "C.UTF-8",
-            "HOME": workdir,
-            "TMPDIR": workdir,
-        }
-        extra: dict = {}
-        if unprivileged and not prefix:
-            extra = {"user": UNPRIVILEGED_UID, "group": UNPRIVILEGED_GID, "extra_groups": []}
+        program = _write_program(workdir, code, unprivileged)
+        argv, env, extra = _inprocess_command(prefix, limits, workdir, program, unprivileged)
         with tempfile.TemporaryFile() as stdin_file:
             stdin_file.write(stdin.encode("utf-8"))
             stdin_file.seek(0)
@@ -1059,14 +1085,7 @@ def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
             isolation=(INPROCESS, *layers),
         )
     finally:
-        if proc is not None:
-            _kill_session(proc.pid)
-            if proc.returncode is None:
-                proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _end_inprocess(proc, workdir)
 
 
 def _collect(

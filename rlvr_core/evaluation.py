@@ -84,6 +84,53 @@ def _as_rows(rows: Any) -> list[Mapping]:
     return [dict(r) for r in rows]
 
 
+def _resolve_verifier(verifier: Verifier | str, template_task: str | None) -> tuple[Verifier, str | None]:
+    """A registered verifier's callable for a name (which also becomes the default template task)."""
+    if isinstance(verifier, str):
+        from rlvr_core.rewards import get_verifier
+
+        template_task = verifier if template_task is None else template_task
+        verifier = get_verifier(verifier)
+    return verifier, template_task
+
+
+def _model_tokenizer_device(policy: Any, device: str | None) -> tuple[Any, Any, Any]:
+    """(model, tokenizer, device) of an ``HFEngine`` or a ``(model, tokenizer)`` pair; ``device`` wins when given."""
+    from rlvr_core.rollout.hf import HFEngine
+
+    if isinstance(policy, HFEngine):
+        return policy.model, policy.tokenizer, device or policy.device
+    model, tok = policy
+    return model, tok, device or next(model.parameters()).device
+
+
+def _greedy_metrics(engine: Any, data: list[Mapping], verifier: Verifier, max_new_tokens: int) -> dict[str, float]:
+    """n_problems, greedy_acc and, when every row has a difficulty, greedy_acc_d{d}."""
+    greedy = engine.greedy(list(range(len(data))), max_new_tokens)
+    correct = np.asarray([float(verifier(g, r)) for g, r in zip(greedy, data)])
+    out: dict[str, float] = {"n_problems": float(len(data)), "greedy_acc": float(correct.mean())}
+    if all("difficulty" in r for r in data):
+        diff = np.asarray([int(r["difficulty"]) for r in data])
+        for d in sorted(set(diff.tolist())):
+            out[f"greedy_acc_d{d}"] = float(correct[diff == d].mean())
+    return out
+
+
+def _sampled_metrics(engine: Any, data: list[Mapping], verifier: Verifier, n_samples: int, k: int) -> dict[str, float]:
+    """n_samples, pass_at_1, pass_at_{k} and the group shares from ``n_samples`` samples per problem."""
+    ro = engine.generate({i: n_samples for i in range(len(data))})
+    passes = np.zeros(len(data))
+    for pid, pl in zip(ro.prompt_id, ro.payload or []):
+        passes[pid] += float(verifier(pl["text"], data[pid])) > 0.5
+    n = np.full(len(data), n_samples)
+    out: dict[str, float] = {"n_samples": float(n_samples)}
+    out["pass_at_1"] = float(np.mean(pass_at_k(n, passes, 1)))
+    out[f"pass_at_{k}"] = float(np.mean(pass_at_k(n, passes, k)))
+    for name, v in group_shares(n, passes, k).items():
+        out[f"{name}_share_k{k}"] = v
+    return out
+
+
 def evaluate_policy(
     policy: Any,
     rows: Any,
@@ -119,25 +166,16 @@ def evaluate_policy(
         and with sampling n_samples, pass_at_1, pass_at_{k}, all_pass_share_k{k},
         all_fail_share_k{k}, mixed_share_k{k}.
     """
+    from rlvr_core.models.policy import policy_prompts
     from rlvr_core.rollout.hf import HFEngine  # local: keeps this module light
 
-    if isinstance(verifier, str):
-        from rlvr_core.rewards import get_verifier
-
-        template_task = verifier if template_task is None else template_task
-        verifier = get_verifier(verifier)
+    verifier, template_task = _resolve_verifier(verifier, template_task)
     n_samples = k if n_samples is None else n_samples
     require(isinstance(k, int) and k >= 1, "k", f"must be an int >= 1, got {k!r}")
     require(n_samples == 0 or n_samples >= k, "n_samples", f"must be 0 or >= k={k}, got {n_samples}")
     data = _as_rows(rows)
     require(len(data) > 0, "rows", "need at least one row to evaluate")
-    if isinstance(policy, HFEngine):
-        model, tok, dev = policy.model, policy.tokenizer, device or policy.device
-    else:
-        model, tok = policy
-        dev = device or next(model.parameters()).device
-    from rlvr_core.models.policy import policy_prompts
-
+    model, tok, dev = _model_tokenizer_device(policy, device)
     engine = HFEngine(
         model,
         tok,
@@ -148,24 +186,9 @@ def evaluate_policy(
         micro_batch=micro_batch,
         device=dev,
     )
-    greedy = engine.greedy(list(range(len(data))), max_new_tokens)
-    correct = np.asarray([float(verifier(g, r)) for g, r in zip(greedy, data)])
-    out: dict[str, float] = {"n_problems": float(len(data)), "greedy_acc": float(correct.mean())}
-    if all("difficulty" in r for r in data):
-        diff = np.asarray([int(r["difficulty"]) for r in data])
-        for d in sorted(set(diff.tolist())):
-            out[f"greedy_acc_d{d}"] = float(correct[diff == d].mean())
+    out = _greedy_metrics(engine, data, verifier, max_new_tokens)
     if n_samples:
-        ro = engine.generate({i: n_samples for i in range(len(data))})
-        passes = np.zeros(len(data))
-        for pid, pl in zip(ro.prompt_id, ro.payload or []):
-            passes[pid] += float(verifier(pl["text"], data[pid])) > 0.5
-        n = np.full(len(data), n_samples)
-        out["n_samples"] = float(n_samples)
-        out["pass_at_1"] = float(np.mean(pass_at_k(n, passes, 1)))
-        out[f"pass_at_{k}"] = float(np.mean(pass_at_k(n, passes, k)))
-        for name, v in group_shares(n, passes, k).items():
-            out[f"{name}_share_k{k}"] = v
+        out.update(_sampled_metrics(engine, data, verifier, n_samples, k))
     return out
 
 

@@ -141,6 +141,80 @@ def make_row(split: str, index: int, a: int, op: str, b: int) -> dict[str, Any]:
     }
 
 
+def _check_arguments(
+    n_train: Any, n_test: Any, digits: Sequence[int], ops: Sequence[str], digit_weights: Sequence[float] | None
+) -> tuple[tuple[int, ...], tuple[str, ...], Sequence[float]]:
+    """Validate ``make_arithmetic``'s sizes and mix; return digits, ops and weights (default equal)."""
+    require(isinstance(n_train, int) and n_train >= 0, "n_train", f"must be an int >= 0, got {n_train!r}")
+    require(isinstance(n_test, int) and n_test >= 0, "n_test", f"must be an int >= 0, got {n_test!r}")
+    digits = tuple(digits)
+    ops = tuple(ops)
+    require(len(digits) > 0 and all(d in DIGITS for d in digits), "digits", f"must be a non-empty subset of {DIGITS}, got {digits}")
+    require(len(set(digits)) == len(digits), "digits", f"must not repeat, got {digits}")
+    require(len(ops) > 0 and all(o in OPS for o in ops), "ops", f"must be a non-empty subset of {OPS}, got {ops}")
+    require(len(set(ops)) == len(ops), "ops", f"must not repeat, got {ops}")
+    if digit_weights is None:
+        digit_weights = [1.0] * len(digits)
+    require(
+        len(digit_weights) == len(digits),
+        "digit_weights",
+        f"need one weight per entry of digits {digits}, got {list(digit_weights)}",
+    )
+    return digits, ops, digit_weights
+
+
+def _cell_quotas(
+    n_train: int, n_test: int, digits: tuple[int, ...], ops: tuple[str, ...], digit_weights: Sequence[float]
+) -> tuple[list[tuple[int, str]], list[int], list[int], list[int]]:
+    """The (digit count, op) cells, their sizes, and how many problems (all, test) each one gives.
+
+    Raises ConfigError for bad weights or when the weighted cells hold fewer than
+    ``n_train + n_test`` distinct problems.
+    """
+    cells = [(d, op) for d in digits for op in ops]
+    weights = [float(w) / len(ops) for w in digit_weights for _ in ops]
+    caps = [cell_size(d, op) for d, op in cells]
+    require(
+        all(isinstance(w, Real) and not isinstance(w, bool) and w >= 0 for w in digit_weights) and any(w > 0 for w in digit_weights),
+        "digit_weights",
+        f"must be non-negative numbers with at least one > 0, got {list(digit_weights)}",
+    )
+    total = n_train + n_test
+    capacity = sum(c for c, w in zip(caps, weights) if w > 0)
+    require(
+        total <= capacity,
+        "n_train + n_test",
+        f"asked for {total} distinct problems but digits={digits}, ops={ops}, digit_weights={list(digit_weights)} "
+        f"hold only {capacity} (1-digit problems are scarce: add more digits or ask for fewer rows)",
+    )
+    quotas = apportion(total, weights, caps)
+    test_quotas = apportion(n_test, [float(q) for q in quotas], quotas) if n_test and total else [0] * len(cells)
+    return cells, caps, quotas, test_quotas
+
+
+_Problem = tuple[int, str, int]
+
+
+def _draw_problems(
+    cells: Sequence[tuple[int, str]], caps: Sequence[int], quotas: Sequence[int], test_quotas: Sequence[int],
+    rng: np.random.Generator,
+) -> tuple[list[_Problem], list[_Problem]]:
+    """Draw each cell's quota without replacement; its first ``test_quota`` problems go to test.
+
+    Returns (train, test) as lists of ``(a, op, b)``.
+    """
+    train: list[_Problem] = []
+    test: list[_Problem] = []
+    for (d, op), size, q, q_test in zip(cells, caps, quotas, test_quotas):
+        if q == 0:
+            continue
+        picks = rng.choice(size, size=q, replace=False)
+        problems = [(*_decode(d, op, int(i)), op) for i in picks]
+        test.extend((a, o, b) for a, b, o in problems[:q_test])
+        train.extend((a, o, b) for a, b, o in problems[q_test:])
+    return train, test
+
+
 def make_arithmetic(
     n_train: int,
     n_test: int,
@@ -165,51 +239,10 @@ def make_arithmetic(
     Raises:
         ConfigError: bad arguments, or more problems asked than the mix holds.
     """
-    require(isinstance(n_train, int) and n_train >= 0, "n_train", f"must be an int >= 0, got {n_train!r}")
-    require(isinstance(n_test, int) and n_test >= 0, "n_test", f"must be an int >= 0, got {n_test!r}")
-    digits = tuple(digits)
-    ops = tuple(ops)
-    require(len(digits) > 0 and all(d in DIGITS for d in digits), "digits", f"must be a non-empty subset of {DIGITS}, got {digits}")
-    require(len(set(digits)) == len(digits), "digits", f"must not repeat, got {digits}")
-    require(len(ops) > 0 and all(o in OPS for o in ops), "ops", f"must be a non-empty subset of {OPS}, got {ops}")
-    require(len(set(ops)) == len(ops), "ops", f"must not repeat, got {ops}")
-    if digit_weights is None:
-        digit_weights = [1.0] * len(digits)
-    require(
-        len(digit_weights) == len(digits),
-        "digit_weights",
-        f"need one weight per entry of digits {digits}, got {list(digit_weights)}",
-    )
-
-    cells = [(d, op) for d in digits for op in ops]
-    weights = [float(w) / len(ops) for w in digit_weights for _ in ops]
-    caps = [cell_size(d, op) for d, op in cells]
-    require(
-        all(isinstance(w, Real) and not isinstance(w, bool) and w >= 0 for w in digit_weights) and any(w > 0 for w in digit_weights),
-        "digit_weights",
-        f"must be non-negative numbers with at least one > 0, got {list(digit_weights)}",
-    )
-    total = n_train + n_test
-    capacity = sum(c for c, w in zip(caps, weights) if w > 0)
-    require(
-        total <= capacity,
-        "n_train + n_test",
-        f"asked for {total} distinct problems but digits={digits}, ops={ops}, digit_weights={list(digit_weights)} "
-        f"hold only {capacity} (1-digit problems are scarce: add more digits or ask for fewer rows)",
-    )
-    quotas = apportion(total, weights, caps)
-    test_quotas = apportion(n_test, [float(q) for q in quotas], quotas) if n_test and total else [0] * len(cells)
-
+    digits, ops, digit_weights = _check_arguments(n_train, n_test, digits, ops, digit_weights)
+    cells, caps, quotas, test_quotas = _cell_quotas(n_train, n_test, digits, ops, digit_weights)
     rng = np.random.default_rng(seed)
-    train: list[tuple[int, str, int]] = []
-    test: list[tuple[int, str, int]] = []
-    for (d, op), size, q, q_test in zip(cells, caps, quotas, test_quotas):
-        if q == 0:
-            continue
-        picks = rng.choice(size, size=q, replace=False)
-        problems = [(*_decode(d, op, int(i)), op) for i in picks]
-        test.extend((a, o, b) for a, b, o in problems[:q_test])
-        train.extend((a, o, b) for a, b, o in problems[q_test:])
+    train, test = _draw_problems(cells, caps, quotas, test_quotas, rng)
 
     split_rows = {}
     for name, problems in (("train", train), ("test", test)):

@@ -242,6 +242,123 @@ def _teacher(task: str) -> Callable[[Any], TeacherTargets]:
     return spec.teacher
 
 
+def _lr_at(cfg: WarmStartConfig, step: int) -> float:
+    """The learning rate of ``step``: linear warm-up to ``cfg.lr``, then cosine decay to ``min_lr_ratio * lr``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+@dataclass(frozen=True)
+class _SFTData:
+    """The encoded targets of both teachers, padded to one width, and what batches draw from them.
+
+    clean_ids, clean_mask, sloppy_ids, sloppy_mask: (N, L) as ``_encode_targets`` returns them
+    noisy_row: (N,) bool, the row's difficulty is one the teacher is sloppy on
+    differs:   (N,) bool, the sloppy completion differs from the clean one
+    """
+
+    clean_ids: torch.Tensor
+    clean_mask: torch.Tensor
+    sloppy_ids: torch.Tensor
+    sloppy_mask: torch.Tensor
+    noisy_row: torch.Tensor
+    differs: torch.Tensor
+
+    @classmethod
+    def build(cls, targets: TeacherTargets, tok: Any, noisy_difficulties: Sequence[int]) -> "_SFTData":
+        prompt_ids = encode_prompts(tok, targets.prompts)
+        clean, sloppy = targets.clean, targets.sloppy
+        clean_ids, clean_mask = _encode_targets(prompt_ids, clean, tok)
+        sloppy_ids, sloppy_mask = _encode_targets(prompt_ids, sloppy, tok)
+        width = max(clean_ids.shape[1], sloppy_ids.shape[1])
+        pad = torch.nn.functional.pad
+        clean_ids, sloppy_ids = (pad(x, (0, width - x.shape[1]), value=PAD_ID) for x in (clean_ids, sloppy_ids))
+        clean_mask, sloppy_mask = (pad(x, (0, width - x.shape[1]), value=False) for x in (clean_mask, sloppy_mask))
+        noisy_row = torch.as_tensor([int(d) in noisy_difficulties for d in targets.difficulty])
+        differs = torch.as_tensor([c != s for c, s in zip(clean, sloppy)])
+        return cls(clean_ids, clean_mask, sloppy_ids, sloppy_mask, noisy_row, differs)
+
+    def batch(self, rng: np.random.Generator, batch_size: int, noise: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Draw ``batch_size`` rows with replacement, each noisy row sloppy with probability ``noise``.
+
+        Returns (ids, mask) trimmed of the right padding the whole batch shares, and how
+        many drawn targets differ from the clean answer.
+        """
+        idx = torch.as_tensor(rng.integers(0, self.clean_ids.shape[0], size=batch_size))
+        coin = torch.as_tensor(rng.random(batch_size) < noise) & self.noisy_row[idx]
+        n_sloppy = int((coin & self.differs[idx]).sum())
+        ids = torch.where(coin[:, None], self.sloppy_ids[idx], self.clean_ids[idx])
+        mask = torch.where(coin[:, None], self.sloppy_mask[idx], self.clean_mask[idx])
+        used = int(mask.any(0).nonzero().max()) + 2
+        return ids[:, :used], mask[:, :used], n_sloppy
+
+
+def _sft_step(model: Any, opt: torch.optim.Optimizer, ids: torch.Tensor, mask: torch.Tensor, lr: float) -> float:
+    """One AdamW step at ``lr`` on the cross-entropy of the masked next tokens (grad norm clipped to 1); its loss."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    logits = model(input_ids=ids[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits[mask[:, :-1]], ids[:, 1:][mask[:, :-1]])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(loss.detach())
+
+
+def _train(targets: TeacherTargets, cfg: WarmStartConfig, progress: Progress | None) -> tuple[Any, Any, dict[str, Any]]:
+    """Build the tiny policy and train it on ``targets`` for ``cfg.steps`` steps.
+
+    Returns (model, tokenizer, metrics) with params, steps, train_seconds, final_loss,
+    loss_curve, sloppy_fraction and config (see ``warm_start``).
+    """
+    model, tok = build_tiny_policy(cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, seed=cfg.seed)
+    data = _SFTData.build(targets, tok, cfg.noisy_difficulties)
+    rng = np.random.default_rng(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
+    model.train()
+    loss_curve: list[list[float]] = []
+    window: list[float] = []
+    n_sloppy = 0
+    t_train = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        for step in range(cfg.steps):
+            ids, mask, drawn_sloppy = data.batch(rng, cfg.batch_size, cfg.noise)
+            n_sloppy += drawn_sloppy
+            window.append(_sft_step(model, opt, ids, mask, _lr_at(cfg, step)))
+            if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+                mean_loss = float(np.mean(window))
+                loss_curve.append([step + 1, mean_loss])
+                window = []
+                if progress is not None:
+                    progress(step + 1, {"loss": mean_loss, "lr": _lr_at(cfg, step)})
+    model.eval()
+    metrics: dict[str, Any] = {
+        "params": num_parameters(model),
+        "steps": cfg.steps,
+        "train_seconds": time.perf_counter() - t_train,
+        "final_loss": loss_curve[-1][1],
+        "loss_curve": loss_curve,
+        "sloppy_fraction": n_sloppy / (cfg.steps * cfg.batch_size),
+        "config": cfg.sft_kwargs(),
+    }
+    return model, tok, metrics
+
+
+def _heldout_metrics(model: Any, tok: Any, eval_rows: Any, task: str, eval_samples: int, seed: int) -> dict[str, Any]:
+    """``evaluate_policy``'s figures on ``eval_rows`` as heldout_*, and eval_seconds."""
+    from rlvr_core.evaluation import evaluate_policy
+
+    t_eval = time.perf_counter()
+    ev = evaluate_policy((model, tok), eval_rows, task, k=8, n_samples=eval_samples, seed=seed)
+    metrics: dict[str, Any] = {f"heldout_{k}": v for k, v in ev.items()}
+    metrics["eval_seconds"] = time.perf_counter() - t_eval
+    return metrics
+
+
 def warm_start(
     train_rows: Any,
     *,
@@ -291,81 +408,11 @@ def warm_start(
         hidden=hidden, layers=layers, heads=heads, intermediate=intermediate, log_every=log_every,
     )  # fmt: skip
     t_start = time.perf_counter()
-    teacher = _teacher(task)
-    targets = teacher(train_rows)
-    n = len(targets.prompts)
-    require(n > 0, "train_rows", "is empty")
-    model, tok = build_tiny_policy(cfg.hidden, cfg.layers, cfg.heads, cfg.intermediate, seed=cfg.seed)
-
-    prompt_ids = encode_prompts(tok, targets.prompts)
-    clean, sloppy = targets.clean, targets.sloppy
-    clean_ids, clean_mask = _encode_targets(prompt_ids, clean, tok)
-    sloppy_ids, sloppy_mask = _encode_targets(prompt_ids, sloppy, tok)
-    width = max(clean_ids.shape[1], sloppy_ids.shape[1])
-    clean_ids, sloppy_ids = (torch.nn.functional.pad(x, (0, width - x.shape[1]), value=PAD_ID) for x in (clean_ids, sloppy_ids))
-    clean_mask, sloppy_mask = (torch.nn.functional.pad(x, (0, width - x.shape[1]), value=False) for x in (clean_mask, sloppy_mask))
-    noisy_row = torch.as_tensor([int(d) in cfg.noisy_difficulties for d in targets.difficulty])
-    differs = torch.as_tensor([c != s for c, s in zip(clean, sloppy)])
-
-    rng = np.random.default_rng(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
-
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup:
-            return cfg.lr * (step + 1) / cfg.warmup
-        frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-        return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
-
-    model.train()
-    loss_curve: list[list[float]] = []
-    window: list[float] = []
-    n_sloppy = 0
-    t_train = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        for step in range(cfg.steps):
-            idx = torch.as_tensor(rng.integers(0, n, size=cfg.batch_size))
-            coin = torch.as_tensor(rng.random(cfg.batch_size) < cfg.noise) & noisy_row[idx]
-            n_sloppy += int((coin & differs[idx]).sum())
-            ids = torch.where(coin[:, None], sloppy_ids[idx], clean_ids[idx])
-            mask = torch.where(coin[:, None], sloppy_mask[idx], clean_mask[idx])
-            # trim the right padding shared by the whole batch
-            used = int(mask.any(0).nonzero().max()) + 2
-            ids, mask = ids[:, :used], mask[:, :used]
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            logits = model(input_ids=ids[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits[mask[:, :-1]], ids[:, 1:][mask[:, :-1]])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            window.append(float(loss.detach()))
-            if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-                mean_loss = float(np.mean(window))
-                loss_curve.append([step + 1, mean_loss])
-                window = []
-                if progress is not None:
-                    progress(step + 1, {"loss": mean_loss, "lr": lr_at(step)})
-    model.eval()
-    train_seconds = time.perf_counter() - t_train
-
-    metrics: dict[str, Any] = {
-        "params": num_parameters(model),
-        "steps": cfg.steps,
-        "train_seconds": train_seconds,
-        "final_loss": loss_curve[-1][1],
-        "loss_curve": loss_curve,
-        "sloppy_fraction": n_sloppy / (cfg.steps * cfg.batch_size),
-        "config": cfg.sft_kwargs(),
-    }
+    targets = _teacher(task)(train_rows)
+    require(len(targets.prompts) > 0, "train_rows", "is empty")
+    model, tok, metrics = _train(targets, cfg, progress)
     if eval_rows is not None:
-        from rlvr_core.evaluation import evaluate_policy
-
-        t_eval = time.perf_counter()
-        ev = evaluate_policy((model, tok), eval_rows, task, k=8, n_samples=eval_samples, seed=cfg.seed)
-        metrics.update({f"heldout_{k}": v for k, v in ev.items()})
-        metrics["eval_seconds"] = time.perf_counter() - t_eval
+        metrics.update(_heldout_metrics(model, tok, eval_rows, task, eval_samples, cfg.seed))
     if out_dir is not None:
         save_policy(model, tok, out_dir)
     metrics["seconds"] = time.perf_counter() - t_start

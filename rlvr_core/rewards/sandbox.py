@@ -504,16 +504,53 @@ _BWRAP_PRELUDE = (
 )
 
 
-def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimits) -> RunResult:
-    cpu = max(1, math.ceil(limits.cpu_seconds))
-    own: list[int] = []  # descriptors to close in the parent once bwrap has them
+@dataclass
+class _BwrapFds:
+    """The parent's descriptors of one bwrap run.
+
+    prog, stdin, seccomp: sealed memfds (program, standard input, filter; seccomp -1 without one)
+    info_r, info_w: the pipe bwrap writes its --info-fd report to
+    block_r, block_w: the --userns-block-fd pipe (as root only; else -1)
+    own: the descriptors to close in the parent once bwrap has them
+    """
+
+    prog: int
+    stdin: int
+    info_r: int
+    info_w: int
+    block_r: int = -1
+    block_w: int = -1
+    seccomp: int = -1
+    own: list[int] = field(default_factory=list)
+
+    @property
+    def passed(self) -> tuple[int, ...]:
+        """The descriptors bwrap inherits by number (stdin goes as its standard input)."""
+        return tuple(fd for fd in (self.prog, self.info_w, self.block_r, self.seccomp) if fd >= 0)
+
+
+def _open_bwrap_fds(plan: _BwrapPlan, code: str, stdin: str) -> _BwrapFds:
+    """Seal the program, its stdin and the filter into memfds and open the info (and block) pipes."""
+    own: list[int] = []
     prog_fd = _sealed_memfd("main.py", code.encode("utf-8", "surrogatepass"))
     own.append(prog_fd)
     stdin_fd = _sealed_memfd("stdin", stdin.encode("utf-8", "surrogatepass"))
     own.append(stdin_fd)
     info_r, info_w = os.pipe()
     own.append(info_w)
-    passed = [prog_fd, info_w]
+    fds = _BwrapFds(prog_fd, stdin_fd, info_r, info_w, own=own)
+    if plan.as_root:
+        fds.block_r, fds.block_w = os.pipe()
+        own.append(fds.block_r)
+    if plan.seccomp is not None:
+        fds.seccomp = _sealed_memfd("seccomp", plan.seccomp)
+        own.append(fds.seccomp)
+    return fds
+
+
+def _bwrap_argv(plan: _BwrapPlan, limits: SandboxLimits, fds: _BwrapFds) -> list[str]:
+    """bwrap's command line: namespaces, environment, mounts, uid setup and filter, then prlimit and the prelude."""
+    cpu = max(1, math.ceil(limits.cpu_seconds))
     argv = [
         plan.bwrap,
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -526,61 +563,80 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
     argv += [
         "--size", str(int(limits.max_disk_bytes)), "--perms", "01777", "--tmpfs", SANDBOX_WORKDIR,
         "--size", str(int(limits.max_disk_bytes)), "--perms", "01777", "--tmpfs", "/dev/shm",  # POSIX semaphores
-        "--perms", "0444", "--file", str(prog_fd), SANDBOX_WORKDIR + "/main.py",
-        "--chdir", SANDBOX_WORKDIR, "--remount-ro", "/", "--info-fd", str(info_w),
+        "--perms", "0444", "--file", str(fds.prog), SANDBOX_WORKDIR + "/main.py",
+        "--chdir", SANDBOX_WORKDIR, "--remount-ro", "/", "--info-fd", str(fds.info_w),
     ]  # fmt: skip
-    block_r = block_w = -1
     if plan.as_root:
-        block_r, block_w = os.pipe()
-        own.append(block_r)
-        passed.append(block_r)
-        argv += ["--userns-block-fd", str(block_r)]
+        argv += ["--userns-block-fd", str(fds.block_r)]
     else:
         argv += ["--uid", str(UNPRIVILEGED_UID), "--gid", str(UNPRIVILEGED_GID),
                  "--disable-userns", "--cap-drop", "ALL"]
     if plan.seccomp is not None:
-        seccomp_fd = _sealed_memfd("seccomp", plan.seccomp)
-        own.append(seccomp_fd)
-        passed.append(seccomp_fd)
-        argv += ["--seccomp", str(seccomp_fd)]
+        argv += ["--seccomp", str(fds.seccomp)]
     argv += ["--", *plan.drop, plan.prlimit]
     argv += [
         f"--cpu={cpu}:{cpu + 1}", f"--as={int(limits.memory_bytes)}", f"--fsize={int(limits.max_file_bytes)}",
         f"--nofile={int(limits.max_open_files)}", f"--nproc={int(limits.max_processes)}", "--core=0",
         "--", plan.python, "-S", "-s", "-B", "-P", "-c", _BWRAP_PRELUDE,
     ]  # fmt: skip
+    return argv
+
+
+def _release_bwrap(plan: _BwrapPlan, fds: _BwrapFds, child: int | None, pidfd: int | None) -> None:
+    """As root, map the namespace's ids and give bwrap the go-ahead; then close the block pipe."""
+    if plan.as_root and pidfd is not None and child is not None:
+        # bwrap waits on the block fd while its namespace has no mapping yet: map uid/gid 0
+        # (bwrap's setup) and 65534 (the program, after setpriv) to themselves
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{child}/{name}", "w") as f:
+                f.write(f"0 0 1\n{UNPRIVILEGED_UID} {UNPRIVILEGED_UID} 1\n")
+        os.write(fds.block_w, b"1")
+    if fds.block_w >= 0:
+        os.close(fds.block_w)  # without the mapping (EOF, no go-ahead) bwrap fails its setup: the program never runs
+        fds.block_w = -1
+
+
+def _close_bwrap_run(proc: subprocess.Popen[bytes] | None, pidfd: int | None, fds: _BwrapFds) -> None:
+    """End what is left of the run, close its pipes and every descriptor the parent still holds."""
+    if proc is not None:
+        _kill_sandbox(proc, pidfd)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    for fd in [*fds.own, fds.info_r, fds.block_w, *([pidfd] if pidfd is not None else [])]:
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimits) -> RunResult:
+    """Run ``code`` once under ``plan``: start bwrap, find the sandbox's init, collect the output, end the run."""
+    fds = _open_bwrap_fds(plan, code, stdin)
+    argv = _bwrap_argv(plan, limits, fds)
     proc: subprocess.Popen[bytes] | None = None
     pidfd: int | None = None
-    child: int | None = None
     try:
         start = time.monotonic()
         proc = subprocess.Popen(
             argv,
-            stdin=stdin_fd,
+            stdin=fds.stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd="/",
             env={"PATH": "/usr/bin:/bin"},  # bwrap's own environment, visible as /proc/1/environ inside
             close_fds=True,
-            pass_fds=tuple(passed),
+            pass_fds=fds.passed,
             start_new_session=True,
         )
-        for fd in own:
+        for fd in fds.own:
             os.close(fd)
-        own.clear()
-        info = _read_info(info_r, start + max(10.0, limits.wall_seconds))
+        fds.own.clear()
+        info = _read_info(fds.info_r, start + max(10.0, limits.wall_seconds))
         child = int(info["child-pid"]) if info else None
         pidfd = _open_sandbox_init(info)  # signals through it cannot reach a recycled pid
-        if plan.as_root and pidfd is not None and child is not None:
-            # bwrap waits on the block fd while its namespace has no mapping yet: map uid/gid 0
-            # (bwrap's setup) and 65534 (the program, after setpriv) to themselves
-            for name in ("uid_map", "gid_map"):
-                with open(f"/proc/{child}/{name}", "w") as f:
-                    f.write(f"0 0 1\n{UNPRIVILEGED_UID} {UNPRIVILEGED_UID} 1\n")
-            os.write(block_w, b"1")
-        if block_w >= 0:
-            os.close(block_w)  # without the mapping (EOF, no go-ahead) bwrap fails its setup: the program never runs
-            block_w = -1
+        _release_bwrap(plan, fds, child, pidfd)
 
         def kill() -> None:
             _kill_sandbox(proc, pidfd)
@@ -600,17 +656,7 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
             sandbox_pid=child,
         )
     finally:
-        if proc is not None:
-            _kill_sandbox(proc, pidfd)
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-        for fd in [*own, info_r, block_w, *([pidfd] if pidfd is not None else [])]:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        _close_bwrap_run(proc, pidfd, fds)
 
 
 def _kill_sandbox(proc: subprocess.Popen[bytes], pidfd: int | None) -> None:
@@ -947,6 +993,58 @@ def _classify(returncode: int | None, stderr: bytes, killed_for: str | None, *, 
     return RUNTIME_ERROR
 
 
+def _write_program(workdir: str, code: str, unprivileged: bool) -> str:
+    """Write ``code`` to ``workdir/main.py`` (both owned by the unprivileged uid when it runs); its path."""
+    program = os.path.join(workdir, "main.py")
+    with open(program, "w", encoding="utf-8") as f:
+        f.write(code)
+    if unprivileged:
+        os.chown(workdir, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
+        os.chown(program, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
+    return program
+
+
+def _inprocess_command(
+    prefix: tuple[str, ...], limits: SandboxLimits, workdir: str, program: str, unprivileged: bool
+) -> tuple[list[str], dict[str, str], dict]:
+    """The interpreter's command line (prelude, limits, program), its environment and Popen's uid arguments."""
+    cpu = max(1, math.ceil(limits.cpu_seconds))
+    rlimits = [
+        ("RLIMIT_AS", int(limits.memory_bytes)),
+        ("RLIMIT_FSIZE", int(limits.max_file_bytes)),
+        ("RLIMIT_NOFILE", int(limits.max_open_files)),
+        ("RLIMIT_CORE", 0),
+    ]
+    if unprivileged:
+        rlimits.append(("RLIMIT_NPROC", int(limits.max_processes)))
+    rlimit_arg = ",".join(f"{name}={value}" for name, value in rlimits)
+    argv = [*prefix, limits.python, "-S", "-s", "-B", "-P", "-c", _PRELUDE, workdir, str(cpu), rlimit_arg, program]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONHASHSEED": "0",
+        "PYTHONIOENCODING": "utf-8",
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+    }
+    extra: dict = {}
+    if unprivileged and not prefix:
+        extra = {"user": UNPRIVILEGED_UID, "group": UNPRIVILEGED_GID, "extra_groups": []}
+    return argv, env, extra
+
+
+def _end_inprocess(proc: subprocess.Popen[bytes] | None, workdir: str) -> None:
+    """Kill what is left of the run's session, reap it, close its pipes and remove its working directory."""
+    if proc is not None:
+        _kill_session(proc.pid)
+        if proc.returncode is None:
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
     """The in-process sandbox (audit hook, rlimits, optional ``unshare -n`` and uid drop)."""
     prefix, layers = _probe(limits.python, limits.network_namespace, limits.drop_privileges)
@@ -957,34 +1055,8 @@ def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
     unprivileged = "unprivileged" in layers
     proc: subprocess.Popen[bytes] | None = None
     try:
-        program = os.path.join(workdir, "main.py")
-        with open(program, "w", encoding="utf-8") as f:
-            f.write(code)
-        if unprivileged:
-            os.chown(workdir, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
-            os.chown(program, UNPRIVILEGED_UID, UNPRIVILEGED_GID)
-        cpu = max(1, math.ceil(limits.cpu_seconds))
-        rlimits = [
-            ("RLIMIT_AS", int(limits.memory_bytes)),
-            ("RLIMIT_FSIZE", int(limits.max_file_bytes)),
-            ("RLIMIT_NOFILE", int(limits.max_open_files)),
-            ("RLIMIT_CORE", 0),
-        ]
-        if unprivileged:
-            rlimits.append(("RLIMIT_NPROC", int(limits.max_processes)))
-        rlimit_arg = ",".join(f"{name}={value}" for name, value in rlimits)
-        argv = [*prefix, limits.python, "-S", "-s", "-B", "-P", "-c", _PRELUDE, workdir, str(cpu), rlimit_arg, program]
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "PYTHONHASHSEED": "0",
-            "PYTHONIOENCODING": "utf-8",
-            "LANG": "C.UTF-8",
-            "HOME": workdir,
-            "TMPDIR": workdir,
-        }
-        extra: dict = {}
-        if unprivileged and not prefix:
-            extra = {"user": UNPRIVILEGED_UID, "group": UNPRIVILEGED_GID, "extra_groups": []}
+        program = _write_program(workdir, code, unprivileged)
+        argv, env, extra = _inprocess_command(prefix, limits, workdir, program, unprivileged)
         with tempfile.TemporaryFile() as stdin_file:
             stdin_file.write(stdin.encode("utf-8"))
             stdin_file.seek(0)
@@ -1013,14 +1085,7 @@ def _run_inprocess(code: str, stdin: str, limits: SandboxLimits) -> RunResult:
             isolation=(INPROCESS, *layers),
         )
     finally:
-        if proc is not None:
-            _kill_session(proc.pid)
-            if proc.returncode is None:
-                proc.wait()
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        _end_inprocess(proc, workdir)
 
 
 def _collect(

@@ -122,6 +122,57 @@ def _default_weights_dir() -> Path:
     return Path(tempfile.gettempdir())
 
 
+def _check_engine_options(
+    temperature: float, top_p: float, max_new_tokens: int, max_restarts: int, start_timeout: float,
+    request_timeout: float, dtype: str, gpu_memory_utilization: float | None,
+) -> None:
+    """ConfigError for a sampling, timeout or server option of ``VLLMEngine`` out of range."""
+    require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
+    require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
+            f"must be an int >= 1, got {max_new_tokens!r}")
+    require(isinstance(max_restarts, int) and max_restarts >= 0, "max_restarts",
+            f"must be an int >= 0, got {max_restarts!r}")
+    require(start_timeout > 0 and request_timeout > 0, "start_timeout/request_timeout", "must be > 0 seconds")
+    require(dtype in ("auto", "float32", "bfloat16", "float16"), "dtype",
+            f"must be auto, float32, bfloat16 or float16, got {dtype!r}")
+    require(gpu_memory_utilization is None or 0 < gpu_memory_utilization <= 1, "gpu_memory_utilization",
+            f"must be in (0, 1], got {gpu_memory_utilization!r}")
+
+
+def _server_token(
+    url: str | None, policy_dir: str | os.PathLike | None, token_file: str | os.PathLike | None
+) -> str | None:
+    """Check where the server comes from: a policy folder to start one from, or a loopback ``url``.
+
+    Returns the ``url`` server's token (from ``token_file`` or ``$RLVR_VLLM_TOKEN``), None when one is started.
+    """
+    if url is None:
+        require(policy_dir is not None, "policy_dir",
+                "the server loads the policy from a folder: pass policy_dir (save_policy layout) or url")
+        require(Path(policy_dir).is_dir(), "policy_dir", f"{str(policy_dir)!r} is not a folder")  # type: ignore[arg-type]
+        return None
+    host = urllib.parse.urlsplit(url).hostname or ""
+    require(url.startswith("http://") and _is_loopback(host), "url",
+            f"must be http:// on a loopback address (the server binds 127.0.0.1 only), got {url!r}")
+    token = _read_token_file(token_file) if token_file is not None else os.environ.get(TOKEN_ENV, "").strip()
+    require(bool(token), "token_file",
+            f"a server given by url needs its token: pass token_file (mode 0600) or set ${TOKEN_ENV}")
+    return token
+
+
+def _policy_tokenizer(tokenizer: Any, policy_dir: str | os.PathLike | None) -> Any:
+    """``tokenizer``, or the one saved in ``policy_dir``; ConfigError unless its pad and eos ids are set."""
+    if tokenizer is None:
+        require(policy_dir is not None, "tokenizer", "pass the policy's tokenizer or policy_dir to load it from")
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
+    for name in ("pad_token_id", "eos_token_id"):
+        require(getattr(tokenizer, name, None) is not None, f"tokenizer.{name}", "must be set")
+    return tokenizer
+
+
 class VLLMEngine(RolloutEngine):
     """RolloutEngine whose rollouts come from a vLLM server process.
 
@@ -191,37 +242,11 @@ class VLLMEngine(RolloutEngine):
         log_path: str | os.PathLike | None = None,
         token_file: str | os.PathLike | None = None,
     ) -> None:
-        require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
-        require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
-        require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
-                f"must be an int >= 1, got {max_new_tokens!r}")
-        require(isinstance(max_restarts, int) and max_restarts >= 0, "max_restarts",
-                f"must be an int >= 0, got {max_restarts!r}")
-        require(start_timeout > 0 and request_timeout > 0, "start_timeout/request_timeout", "must be > 0 seconds")
-        require(dtype in ("auto", "float32", "bfloat16", "float16"), "dtype",
-                f"must be auto, float32, bfloat16 or float16, got {dtype!r}")
-        require(gpu_memory_utilization is None or 0 < gpu_memory_utilization <= 1, "gpu_memory_utilization",
-                f"must be in (0, 1], got {gpu_memory_utilization!r}")
-        if url is None:
-            require(policy_dir is not None, "policy_dir",
-                    "the server loads the policy from a folder: pass policy_dir (save_policy layout) or url")
-            require(Path(policy_dir).is_dir(), "policy_dir", f"{str(policy_dir)!r} is not a folder")  # type: ignore[arg-type]
-        else:
-            host = urllib.parse.urlsplit(url).hostname or ""
-            require(url.startswith("http://") and _is_loopback(host), "url",
-                    f"must be http:// on a loopback address (the server binds 127.0.0.1 only), got {url!r}")
-            token = _read_token_file(token_file) if token_file is not None else os.environ.get(TOKEN_ENV, "").strip()
-            require(bool(token), "token_file",
-                    f"a server given by url needs its token: pass token_file (mode 0600) or set ${TOKEN_ENV}")
-        if tokenizer is None:
-            require(policy_dir is not None, "tokenizer", "pass the policy's tokenizer or policy_dir to load it from")
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
-        for name in ("pad_token_id", "eos_token_id"):
-            require(getattr(tokenizer, name, None) is not None, f"tokenizer.{name}", "must be set")
+        _check_engine_options(temperature, top_p, max_new_tokens, max_restarts, start_timeout, request_timeout,
+                              dtype, gpu_memory_utilization)
+        token = _server_token(url, policy_dir, token_file)
         self.model = model
-        self.tokenizer = tokenizer
+        self.tokenizer = _policy_tokenizer(tokenizer, policy_dir)
         self.policy_dir = None if policy_dir is None else Path(policy_dir)
         self.temperature = float(temperature)
         self.top_p = float(top_p)
@@ -234,17 +259,34 @@ class VLLMEngine(RolloutEngine):
         self.start_timeout = float(start_timeout)
         self.request_timeout = float(request_timeout)
         self.max_restarts = max_restarts
+        self._set_launch_options(server_python, server_script, server_args, server_env, weights_dir, log_path)
+        self.external = url is not None
+        self._token: str | None = token  # a started server gets one per launch
+        self.url: str | None = url.rstrip("/") if url is not None else None
+        self._init_server_state()
+        self.set_prompts(prompts)
+        self.max_model_len = max_model_len or self._default_max_model_len()
+        require(isinstance(self.max_model_len, int) and self.max_model_len > max_new_tokens, "max_model_len",
+                f"must be an int > max_new_tokens={max_new_tokens}, got {self.max_model_len!r}")
+        self._ensure_server()
+
+    def _set_launch_options(
+        self, server_python: str | os.PathLike | None, server_script: str | os.PathLike | None,
+        server_args: Sequence[str], server_env: Mapping[str, str] | None, weights_dir: str | os.PathLike | None,
+        log_path: str | os.PathLike | None,
+    ) -> None:
+        """How a server this engine starts is launched (defaults filled in; see the class docstring)."""
         self.server_python = Path(server_python) if server_python is not None else DEFAULT_SERVER_PYTHON
         self.server_script = Path(server_script) if server_script is not None else SERVER_SCRIPT
         self.server_args = [str(a) for a in server_args]
         self.server_env = dict(server_env or {})
         self.weights_dir = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
         self.log_path = Path(log_path) if log_path is not None else None
-        self.external = url is not None
-        self._token: str | None = token if url is not None else None  # a started server gets one per launch
+
+    def _init_server_state(self) -> None:
+        """The state of the server connection and of the prompt pool before the first server start."""
         self._weights_folder: Path | None = None  # where the server loads weight files from
         self._own_folder = False  # the folder was made here (removed on close)
-        self.url: str | None = url.rstrip("/") if url is not None else None
         self.restarts = 0  # server restarts (or reconnects) over the engine's life
         self.weights_version = 0  # weight pushes so far; the server reports the version it holds
         self.sleeping = False
@@ -255,11 +297,6 @@ class VLLMEngine(RolloutEngine):
         self._shm_noted = False  # refreshed once after the first round of each server life
         self.prompts: list[str] = []
         self.prompt_ids: list[list[int]] = []
-        self.set_prompts(prompts)
-        self.max_model_len = max_model_len or self._default_max_model_len()
-        require(isinstance(self.max_model_len, int) and self.max_model_len > max_new_tokens, "max_model_len",
-                f"must be an int > max_new_tokens={max_new_tokens}, got {self.max_model_len!r}")
-        self._ensure_server()
 
     # ------------------------------------------------------------------ prompts
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:

@@ -149,7 +149,8 @@ def _check_arguments(
     require(isinstance(n_test, int) and n_test >= 0, "n_test", f"must be an int >= 0, got {n_test!r}")
     digits = tuple(digits)
     ops = tuple(ops)
-    require(len(digits) > 0 and all(d in DIGITS for d in digits), "digits", f"must be a non-empty subset of {DIGITS}, got {digits}")
+    require(len(digits) > 0 and all(d in DIGITS for d in digits), "digits",
+            f"must be a non-empty subset of {DIGITS}, got {digits}")
     require(len(set(digits)) == len(digits), "digits", f"must not repeat, got {digits}")
     require(len(ops) > 0 and all(o in OPS for o in ops), "ops", f"must be a non-empty subset of {OPS}, got {ops}")
     require(len(set(ops)) == len(ops), "ops", f"must not repeat, got {ops}")
@@ -175,7 +176,8 @@ def _cell_quotas(
     weights = [float(w) / len(ops) for w in digit_weights for _ in ops]
     caps = [cell_size(d, op) for d, op in cells]
     require(
-        all(isinstance(w, Real) and not isinstance(w, bool) and w >= 0 for w in digit_weights) and any(w > 0 for w in digit_weights),
+        all(isinstance(w, Real) and not isinstance(w, bool) and w >= 0 for w in digit_weights)
+        and any(w > 0 for w in digit_weights),
         "digit_weights",
         f"must be non-negative numbers with at least one > 0, got {list(digit_weights)}",
     )

@@ -53,7 +53,10 @@ def format_prompt(numbers: Sequence[int], target: int) -> str:
     return f"{','.join(map(str, numbers))}>{target}="
 
 
-def _combine(left: tuple[Fraction, str, int], op: str, right: tuple[Fraction, str, int]) -> tuple[Fraction, str, int] | None:
+Term = tuple[Fraction, str, int]  # (value, text, precedence)
+
+
+def _combine(left: Term, op: str, right: Term) -> Term | None:
     """Apply ``op``; return (value, text with minimal parentheses, precedence) or None on x/0."""
     lv, ls, lp = left
     rv, rs, rp = right
@@ -160,7 +163,8 @@ def make_countdown(n_train: int, n_test: int, seed: int, *, sizes: Sequence[int]
     require(isinstance(n_train, int) and n_train >= 0, "n_train", f"must be an int >= 0, got {n_train!r}")
     require(isinstance(n_test, int) and n_test >= 0, "n_test", f"must be an int >= 0, got {n_test!r}")
     sizes = tuple(sizes)
-    require(len(sizes) > 0 and all(s in SIZES for s in sizes), "sizes", f"must be a non-empty subset of {SIZES}, got {sizes}")
+    require(len(sizes) > 0 and all(s in SIZES for s in sizes), "sizes",
+            f"must be a non-empty subset of {SIZES}, got {sizes}")
     require(len(set(sizes)) == len(sizes), "sizes", f"must not repeat, got {sizes}")
 
     total = n_train + n_test

@@ -228,7 +228,8 @@ def _limited(raw: Any, limit: int | None) -> Any:
 
 
 @DATASETS.register("gsm8k")
-def load_gsm8k(path_or_name: str = GSM8K_NAME, split: str = "test", *, config: str = "main", limit: int | None = None, cache_dir: str | None = None
+def load_gsm8k(path_or_name: str = GSM8K_NAME, split: str = "test", *, config: str = "main",
+               limit: int | None = None, cache_dir: str | None = None
 ) -> Any:
     """GSM8K as normalised rows; ``answer`` is the number after ``####`` without commas."""
     raw = _limited(_load_raw(path_or_name, split, config, cache_dir), limit)
@@ -238,7 +239,8 @@ def load_gsm8k(path_or_name: str = GSM8K_NAME, split: str = "test", *, config: s
         answer = gsm8k_answer(_field(row, ("answer",), "gsm8k", i))
         if answer is None:
             raise ValueError(f"gsm8k row {i}: 'answer' has no '#### <final answer>' line")
-        rows.append({"id": f"gsm8k-{split}-{i:05d}", "prompt": question, "difficulty": 0, "answer": answer, "source": "gsm8k"})
+        rows.append({"id": f"gsm8k-{split}-{i:05d}", "prompt": question, "difficulty": 0, "answer": answer,
+                     "source": "gsm8k"})
     return _to_dataset(rows, "gsm8k")
 
 
@@ -282,7 +284,8 @@ def load_math(
 
 
 @DATASETS.register("math500")
-def load_math500(path_or_name: str = MATH500_NAME, split: str = "test", *, limit: int | None = None, cache_dir: str | None = None
+def load_math500(path_or_name: str = MATH500_NAME, split: str = "test", *, limit: int | None = None,
+                 cache_dir: str | None = None
 ) -> Any:
     """MATH-500 as normalised rows; ``id`` is the source's ``unique_id``."""
     raw = _limited(_load_raw(path_or_name, split, None, cache_dir), limit)
@@ -306,7 +309,8 @@ def load_math500(path_or_name: str = MATH500_NAME, split: str = "test", *, limit
 
 
 @DATASETS.register("aime2024")
-def load_aime2024(path_or_name: str = AIME2024_NAME, split: str = "train", *, limit: int | None = None, cache_dir: str | None = None
+def load_aime2024(path_or_name: str = AIME2024_NAME, split: str = "train", *, limit: int | None = None,
+                  cache_dir: str | None = None
 ) -> Any:
     """AIME 2024 as normalised rows (HuggingFaceH4 lower-case or Maxwell-Jia capitalised fields)."""
     raw = _limited(_load_raw(path_or_name, split, None, cache_dir), limit)

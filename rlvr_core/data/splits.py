@@ -42,10 +42,12 @@ def apportion(total: int, weights: Sequence[float], caps: Sequence[int] | None =
     """
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or len(w) == 0 or np.any(w < 0) or not np.any(w > 0) or not np.all(np.isfinite(w)):
-        raise ConfigError(f"weights: need a non-empty list of non-negative finite numbers with one > 0, got {list(weights)}")
+        raise ConfigError("weights: need a non-empty list of non-negative finite numbers with one > 0, "
+                          f"got {list(weights)}")
     if total < 0:
         raise ConfigError(f"total: must be >= 0, got {total}")
-    cap = np.full(len(w), np.iinfo(np.int64).max // 4, dtype=np.int64) if caps is None else np.asarray(caps, dtype=np.int64)
+    no_cap = np.iinfo(np.int64).max // 4
+    cap = np.full(len(w), no_cap, dtype=np.int64) if caps is None else np.asarray(caps, dtype=np.int64)
     if cap.shape != w.shape:
         raise ConfigError(f"caps: need {len(w)} capacities, got {len(cap)}")
     cap = np.where(w > 0, cap, 0)

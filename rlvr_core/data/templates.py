@@ -35,7 +35,8 @@ def _instruction(task: str, instruction: str | None) -> str:
     if instruction is not None:
         return instruction
     if task not in INSTRUCTIONS:
-        raise ValueError(f"task {task!r} has no default instruction; use one of {sorted(INSTRUCTIONS)} or pass instruction=")
+        raise ValueError(f"task {task!r} has no default instruction; use one of {sorted(INSTRUCTIONS)} "
+                         "or pass instruction=")
     return INSTRUCTIONS[task]
 
 

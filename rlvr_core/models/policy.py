@@ -31,7 +31,8 @@ from rlvr_core.models.tiny import PolicyLoadError, _quiet_progress, load_policy,
 from rlvr_core.models.tokenizer import VOCAB
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -137,7 +138,8 @@ def _refuse_partial_load(what: str, info: Mapping[str, Any]) -> None:
     problems = {k: list(info.get(k) or []) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     problems = {k: v for k, v in problems.items() if v}
     if problems:
-        detail = "; ".join(f"{len(v)} {k.replace('_', ' ')} (e.g. {sorted(map(str, v))[0]})" for k, v in problems.items())
+        detail = "; ".join(f"{len(v)} {k.replace('_', ' ')} (e.g. {sorted(map(str, v))[0]})"
+                           for k, v in problems.items())
         raise PolicyLoadError(f"{what}: the weights do not match config.json ({detail}); "
                               "the folder mixes files of different models")
 
@@ -203,7 +205,8 @@ def resolve_device(device: str) -> str:
                               "(torch.cuda.is_available() is False); use 'cpu' or 'auto'")
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
-            raise ConfigError(f"train.device: {device!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+            raise ConfigError(f"train.device: {device!r} but only {torch.cuda.device_count()} CUDA device(s) "
+                              "are visible")
         return device
     if device != "cpu":
         raise ConfigError(f"train.device: got {device!r}; use 'cpu', 'cuda', 'cuda:N' or 'auto'")
@@ -281,9 +284,10 @@ def snapshot_base_model(base_model: str, out_dir: str | os.PathLike, *, local_fi
             model, info = AutoModelForCausalLM.from_pretrained(source, local_files_only=offline, dtype="auto",
                                                                output_loading_info=True)
     except Exception as e:  # noqa: BLE001 - transformers and huggingface_hub raise many types for a bad source
-        hint = (" (offline: download it once with `huggingface-cli download " + base_model + "` or unset HF_HUB_OFFLINE)"
+        hint = (f" (offline: download it once with `huggingface-cli download {base_model}` or unset HF_HUB_OFFLINE)"
                 if offline and not local.is_dir() else "")
-        raise PolicyLoadError(f"warmstart.base_model {base_model!r}: could not load model and tokenizer{hint}: {e}") from e
+        raise PolicyLoadError(f"warmstart.base_model {base_model!r}: could not load model and tokenizer{hint}: "
+                              f"{e}") from e
     _refuse_partial_load(f"warmstart.base_model {base_model!r}", info)
     tok = _with_special_tokens(tok, f"warmstart.base_model {base_model!r}")
     out = Path(out_dir)

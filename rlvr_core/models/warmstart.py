@@ -95,9 +95,11 @@ class WarmStartConfig:
         require(self.base_model is None or (isinstance(self.base_model, str) and self.base_model.strip() != ""),
                 "base_model", f"got {self.base_model!r}; give a hub id, a local model folder, or null")
         require(isinstance(self.steps, int) and self.steps >= 1, "steps", f"must be an int >= 1, got {self.steps!r}")
-        require(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", f"must be an int >= 1, got {self.batch_size!r}")
+        require(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size",
+                f"must be an int >= 1, got {self.batch_size!r}")
         require(0 < self.lr < 1, "lr", f"must be in (0, 1), got {self.lr!r}")
-        require(isinstance(self.warmup, int) and 0 <= self.warmup, "warmup", f"must be an int >= 0, got {self.warmup!r}")
+        require(isinstance(self.warmup, int) and 0 <= self.warmup, "warmup",
+                f"must be an int >= 0, got {self.warmup!r}")
         require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio!r}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay!r}")
         require(0 <= self.noise <= 1, "noise", f"must be a probability in [0, 1], got {self.noise!r}")
@@ -107,7 +109,8 @@ class WarmStartConfig:
             "noisy_difficulties",
             f"must be difficulties in 1..4, got {self.noisy_difficulties!r}",
         )
-        require(isinstance(self.log_every, int) and self.log_every >= 1, "log_every", f"must be an int >= 1, got {self.log_every!r}")
+        require(isinstance(self.log_every, int) and self.log_every >= 1, "log_every",
+                f"must be an int >= 1, got {self.log_every!r}")
         # the model size is validated by tiny_config when the policy is built
 
     @classmethod

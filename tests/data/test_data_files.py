@@ -104,7 +104,8 @@ def test_an_empty_split_is_named(arith: datasets.DatasetDict, tmp_path: Path) ->
 
 def test_a_missing_split_is_named(arith: datasets.DatasetDict, tmp_path: Path) -> None:
     path = _saved(datasets.DatasetDict({"train": arith["train"]}), tmp_path / "d")
-    with pytest.raises(DataError, match=rf"^{path / 'dataset_dict.json'}: no 'test' split \(the dataset has \['train'\]\)"):
+    with pytest.raises(DataError,
+                       match=rf"^{path / 'dataset_dict.json'}: no 'test' split \(the dataset has \['train'\]\)"):
         load_split(str(path), "test")
     with pytest.raises(DataError, match=rf"^{tmp_path / 'nowhere'}: no dataset"):
         load_split(str(tmp_path / "nowhere"), "train")

@@ -22,11 +22,11 @@ from typing import Any
 from prefect import flow
 
 from flows.common import load, write_json
-from rlvr_core.checkpoint import list_checkpoints, verify
+from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, list_checkpoints, manifest_step, newest_intact
 from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
 from tasks import remote, tracking
-from tasks.evaluation import checkpoint_id, evaluate_checkpoint
+from tasks.evaluation import evaluate_checkpoint
 from tasks.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 
 NIGHTLY = Path("reports") / "nightly"
@@ -34,17 +34,9 @@ INDEX = "index.json"
 
 
 def _eval(params: Params, ckpt: Path) -> dict[str, Any]:
-    return evaluate_checkpoint(str(ckpt), checkpoint_id(str(ckpt)), str(warmstart_dir()),
+    return evaluate_checkpoint(str(ckpt), checkpoint_digest(ckpt), str(warmstart_dir()),
                                str(data_dir(params.prepare.task)), params.prepare.task, params.evaluate,
                                seed=params.train.seed, device=params.train.device, dtype=params.train.dtype)
-
-
-def newest_intact(run: Path) -> Path | None:
-    """Newest checkpoint folder of a run that passes its manifest check."""
-    for ckpt in reversed(list_checkpoints(run / "checkpoints")):
-        if verify(ckpt) is None:
-            return ckpt
-    return None
 
 
 def training_runs() -> list[Path]:
@@ -62,15 +54,15 @@ def nightly_pass(params: Params) -> dict[str, Any]:
         index = {k: sorted({*index.get(k, []), *v}) for k, v in {**index, **tracking.nightly_evaluated()}.items()}
     done: dict[str, Any] = {}
     for run in training_runs():
-        ckpt = newest_intact(run)
+        ckpt = newest_intact(run / "checkpoints")
         if ckpt is None:
             continue
-        step = int(ckpt.name.split("_")[-1])
+        step = manifest_step(ckpt)
         if step in index.get(run.name, []):
             continue
         result = _eval(params, ckpt)
         parent = json.loads((run / "tracking.json").read_text())["run_id"] if (run / "tracking.json").is_file() else ""
-        meta = json.loads((ckpt / "manifest.json").read_text()).get("meta", {})
+        meta = checkpoint_meta(ckpt)
         allocator = meta.get("config", {}).get("allocator", run.name)  # experiment/ holds train.allocator's run
         tags = {"mlflow.parentRunId": parent, "training_run_id": parent, "allocator": allocator, "run": run.name,
                 "checkpoint": str(ckpt), "kind": "nightly-eval"}
@@ -105,7 +97,7 @@ def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: boo
         return {c.name: _eval(params, c) for c in ckpts}
     results: dict[str, Any] = {}
     for alloc in params.train.allocators:
-        ckpt = newest_intact(run_dir(alloc))
+        ckpt = newest_intact(run_dir(alloc) / "checkpoints")
         if ckpt is None:
             raise ConfigError(f"train.allocators lists {alloc!r} but {run_dir(alloc)} has no intact checkpoint; "
                               f"run `python -m flows.train --allocator {alloc}`")

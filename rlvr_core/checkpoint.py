@@ -308,6 +308,29 @@ def verify(folder: Path) -> str | None:
     return None
 
 
+def newest_intact(root: str | os.PathLike) -> Path | None:
+    """The newest checkpoint folder under ``root`` that passes ``verify``, or None."""
+    for ckpt in reversed(list_checkpoints(root)):
+        if verify(ckpt) is None:
+            return ckpt
+    return None
+
+
+def checkpoint_meta(folder: str | os.PathLike) -> dict[str, Any]:
+    """The ``meta`` a checkpoint was saved with (its run's config and data digest; {} if none)."""
+    return dict(_read_manifest(Path(folder)).get("meta", {}))
+
+
+def checkpoint_digest(folder: str | os.PathLike) -> str:
+    """The hashes of a checkpoint's files, read from its manifest: changes whenever its content does."""
+    return "".join(meta["sha256"] for meta in _read_manifest(Path(folder))["files"].values())
+
+
+def manifest_step(folder: str | os.PathLike) -> int:
+    """The step recorded in a checkpoint's manifest."""
+    return int(_read_manifest(Path(folder))["step"])
+
+
 def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: Iterable[str] = ()) -> Any:
     """The state saved in checkpoint ``folder`` (verified first), or its sub-tree at key path ``part``.
 

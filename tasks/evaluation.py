@@ -9,9 +9,8 @@ from prefect.cache_policies import INPUTS
 
 from rlvr_core.config import EvaluateConfig
 from rlvr_core.evaluation import evaluate_policy
-from rlvr_core.models.policy import precision, resolve_device
+from rlvr_core.models.policy import load_checkpoint_policy, precision, resolve_device
 from tasks.data import load_split
-from tasks.models import checkpoint_policy
 
 
 # cached on its inputs (paths, config and seed): a checkpoint folder is immutable once written
@@ -26,20 +25,12 @@ def evaluate_checkpoint(checkpoint: str, checkpoint_id: str, base_policy_dir: st
     tokenizer's chat template when it has one (``evaluate_policy``).
 
     ``checkpoint_id`` is the state hash from the checkpoint manifest (see ``checkpoint_id``), so the
-    cache key changes whenever a checkpoint folder is rewritten with new content.
+    cache key changes whenever a checkpoint folder is rewritten with new content
+    (``rlvr_core.checkpoint.checkpoint_digest``).
     """
     device = resolve_device(device)
-    model, tok, step = checkpoint_policy(checkpoint, base_policy_dir, device=device)
+    model, tok, step = load_checkpoint_policy(checkpoint, base_policy_dir, device=device)
     with precision(device, dtype):
         ev = evaluate_policy((model, tok), load_split(data_dir, "test"), task_name, k=cfg.k, n_samples=cfg.n_samples,
                              temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed, device=device)
     return {"step": step, **ev}
-
-
-def checkpoint_id(checkpoint: str) -> str:
-    """sha256 of the checkpoint's state file, read from its manifest."""
-    import json
-    from pathlib import Path
-
-    manifest = json.loads((Path(checkpoint) / "manifest.json").read_text())
-    return "".join(meta["sha256"] for meta in manifest["files"].values())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -37,31 +35,11 @@ def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str, task: str 
     return metrics
 
 
-def checkpoint_policy(checkpoint: str, base_policy_dir: str, device: str = "cpu") -> tuple[Any, Any, int]:
-    """(model, tokenizer, step) of a training checkpoint folder ``runs/<alloc>/checkpoints/step_N``.
-
-    The base policy folder (tiny or any causal LM, ``load_any_policy``) gives the
-    architecture and tokenizer; the checkpoint's trainer state gives the weights.
-    """
-    from rlvr_core.checkpoint import read_state
-    from rlvr_core.models.policy import load_any_policy
-
-    folder = Path(checkpoint)
-    # safetensors and JSON only (a pickle-format checkpoint is refused); only the policy weights' tensors are read
-    weights = read_state(folder, part=("trainer", "model"))
-    model, tok = load_any_policy(base_policy_dir)
-    model.load_state_dict(weights)
-    del weights
-    model.to(device)
-    model.eval()
-    return model, tok, int(json.loads((folder / "manifest.json").read_text())["step"])
-
-
 @task(retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def export_policy(checkpoint: str, base_policy_dir: str, out_dir: str) -> str:
     """Save the policy of ``checkpoint`` as a standalone policy folder at ``out_dir`` (``save_pretrained``);
     returns it."""
-    from rlvr_core.models.policy import save_any_policy
+    from rlvr_core.models.policy import load_checkpoint_policy, save_any_policy
 
-    model, tok, _ = checkpoint_policy(checkpoint, base_policy_dir)
+    model, tok, _ = load_checkpoint_policy(checkpoint, base_policy_dir)
     return str(save_any_policy(model, tok, out_dir))

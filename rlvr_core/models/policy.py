@@ -187,6 +187,25 @@ def load_any_policy(
     return model, tok
 
 
+def load_checkpoint_policy(checkpoint: str | os.PathLike, base_policy_dir: str | os.PathLike,
+                           device: str = "cpu") -> tuple[Any, Any, int]:
+    """(model, tokenizer, step) of a training checkpoint folder ``runs/<name>/checkpoints/step_N``.
+
+    The base policy folder (tiny or any causal LM, ``load_any_policy``) gives the architecture and tokenizer;
+    the checkpoint's trainer state gives the weights (safetensors and JSON only: a pickle-format checkpoint is
+    refused, and only the policy weights' tensors are read).
+    """
+    from rlvr_core.checkpoint import manifest_step, read_state
+
+    weights = read_state(checkpoint, part=("trainer", "model"))
+    model, tok = load_any_policy(base_policy_dir)
+    model.load_state_dict(weights)
+    del weights
+    model.to(device)
+    model.eval()
+    return model, tok, manifest_step(checkpoint)
+
+
 def save_any_policy(model: Any, tok: Any, folder: str | os.PathLike) -> Path:
     """Write model and tokenizer with ``save_pretrained`` (any causal LM, tiny included)."""
     return save_policy(model, tok, folder)

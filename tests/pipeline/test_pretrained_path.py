@@ -139,7 +139,7 @@ def test_missing_or_broken_base_model_is_a_policy_load_error(chat_model: Path, t
 
 def test_train_chat_model_on_math_rows(chat_model, math_rows, tmp_path, monkeypatch) -> None:
     """2 GRPO steps on the Qwen2 chat model: chat-templated prompts, real updates, reloadable checkpoints."""
-    from tasks.models import checkpoint_policy
+    from rlvr_core.models.policy import load_checkpoint_policy
 
     train_rows, test_rows = math_rows
     seen = _record_engine_prompts(monkeypatch)
@@ -156,7 +156,7 @@ def test_train_chat_model_on_math_rows(chat_model, math_rows, tmp_path, monkeypa
     steps = [r for r in res.metrics if r["step"] >= 1]
     assert sum(1 for r in steps if not r["update_skipped"]) >= 1, steps  # mixed groups -> a real backward pass
 
-    model, tok, step = checkpoint_policy(str(tmp_path / "run/checkpoints/step_000002"), str(chat_model))
+    model, tok, step = load_checkpoint_policy(str(tmp_path / "run/checkpoints/step_000002"), str(chat_model))
     base, _ = load_any_policy(chat_model)
     assert step == 2 and type(model).__name__ == "Qwen2ForCausalLM"
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, base.state_dict()[k])]

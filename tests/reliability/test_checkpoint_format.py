@@ -104,10 +104,10 @@ def test_a_pickle_format_checkpoint_is_refused_without_running_it(tmp_path: Path
         load_latest(root)
     with pytest.raises(CheckpointError, match="old pickle format"):
         read_state(folder)
-    from tasks.models import checkpoint_policy
+    from rlvr_core.models.policy import load_checkpoint_policy
 
     with pytest.raises(CheckpointError, match="old pickle format"):
-        checkpoint_policy(str(folder), str(tmp_path / "no-policy-needed"))
+        load_checkpoint_policy(str(folder), str(tmp_path / "no-policy-needed"))
     assert not marker.exists()
 
 
@@ -211,3 +211,25 @@ def test_checkpoint_files_never_contain_a_pickle(tmp_path: Path) -> None:
     for p in folder.iterdir():
         assert p.read_bytes()[:1] != b"\x80" and not p.read_bytes().startswith(b"PK"), p.name  # pickle, torch zip
     assert os.path.getsize(folder / "state.json") > 0
+
+
+def test_checkpoint_readers_give_the_manifest_facts(tmp_path):
+    """newest_intact skips a damaged newest checkpoint; meta, digest and step come from the manifest."""
+    import torch
+
+    from rlvr_core.checkpoint import (checkpoint_digest, checkpoint_meta, manifest_step, newest_intact,
+                                      save_checkpoint)
+
+    root = tmp_path / "checkpoints"
+    for step in (2, 4):
+        save_checkpoint(root, step, {"w": torch.ones(2) * step}, meta={"config": {"allocator": "sara"}})
+    assert newest_intact(root).name == "step_000004"
+    assert manifest_step(root / "step_000004") == 4
+    assert checkpoint_meta(root / "step_000002") == {"config": {"allocator": "sara"}}
+    d2, d4 = checkpoint_digest(root / "step_000002"), checkpoint_digest(root / "step_000004")
+    assert d2 != d4 and len(d2) == 2 * 64
+    victim = next(p for p in (root / "step_000004").iterdir() if p.name != "manifest.json")
+    data = victim.read_bytes()
+    victim.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert newest_intact(root).name == "step_000002"
+    assert newest_intact(tmp_path / "none") is None

@@ -26,14 +26,11 @@ from typing import Any, Callable
 from prefect import flow
 
 from flows.common import flow_run_id, load, parse_set, write_json
-from rlvr_core.allocation import make_allocator
-from rlvr_core.checkpoint import check_format, latest_manifest, list_checkpoints, verify
+from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
-from rlvr_core.data.validate import check_against_policy, validate_splits
 from rlvr_core.errors import ConfigError
-from rlvr_core.models.policy import check_policy_folder, resolve_device
 from rlvr_core.runlock import hold_run_folder
-from rlvr_core.training import TrainingStopped, check_resumable, data_digest
+from rlvr_core.training import TrainingStopped, preflight
 from tasks import remote, tracking
 from tasks.data import load_split
 from tasks.lineage import dvc_md5, git_commit
@@ -79,22 +76,12 @@ def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: boo
 
 
 def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> None:
-    """Refuse, before any tracking or rollout: missing/invalid data, a bad base model, bad allocator
-    parameters, or checkpoints in ``out`` written with other settings or data."""
+    """Refuse, before any tracking or rollout: missing data or base model folders, then every check of
+    ``rlvr_core.training.preflight`` (data, base model, device, allocator parameters, checkpoints in ``out``)."""
     for path, how in ((data, "python -m flows.prepare"), (base, "python -m flows.warmstart")):
         if not path.is_dir():
             raise ConfigError(f"{path}: missing; run `{how}` (or `dvc repro`) first")
-    train_rows, test_rows = load_split(str(data), "train"), load_split(str(data), "test")
-    validate_splits(train_rows, test_rows, task, source=str(data))
-    check_policy_folder(base)  # PolicyLoadError names the folder and what is wrong with it (tiny or pretrained)
-    # prompts outside the tokenizer's vocabulary, or too long for the model's positions (a certain OOM)
-    check_against_policy(train_rows, test_rows, base, task, max_new_tokens=cfg.max_new_tokens, source=str(data))
-    resolve_device(cfg.device)  # device: cuda on a machine without one fails here, before MLflow opens a run
-    make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
-    if (latest := latest_manifest(out / "checkpoints")) is not None:
-        check_format(*latest)  # CheckpointError for a pickle-format checkpoint, before MLflow opens a run
-        check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]),
-                        step=latest[1].get("step"))
+    preflight(cfg, task, load_split(str(data), "train"), load_split(str(data), "test"), base, out, source=str(data))
 
 
 def _quiet(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -79,8 +79,8 @@ from rlvr_core.types import Rollouts
 StepCallback = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineError", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "VerifierTimeout",
-           "check_resumable", "data_digest", "train"]
+__all__ = ["EngineError", "RunState", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS",
+           "VerifierTimeout", "check_resumable", "data_digest", "preflight", "step_record", "train"]
 
 # Keys a resumed run may change: how long it runs and how it is kept, not what it computes. A device
 # change (a run moved to another machine) is allowed too. Every other train key (TRAJECTORY_KEYS) shapes
@@ -338,6 +338,32 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     with hold_run_folder(run_dir):
         return _train_held(cfg, model, tok, policy_dir=policy_dir, train_rows=train_rows, test_rows=test_rows,
                            run_dir=run_dir, task=task, resume=resume, on_step=on_step, device=device, digest=digest)
+
+
+def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any]],
+              test_rows: Sequence[Mapping[str, Any]], policy_dir: str | os.PathLike,
+              run_dir: str | os.PathLike, *, source: str | None = None) -> None:
+    """Every check a run can fail before it loads weights or generates anything: the splits, the policy
+    folder and its tokenizer against the prompts, the device, the allocator parameters, and a checkpoint in
+    ``run_dir`` written with other settings or data (or in the refused pickle format).
+
+    ``train`` checks its own inputs as it loads the policy; the training flow calls this first, so that a
+    bad input fails before MLflow opens a run. ``source`` names the data in error messages.
+    """
+    from rlvr_core.checkpoint import check_format, latest_manifest
+    from rlvr_core.data.validate import check_against_policy
+    from rlvr_core.models.policy import check_policy_folder
+
+    validate_splits(train_rows, test_rows, task, source=source)
+    check_policy_folder(policy_dir)  # PolicyLoadError names the folder and what is wrong with it
+    # prompts outside the tokenizer's vocabulary, or too long for the model's positions (a certain OOM)
+    check_against_policy(train_rows, test_rows, policy_dir, task, max_new_tokens=cfg.max_new_tokens, source=source)
+    resolve_device(cfg.device)  # cuda on a machine without one fails here
+    make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
+    if (latest := latest_manifest(Path(run_dir) / "checkpoints")) is not None:
+        check_format(*latest)  # CheckpointError for a pickle-format checkpoint
+        check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]),
+                        step=latest[1].get("step"))
 
 
 def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.PathLike,

@@ -217,8 +217,7 @@ def test_checkpoint_readers_give_the_manifest_facts(tmp_path):
     """newest_intact skips a damaged newest checkpoint; meta, digest and step come from the manifest."""
     import torch
 
-    from rlvr_core.checkpoint import (checkpoint_digest, checkpoint_meta, manifest_step, newest_intact,
-                                      save_checkpoint)
+    from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, manifest_step, newest_intact, save_checkpoint
 
     root = tmp_path / "checkpoints"
     for step in (2, 4):

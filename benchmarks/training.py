@@ -35,27 +35,11 @@ import pandas as pd
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.models.warmstart import WarmStartConfig, warm_start
+from rlvr_core.stats import first_reach
 from rlvr_core.training import train
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ALL = ("grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps")
-
-
-def first_reach(xs: np.ndarray, acc: np.ndarray, target: float) -> float:
-    """The x at which accuracy first reaches ``target`` (NaN if never).
-
-    Linear interpolation between the last evaluation below the target and the
-    first at or above it, so the figure does not jump by a whole evaluation
-    interval (allocators spend different numbers of rollouts per step).
-    """
-    hit = np.flatnonzero(acc >= target)
-    if not len(hit):
-        return float("nan")
-    i = int(hit[0])
-    if i == 0 or acc[i] == acc[i - 1]:
-        return float(xs[i])
-    frac = (target - acc[i - 1]) / (acc[i] - acc[i - 1])
-    return float(xs[i - 1] + frac * (xs[i] - xs[i - 1]))
 
 
 def plot(curves: pd.DataFrame, x: str, path: Path, target: float) -> None:

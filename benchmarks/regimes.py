@@ -185,9 +185,10 @@ def criteria(curve: list[dict[str, float]]) -> dict[str, Any]:
 def run_candidate(name: str, over: Overrides, args: argparse.Namespace) -> dict[str, Any]:
     from rlvr_core.training import train
 
-    params = regime_params(merge(EASY, over), {"train": {"allocator": "grpo", "steps": 100000, "max_rollouts": args.rollouts,
-                                            "eval_every": args.eval_every, "eval_size": args.eval_size,
-                                            "eval_samples": 0, "checkpoint_every": 100000, "seed": 0}})
+    params = regime_params(merge(EASY, over), {"train": {"allocator": "grpo", "steps": 100000,
+                                                         "max_rollouts": args.rollouts, "eval_every": args.eval_every,
+                                                         "eval_size": args.eval_size, "eval_samples": 0,
+                                                         "checkpoint_every": 100000, "seed": 0}})
     ds = dataset(params)
     train_rows, test_rows, _ = splits(ds)
     t0 = time.perf_counter()

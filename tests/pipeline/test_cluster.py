@@ -146,7 +146,7 @@ def test_run_params_must_match_params_yaml(worker_clone: Path) -> None:
     sync = remote.Remote("store", worker_clone)
     (worker_clone / "dvc.yaml").write_text((PROJECT / "dvc.yaml").read_text())
     params = load(None, overrides={"train": {"steps": 50}})
-    with pytest.raises(ConfigError, match=r"stage train@sara-0 .* train differs \(\{'steps': 50\}\); commit the change"):
+    with pytest.raises(ConfigError, match=r"stage train@sara-0 .* train differs \(\{'steps': 50\}\); commit the"):
         remote.prepare_training(sync, worker_clone / "runs" / "sara-s0", params)
     with pytest.raises(ConfigError, match=r"no dvc.yaml stage writes .*runs/vigor-s0/checkpoints"):
         remote.prepare_training(sync, worker_clone / "runs" / "vigor-s0", load(None))

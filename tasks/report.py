@@ -105,12 +105,14 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for i, (a, by_seed) in enumerate(curves.items()):
             grid, med, lo, hi = _band(list(by_seed.values()), x)
-            ax.plot(grid, med, color=f"C{i}", label=f"{a} (median of {len(by_seed)} seeds)")
+            n = len(by_seed)
+            ax.plot(grid, med, color=f"C{i}", label=f"{a} (median of {n} seed{'s' if n != 1 else ''})")
             if len(by_seed) > 1:
                 ax.fill_between(grid, lo, hi, color=f"C{i}", alpha=0.18, lw=0)
         ax.axhline(target, color="k", ls=":", lw=1, label=f"target {target:.3f}")
         ax.set_xlabel(label)
         ax.set_ylabel("held-out greedy accuracy (band: seed min-max)")
+        ax.set_title(f"equal rollout budget; target {target:.3f} = start + {fraction} x {reference}'s gain", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()

@@ -58,7 +58,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 from benchmarks import regimes as R
-from benchmarks.training import first_reach
+from rlvr_core.stats import TARGET_FRACTION, accuracy_se, gain_target, median_ci
+from rlvr_core.stats import reach as _reach
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -93,50 +94,17 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
 }
 GRID: tuple[tuple[int, float], ...] = tuple((b, lr) for b in (16, 32, 64) for lr in (1e-4, 2e-4))
 GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation split (not the reported seeds)
-TARGET_FRACTION = 0.8
 # per regime: rollouts per run, steps between evaluations (the study's sizing: one (regime, protocol) of
 # 5 seeds in about two hours on one core)
 BUDGET: dict[str, dict[str, int]] = {"easy": {"rollouts": 30000, "eval_every": 6},
                                      "hard": {"rollouts": 40000, "eval_every": 6}}
 QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "variants": 1}
-BOOT = 5000
 
 
-# ----- statistics ----------------------------------------------------------------------------------------
-def median_ci(values: Sequence[float], *, n_boot: int = BOOT, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
-    """Median of ``values`` and a percentile-bootstrap interval; NaN or inf (never reached) count as infinite.
-
-    Returns {median, lo, hi, n, finite}: a statistic that falls on an infinite value is None.
-    """
-    x = np.asarray([math.inf if v is None or not math.isfinite(v) else float(v) for v in values], float)
-    if len(x) == 0:
-        return {"median": None, "lo": None, "hi": None, "n": 0, "finite": 0}
-    rng = np.random.default_rng(seed)
-    boots = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1) if len(x) > 1 else x.copy()
-    a = (1 - level) / 2
-
-    def fin(v: float) -> float | None:
-        return float(v) if math.isfinite(v) else None
-
-    sb = np.sort(boots)
-    lo = sb[int(math.floor(a * (len(sb) - 1)))]
-    hi = sb[int(math.ceil((1 - a) * (len(sb) - 1)))]
-    return {"median": fin(float(np.median(x))), "lo": fin(float(lo)), "hi": fin(float(hi)), "n": int(len(x)),
-            "finite": int(np.isfinite(x).sum())}
-
-
+# ----- statistics (rlvr_core.stats: the pipeline's report uses the same functions) -----------------------
 def reach(curve: Sequence[Mapping[str, float]], target: float) -> dict[str, float]:
     """x at which a run first reaches ``target`` for each x axis (NaN if never), interpolated."""
-    acc = np.asarray([c["greedy_acc"] for c in curve], float)
-    out = {}
-    for axis in ("cum_rollouts", "seconds", "cum_tokens", "cum_trained_tokens", "updates"):
-        out[axis] = first_reach(np.asarray([c[axis] for c in curve], float), acc, target)
-    return out
-
-
-def accuracy_se(p: float, n: int) -> float:
-    """Standard error of an accuracy p measured on n problems."""
-    return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+    return _reach(curve, target)
 
 
 # ----- configurations ------------------------------------------------------------------------------------
@@ -327,10 +295,9 @@ def set_target(out: Path, regime: str, refs: Sequence[Mapping[str, Any]]) -> dic
     path = target_path(out, regime)
     if path.exists():
         return json.loads(path.read_text())
-    starts = [r["curve"][0]["greedy_acc"] for r in refs]
-    ends = [float(np.mean([c["greedy_acc"] for c in r["curve"][-3:]])) for r in refs]
-    start, gain = float(np.median(starts)), float(np.median(np.subtract(ends, starts)))
-    t = {"regime": regime, "target": start + TARGET_FRACTION * gain, "rule": f"median start + {TARGET_FRACTION} x "
+    g = gain_target([r["curve"] for r in refs], TARGET_FRACTION)
+    start, gain = g["start"], g["gain"]
+    t = {"regime": regime, "target": g["target"], "rule": f"median start + {TARGET_FRACTION} x "
          "median gain at the end of the budget (mean of the last three evaluations) of the reference runs",
          "reference_seeds": sorted(int(r["seed"]) for r in refs), "start": start, "gain": gain,
          "budget_rollouts": int(np.median([r["ledger"]["rollouts"] for r in refs])),

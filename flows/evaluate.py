@@ -1,10 +1,10 @@
 """Flow `evaluate`: held-out greedy accuracy and pass@k of checkpoints (reads params `evaluate`, `train.allocators`,
-`train.seed`, `prepare.task`).
+`train.seeds`, `train.seed`, `prepare.task`).
 
-    python -m flows.evaluate                      # newest checkpoint of every train.allocators run
-                                                  #   -> reports/evaluation.json
-    python -m flows.evaluate --run sara           # every kept checkpoint of runs/sara
-    python -m flows.evaluate --checkpoint runs/sara/checkpoints/step_000040
+    python -m flows.evaluate                      # newest checkpoint of every (train.allocators, train.seeds) run
+                                                  #   -> reports/evaluation.json {allocator: {seed: metrics}}
+    python -m flows.evaluate --run sara-s0        # every kept checkpoint of runs/sara-s0
+    python -m flows.evaluate --checkpoint runs/sara-s0/checkpoints/step_000040
     python -m flows.evaluate --nightly            # newest checkpoint of every run not yet evaluated, logged to MLflow
 
 The nightly pass covers runs/*/ and experiment/. It keeps its index and one JSON per evaluation under
@@ -91,18 +91,21 @@ def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: boo
     if checkpoint:
         return _eval(params, Path(checkpoint))
     if run:
-        ckpts = list_checkpoints(run_dir(run) / "checkpoints")
+        folder = root() / "runs" / run
+        ckpts = list_checkpoints(folder / "checkpoints")
         if not ckpts:
-            raise ConfigError(f"run {run!r}: no checkpoints under {run_dir(run)}; train it first")
+            raise ConfigError(f"run {run!r}: no checkpoints under {folder}; train it first")
         return {c.name: _eval(params, c) for c in ckpts}
     results: dict[str, Any] = {}
     for alloc in params.train.allocators:
-        ckpt = newest_intact(run_dir(alloc) / "checkpoints")
-        if ckpt is None:
-            raise ConfigError(f"train.allocators lists {alloc!r} but {run_dir(alloc)} has no intact checkpoint; "
-                              f"run `python -m flows.train --allocator {alloc}`")
-        results[alloc] = _eval(params, ckpt)
-        print(f"evaluate: {alloc} {ckpt.name} greedy_acc {results[alloc]['greedy_acc']:.3f}")
+        for seed in params.train.seeds:
+            ckpt = newest_intact(run_dir(alloc, seed) / "checkpoints")
+            if ckpt is None:
+                raise ConfigError(f"train.allocators lists {alloc!r} and train.seeds {seed} but {run_dir(alloc, seed)} "
+                                  f"has no intact checkpoint; run `python -m flows.train --allocator {alloc} "
+                                  f"--seed {seed}`")
+            results.setdefault(alloc, {})[str(seed)] = ev = _eval(params, ckpt)
+            print(f"evaluate: {alloc} seed {seed} {ckpt.name} greedy_acc {ev['greedy_acc']:.3f}")
     write_json(reports_dir() / "evaluation.json", results)
     return results
 
@@ -111,7 +114,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--checkpoint", default=None)
-    g.add_argument("--run", default=None, help="allocator name of a run under runs/")
+    g.add_argument("--run", default=None, help="a run folder under runs/ (<allocator>-s<seed>)")
     g.add_argument("--nightly", action="store_true")
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
     a = ap.parse_args()

@@ -1,7 +1,10 @@
-"""Flow `report`: plots, comparison table and metrics over train.allocators (reads params `train.allocators`).
+"""Flow `report`: where allocation pays, over train.allocators x train.seeds (reads params `train.allocators`,
+`train.seeds`).
 
-Writes reports/accuracy_vs_rollouts.png, reports/accuracy_vs_tokens.png, reports/curves.csv,
-reports/comparison.md and reports/metrics.json.
+Writes reports/accuracy_vs_rollouts.png and reports/accuracy_vs_tokens.png (median over seeds, the seed
+spread shaded), reports/curves.csv (every run's evaluations), reports/comparison.md (rollouts to a target
+set on the grpo runs, medians with bootstrap intervals over seeds, unreached runs counted) and
+reports/metrics.json (tasks/report.py).
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from tasks.report import write_report
 
 @flow(name="report", log_prints=True)
 def report(params_file: str | None = None) -> dict[str, Any]:
-    """Compare the allocators' runs; returns the per-allocator metrics."""
-    allocators = load(params_file).train.allocators
-    runs = {a: str(run_dir(a)) for a in allocators}
-    missing = [a for a, d in runs.items() if not (run_dir(a) / "metrics.jsonl").is_file()]
+    """Compare the allocators' runs; returns the target and the per-allocator metrics."""
+    cfg = load(params_file).train
+    runs = {a: {s: str(run_dir(a, s)) for s in cfg.seeds} for a in cfg.allocators}
+    missing = [f"{a} seed {s}" for a in cfg.allocators for s in cfg.seeds
+               if not (run_dir(a, s) / "metrics.jsonl").is_file()]
     if missing:
         raise ConfigError(f"report: no metrics.jsonl for {missing}; "
-                          "train them first (python -m flows.train --allocator ...)")
+                          "train them first (python -m flows.train --allocator ... --seed ...)")
     ev_path = reports_dir() / "evaluation.json"
     evaluation = json.loads(ev_path.read_text()) if ev_path.is_file() else {}
     metrics = write_report(runs, evaluation, str(reports_dir()))

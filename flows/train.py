@@ -2,15 +2,16 @@
 
     python -m flows.train --allocator sara [--steps 50] [--seed 1] [--set lr=1e-4 --set k=4]
 
-Writes runs/<allocator>/, or the folder given by --out (checkpoints/, metrics.jsonl, final_model/,
-summary.json as DVC metrics, curve.csv as a DVC plot, train_timings.json, tracking.json with the
-MLflow run id). The `experiment` stage of dvc.yaml trains train.allocator into experiment/, so that
-`dvc exp run -S train.allocator=vigor` is an experiment whose metrics are that allocator's run.
+Writes runs/<allocator>-s<seed>/ (tasks/paths.run_dir), or the folder given by --out (checkpoints/,
+metrics.jsonl, final_model/, summary.json as DVC metrics, curve.csv as a DVC plot, train_timings.json,
+tracking.json with the MLflow run id). The `experiment` stage of dvc.yaml trains train.allocator into
+experiment/, so that `dvc exp run -S train.allocator=vigor` is an experiment whose metrics are that
+allocator's run.
 
 
 Params, data, the base model and a checkpoint to resume are checked before anything is tracked or
 generated. Started again after a crash, the flow resumes the checkpoints and continues the same MLflow
-run (one metric entry per step); an unreachable MLflow spools metrics to runs/<allocator>/mlflow_spool.jsonl.
+run (one metric entry per step); an unreachable MLflow spools metrics to <run folder>/mlflow_spool.jsonl.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from rlvr_core.errors import ConfigError
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TrainingStopped, preflight
 from tasks import remote, tracking
+from tasks.curves import write_curve
 from tasks.data import load_split
 from tasks.lineage import dvc_md5, git_commit
 from tasks.models import export_policy
 from tasks.paths import data_dir, root, run_dir, warmstart_dir
-from tasks.report import write_curve
 from tasks.training import run_training
 
 TIMING_KEYS = ("step_s", "generate_s", "verify_s", "allocate_s", "update_s", "eval_s")
@@ -115,7 +116,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
           out_dir: str | None = None) -> dict[str, Any]:
     """Train ``allocator`` (default train.allocator) for ``steps``; ``overrides`` replace train-section keys.
 
-    ``out_dir`` (relative to the project root) replaces the run folder runs/<allocator>.
+    ``out_dir`` (relative to the project root) replaces the run folder runs/<allocator>-s<seed>.
     """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
@@ -123,7 +124,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
-    out = root() / out_dir if out_dir else run_dir(cfg.allocator)
+    out = root() / out_dir if out_dir else run_dir(cfg.allocator, cfg.seed)
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
     check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
     with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
@@ -190,7 +191,8 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--set", action="append", default=[], help="train-section override key=value (repeatable)")
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
-    ap.add_argument("--out", default=None, help="run folder, relative to the project root (default runs/<allocator>)")
+    ap.add_argument("--out", default=None,
+                    help="run folder, relative to the project root (default runs/<allocator>-s<seed>)")
     a = ap.parse_args()
     train(allocator=a.allocator, steps=a.steps, seed=a.seed, overrides=parse_set(a.set, a.params) or None,
           params_file=a.params, out_dir=a.out)

@@ -213,8 +213,9 @@ class PrepareConfig:
         ``rlvr_core.data.hub``) or "code" (LiveCodeBench stdin/stdout problems, run in the sandbox)
     n_train, n_test: synthetic only, problems per split (disjoint)
     seed: synthetic only, generator seed
-    digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-3;
-        the tiny policy does not learn 4-digit problems in its warm-start budget)
+    digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-4, the study's
+        regime ``hard``: the tiny policy does not learn 4-digit problems in its warm-start budget,
+        which leaves RL room to rise)
     digit_weights: arithmetic only, relative weight of each entry of ``digits``
     ops: arithmetic only, operators to draw from
     dataset: hub tasks only, hub loader of the training split, one the task reads (math: math,
@@ -231,7 +232,7 @@ class PrepareConfig:
     n_train: int = 20000
     n_test: int = 500
     seed: int = 0
-    digits: tuple[int, ...] = (1, 2, 3)
+    digits: tuple[int, ...] = (1, 2, 3, 4)
     digit_weights: tuple[float, ...] | None = None
     ops: tuple[str, ...] = ("+", "-", "*")
     dataset: str | None = None
@@ -315,6 +316,7 @@ class TrainConfig:
 
     allocator: registered allocator name (grpo, dapo, sara, vigor, pods, greso, sara+dps)
     allocators: the allocators ``dvc repro`` and the report compare
+    seeds: the seeds ``dvc repro`` trains each of them with (one run per allocator and seed)
     allocator_params: per-allocator parameter overrides, {name: {param: value}}
     k: rollouts per full group; batch_size: prompts (or effective groups) per step
     steps: training steps; seed: seeds allocator, sampler and prompt order
@@ -358,12 +360,13 @@ class TrainConfig:
 
     allocator: str = "sara"
     allocators: tuple[str, ...] = ("grpo", "dapo", "sara", "vigor")
+    seeds: tuple[int, ...] = (0, 1, 2)
     allocator_params: dict[str, dict[str, Any]] = field(default_factory=lambda: {"dapo": {"max_gen_batches": 4}})
     k: int = 8
     batch_size: int = 32
-    steps: int = 100
+    steps: int = 1000
     seed: int = 0
-    max_rollouts: int | None = None
+    max_rollouts: int | None = 12000
     lr: float = 1e-4
     clip_eps: float = 0.2
     clip_eps_high: float | None = None
@@ -382,8 +385,8 @@ class TrainConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
-    eval_every: int = 10
-    eval_size: int = 200
+    eval_every: int = 2
+    eval_size: int = 500
     eval_samples: int = 0
     eval_pass_k: int | None = None
     checkpoint_every: int = 25
@@ -410,6 +413,10 @@ class TrainConfig:
                 "device", f"got {short_repr(self.device)}; use 'cpu', 'cuda', 'cuda:N' or 'auto'")
         require(self.dtype in DTYPES, "dtype", f"got {short_repr(self.dtype)}; use 'float32' or 'bfloat16'")
         object.__setattr__(self, "allocators", tuple(self.allocators))
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        require(len(self.seeds) > 0 and all(_is_int(s) and s >= 0 for s in self.seeds)
+                and len(set(self.seeds)) == len(self.seeds), "seeds",
+                f"got {short_repr(list(self.seeds))}; give distinct ints >= 0, at least one")
         object.__setattr__(self, "betas", tuple(self.betas))
         for name in (self.allocator, *self.allocators):
             if name not in ALLOCATORS:

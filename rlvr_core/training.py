@@ -87,7 +87,7 @@ __all__ = ["EngineError", "RunState", "Scorer", "TrainResult", "TrainingStopped"
 # the trajectory or what its records mean, and a checkpoint only resumes under the same values. That
 # includes the evaluation keys (eval_every, eval_size, eval_samples): a run's eval curve is one evaluation
 # set at one cadence, so a change is refused rather than recorded half-way through.
-RESUMABLE_KEYS: tuple[str, ...] = ("allocators", "steps", "max_rollouts", "checkpoint_every", "keep_last",
+RESUMABLE_KEYS: tuple[str, ...] = ("allocators", "seeds", "steps", "max_rollouts", "checkpoint_every", "keep_last",
                                    "max_nonfinite", "engine_retries", "engine_retry_delay_s", "device",
                                    "compute_entropy", "max_verifier_error_share", "verifier_workers",
                                    "allow_no_update")

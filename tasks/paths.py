@@ -1,7 +1,7 @@
 """Where the pipeline's files live: one root (RLVR_ROOT, default the working directory) and one params file.
 
 Layout under the root: data/<task>/ (DatasetDict), models/warmstart/ (policy folder),
-runs/<allocator>/ (checkpoints, metrics.jsonl, summary.json, tracking.json), experiment/ (the same
+runs/<allocator>-s<seed>/ (checkpoints, metrics.jsonl, summary.json, tracking.json), experiment/ (the same
 for the DVC experiment stage), reports/.
 """
 
@@ -32,15 +32,24 @@ def warmstart_dir() -> Path:
     return root() / "models" / "warmstart"
 
 
-def run_dir(allocator: str) -> Path:
-    """Run folder of one allocator: runs/<name>, the name as registered (runs/sara+dps/).
-
-    dvc.yaml's train stage declares the same folder, ``runs/${item}``, for each train.allocators entry;
-    tests/pipeline/test_dvc_deps.py checks that the two agree for every registered allocator.
-    """
+def run_name(allocator: str, seed: int) -> str:
+    """Name of the run folder of one (allocator, seed): ``<allocator>-s<seed>``, the allocator as registered
+    (``sara+dps-s0``). The one place run-folder names are made."""
     if not allocator or "/" in allocator or allocator in (".", ".."):
         raise ValueError(f"allocator name {allocator!r} cannot name a run folder")
-    return root() / "runs" / allocator
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed {seed!r} cannot name a run folder; need an int >= 0")
+    return f"{allocator}-s{seed}"
+
+
+def run_dir(allocator: str, seed: int) -> Path:
+    """Run folder of one allocator and seed: runs/<allocator>-s<seed> (runs/sara+dps-s0/).
+
+    dvc.yaml's train stage declares the same folder, ``runs/${item.allocator}-s${item.seed}``, for each
+    (train.allocators, train.seeds) entry; tests/pipeline/test_dvc_deps.py checks that the two agree for
+    every registered allocator.
+    """
+    return root() / "runs" / run_name(allocator, seed)
 
 
 def experiment_dir() -> Path:

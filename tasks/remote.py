@@ -163,7 +163,7 @@ def check_tracking_server(uri: str) -> None:
     except (OSError, urllib.error.URLError) as e:
         err = f"{e.__class__.__name__}: {e}"
     raise ConfigError(f"MLflow tracking server {uri} is unreachable ({err}); a worker does not start without it, "
-                      "since its spool (runs/<allocator>/mlflow_spool.jsonl) would stay in this temporary clone. "
+                      "since its spool (<run folder>/mlflow_spool.jsonl) would stay in this temporary clone. "
                       "Once a run has started, an outage is still spooled there and replayed when the server is back")
 
 
@@ -241,7 +241,7 @@ class Remote:
                                   "then commit and push dvc.lock")
 
     def training_stages(self) -> list[str]:
-        """Every stage with a checkpoints output (train@<allocator>, experiment)."""
+        """Every stage with a checkpoints output (train@<allocator>-<seed>, experiment)."""
         return [a for a, outs, _ in _stages(self.top) if any(o.endswith("/checkpoints") for o in outs)]
 
     def publish(self, stage: str, files: Iterable[Path] = ()) -> str:
@@ -299,11 +299,12 @@ def prepare_training(sync: Remote, out: Path, params: Any) -> str:
     stage = sync.stage_of(out)
     if stage is None:
         raise ConfigError(f"{ENV} is set but no dvc.yaml stage writes {out / 'checkpoints'}: only a stage's outputs "
-                          "can be pushed; add the allocator to train.allocators in params.yaml")
+                          "can be pushed; add the allocator to train.allocators and the seed to train.seeds in "
+                          "params.yaml")
     committed = load_params(sync.top / "params.yaml")
     for sec in ("prepare", "train"):
         ours, theirs = vars(getattr(params, sec)), vars(getattr(committed, sec))
-        skip = {"allocator"} if stage.startswith("train@") else set()  # the stage's cmd passes --allocator
+        skip = {"allocator", "seed"} if stage.startswith("train@") else set()  # its cmd passes --allocator, --seed
         if diff := {k: v for k, v in ours.items() if k not in skip and theirs.get(k) != v}:
             raise ConfigError(f"{ENV} is set: dvc.lock records stage {stage} with the params of params.yaml, but this "
                               f"run's {sec} differs ({diff}); commit the change to params.yaml and deploy that commit "

@@ -1,43 +1,79 @@
-"""Task: comparison report from the runs' metrics.jsonl and the held-out evaluation."""
+"""Task: comparison report from the runs' metrics.jsonl and the held-out evaluation.
+
+Where allocation pays: every (allocator, seed) run spends the same rollout budget; the target is set on the
+reference allocator's runs (grpo when compared) as the training study sets it, median start + 0.8 x the
+median gain at the end of the budget (``rlvr_core.stats.gain_target``); each allocator's rollouts to that
+target are a median over seeds with a 95% bootstrap interval, a run that never reaches it counting as never
+(``rlvr_core.stats.median_ci``).
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+import numpy as np
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-CURVE_FIELDS = ("step", "cum_rollouts", "cum_tokens", "greedy_acc")
+from rlvr_core.stats import TARGET_FRACTION, first_reach, gain_target, median_ci
+from tasks.curves import CURVE_FIELDS, curve_rows, read_history
+
+REFERENCE = "grpo"  # the allocator the target is set on, when compared (else the first one listed)
 
 
-def curve_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows (step, cum_rollouts, cum_tokens, greedy_acc) at every evaluated step of a run's step records."""
-    return [{"step": r["step"], "cum_rollouts": r["cum_rollouts"], "cum_tokens": r["cum_tokens"],
-             "greedy_acc": r["eval/greedy_acc"]} for r in history if "eval/greedy_acc" in r]
+def _updates(history: list[dict[str, Any]]) -> int:
+    """Steps that changed the policy (neither skipped nor non-finite)."""
+    return sum(1 for r in history if r.get("step", 0) > 0 and "rollouts" in r
+               and not r.get("update_skipped") and not r.get("nonfinite"))
 
 
-def eval_curve(metrics_jsonl: Path) -> list[dict[str, Any]]:
-    """``curve_rows`` of a run's metrics.jsonl."""
-    return curve_rows([json.loads(line) for line in metrics_jsonl.read_text().splitlines() if line.strip()])
+def _fmt(v: float | None, digits: int = 0) -> str:
+    return "never" if v is None else f"{v:,.{digits}f}"
 
 
-def write_curve(history: list[dict[str, Any]], path: Path) -> None:
-    """One run's held-out accuracy curve as CSV (a DVC plot: x cum_rollouts, y greedy_acc)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CURVE_FIELDS)
-        w.writeheader()
-        w.writerows(curve_rows(history))
+def _ci(ci: Mapping[str, Any]) -> str:
+    return f"{_fmt(ci['median'])} [{_fmt(ci['lo'])}, {_fmt(ci['hi'])}]"
+
+
+def against(ci: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    """How an allocator's rollouts to target compare with the reference's: the ratio of medians (reference /
+    this: above 1 is fewer rollouts) and whether the 95% intervals are disjoint."""
+    m, r = ci["median"], ref["median"]
+    if m is None:
+        return "never reached (median)"
+    if r is None:
+        return "reference never reached"
+    ratio = r / m if m > 0 else float("inf")
+    hi, rlo, lo, rhi = ci["hi"], ref["lo"], ci["lo"], ref["hi"]
+    if hi is not None and rlo is not None and hi < rlo:
+        sep = "fewer, intervals disjoint"
+    elif lo is not None and (rhi is not None and lo > rhi):
+        sep = "more, intervals disjoint"
+    else:
+        sep = "intervals overlap"
+    return f"{ratio:.2f}x ({sep})"
+
+
+def _band(curves: list[list[dict[str, Any]]], x: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Median and min-max over seeds on a common grid up to the shortest run's last evaluation."""
+    top = min(c[-1][x] for c in curves)
+    grid = np.linspace(0.0, float(top), 60)
+    ys = np.vstack([np.interp(grid, [r[x] for r in c], [r["greedy_acc"] for r in c]) for c in curves])
+    return grid, np.median(ys, 0), ys.min(0), ys.max(0)
 
 
 @task(retries=0, cache_policy=NO_CACHE)
-def write_report(runs: dict[str, str], evaluation: dict[str, dict[str, Any]], out_dir: str) -> dict[str, Any]:
-    """Plots (accuracy vs cumulative rollouts / tokens), curves.csv, comparison.md and metrics.json under ``out_dir``.
+def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str, Mapping[str, Any]], out_dir: str,
+                 fraction: float = TARGET_FRACTION) -> dict[str, Any]:
+    """Plots (accuracy vs cumulative rollouts / tokens, median over seeds, seed spread shaded), curves.csv,
+    comparison.md (rollouts to target per allocator) and metrics.json under ``out_dir``.
 
-    ``runs`` maps allocator -> run folder; ``evaluation`` maps allocator -> held-out metrics.
+    ``runs`` maps allocator -> {seed: run folder}; ``evaluation`` maps allocator -> {seed (str): held-out
+    metrics of the run's final checkpoint}. Everything written is a function of the runs' metrics.jsonl
+    and ``evaluation`` (no timings), so equal runs give byte-identical comparison.md and metrics.json.
     """
     import matplotlib
 
@@ -46,36 +82,90 @@ def write_report(runs: dict[str, str], evaluation: dict[str, dict[str, Any]], ou
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    curves = {a: eval_curve(Path(d) / "metrics.jsonl") for a, d in runs.items()}
+    hist = {a: {s: read_history(Path(d) / "metrics.jsonl") for s, d in sorted(seeds.items())}
+            for a, seeds in runs.items()}
+    curves = {a: {s: curve_rows(h) for s, h in by_seed.items()} for a, by_seed in hist.items()}
+    for a, by_seed in curves.items():
+        for s, c in by_seed.items():
+            if not c:
+                raise ValueError(f"run {runs[a][s]}: metrics.jsonl holds no evaluation")
+    reference = REFERENCE if REFERENCE in curves else next(iter(curves))
+    tgt = gain_target(list(curves[reference].values()), fraction)
+    target = tgt["target"]
+
     with open(out / "curves.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["allocator", "step", "cum_rollouts", "cum_tokens", "greedy_acc"])
+        w = csv.DictWriter(f, fieldnames=["allocator", "seed", *CURVE_FIELDS])
         w.writeheader()
-        for a, rows in curves.items():
-            for r in rows:
-                w.writerow({"allocator": a, **r})
-    for x, fname in (("cum_rollouts", "accuracy_vs_rollouts.png"), ("cum_tokens", "accuracy_vs_tokens.png")):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for a, rows in curves.items():
-            ax.plot([r[x] for r in rows], [r["greedy_acc"] for r in rows], marker="o", label=a)
-        ax.set_xlabel(x.replace("_", " "))
-        ax.set_ylabel("held-out greedy accuracy")
-        ax.legend()
+        for a, by_seed in curves.items():
+            for s, rows in by_seed.items():
+                for r in rows:
+                    w.writerow({"allocator": a, "seed": s, **r})
+    for x, fname, label in (("cum_rollouts", "accuracy_vs_rollouts.png", "cumulative rollouts"),
+                            ("cum_tokens", "accuracy_vs_tokens.png", "cumulative generated tokens")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for i, (a, by_seed) in enumerate(curves.items()):
+            grid, med, lo, hi = _band(list(by_seed.values()), x)
+            n = len(by_seed)
+            ax.plot(grid, med, color=f"C{i}", label=f"{a} (median of {n} seed{'s' if n != 1 else ''})")
+            if len(by_seed) > 1:
+                ax.fill_between(grid, lo, hi, color=f"C{i}", alpha=0.18, lw=0)
+        ax.axhline(target, color="k", ls=":", lw=1, label=f"target {target:.3f}")
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out greedy accuracy (band: seed min-max)")
+        ax.set_title(f"equal rollout budget; target {target:.3f} = start + {fraction} x {reference}'s gain", fontsize=9)
+        ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / fname, dpi=100, metadata={"Software": None})
         plt.close(fig)
+
     metrics: dict[str, Any] = {}
-    lines = ["| allocator | greedy acc (held-out) | pass@k | rollouts | tokens | acc gain per 1k rollouts |",
-             "|---|---|---|---|---|---|"]
-    for a, rows in curves.items():
+    for a, by_seed in curves.items():
+        hits = [first_reach([r["cum_rollouts"] for r in c], [r["greedy_acc"] for r in c], target)
+                for c in by_seed.values()]
         ev = evaluation.get(a, {})
-        passk = next((v for k, v in ev.items() if k.startswith("pass_at_") and k != "pass_at_1"), None)
-        first, last = rows[0], rows[-1]
-        gain = (last["greedy_acc"] - first["greedy_acc"]) / max(last["cum_rollouts"], 1) * 1000
-        metrics[a] = {"greedy_acc": ev.get("greedy_acc", last["greedy_acc"]), "pass_at_k": passk,
-                      "rollouts": last["cum_rollouts"], "tokens": last["cum_tokens"], "gain_per_1k_rollouts": gain}
-        lines.append(f"| {a} | {metrics[a]['greedy_acc']:.3f} | {'-' if passk is None else f'{passk:.3f}'} | "
-                     f"{last['cum_rollouts']} | {last['cum_tokens']} | {gain:+.4f} |")
-    (out / "comparison.md").write_text("# Allocator comparison\n\n" + "\n".join(lines) + "\n")
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n")
-    return metrics
+        finals = [ev.get(str(s), {}).get("greedy_acc", c[-1]["greedy_acc"]) for s, c in by_seed.items()]
+        passk = [v for s in by_seed for k, v in sorted(ev.get(str(s), {}).items())
+                 if k.startswith("pass_at_") and k != "pass_at_1"]
+        last = [c[-1] for c in by_seed.values()]
+        metrics[a] = {
+            "seeds": sorted(by_seed), "reached": int(sum(np.isfinite(hits))),
+            "rollouts_to_target": median_ci(hits),
+            "final_greedy_acc": float(np.median(finals)), "final_greedy_acc_min": float(min(finals)),
+            "final_greedy_acc_max": float(max(finals)),
+            "pass_at_k": float(np.median(passk)) if passk else None,
+            "start_greedy_acc": float(np.median([c[0]["greedy_acc"] for c in by_seed.values()])),
+            "rollouts": int(np.median([r["cum_rollouts"] for r in last])),
+            "tokens": int(np.median([r["cum_tokens"] for r in last])),
+            "updates": int(np.median([_updates(h) for h in hist[a].values()])),
+        }
+    ref_ci = metrics[reference]["rollouts_to_target"]
+    budget = max(m["rollouts"] for m in metrics.values())
+    seeds = sorted({s for m in metrics.values() for s in m["seeds"]})
+    lines = ["# Allocator comparison: rollouts to a target at a fixed rollout budget", "",
+             f"Every run spends about {budget:,} rollouts (train.max_rollouts); seeds {seeds}. Target: held-out "
+             f"greedy accuracy {target:.3f} = median start {tgt['start']:.3f} + {fraction} x the median gain "
+             f"{tgt['gain']:+.3f} of the {reference} runs at the end of the budget (mean of each run's last three "
+             "evaluations), as in benchmarks/study.py.",
+             "Rollouts to target: median over seeds [95% bootstrap interval], interpolated between evaluations; "
+             "'never' where the median or a bound falls on a run that did not reach the target (such runs are "
+             f"counted in 'reached', never dropped). 'vs {reference}': {reference}'s median / this one's (above "
+             "1: fewer rollouts).", ""]
+    if tgt["gain"] <= 0:
+        lines += [f"The {reference} runs did not gain over the budget (gain {tgt['gain']:+.3f}): the target sits at "
+                  "or below the start, so rollouts to target say nothing here.", ""]
+    passk_name = next((k for ev in evaluation.values() for e in ev.values() for k in sorted(e)
+                       if k.startswith("pass_at_") and k != "pass_at_1"), "pass@k")
+    lines += [f"| allocator | seeds | reached | rollouts to target | vs {reference} | final greedy acc (min-max) | "
+              f"{passk_name} | updates | rollouts |", "|---|---|---|---|---|---|---|---|---|"]
+    for a, m in metrics.items():
+        ci = m["rollouts_to_target"]
+        vs = "reference" if a == reference else against(ci, ref_ci)
+        pk = "-" if m["pass_at_k"] is None else f"{m['pass_at_k']:.3f}"
+        lines.append(f"| {a} | {len(m['seeds'])} | {m['reached']}/{len(m['seeds'])} | {_ci(ci)} | {vs} | "
+                     f"{m['final_greedy_acc']:.3f} ({m['final_greedy_acc_min']:.3f}-{m['final_greedy_acc_max']:.3f}) | "
+                     f"{pk} | {m['updates']} | {m['rollouts']:,} |")
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    result = {"target": {"reference": reference, "fraction": fraction, **tgt}, "allocators": metrics}
+    (out / "metrics.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return result

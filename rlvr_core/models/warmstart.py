@@ -81,8 +81,8 @@ class WarmStartConfig:
     warmup: int = 100
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
-    noise: float = 0.6
-    noisy_difficulties: tuple[int, ...] = (2, 3)
+    noise: float = 0.8
+    noisy_difficulties: tuple[int, ...] = (2, 3, 4)
     seed: int = 0
     hidden: int = 128
     layers: int = 2

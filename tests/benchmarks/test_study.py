@@ -68,7 +68,7 @@ def test_regimes_build_from_params_yaml():
     from rlvr_core.config import load_params
 
     base = load_params(regimes.PARAMS_FILE)
-    assert easy.train == base.train and easy.warmstart == base.warmstart
+    assert hard.train == base.train and hard.warmstart == base.warmstart and easy.train == base.train
     assert easy.prepare.n_test == regimes.TEST_ROWS + regimes.VALIDATION_ROWS
     assert hard.prepare.digits != easy.prepare.digits or hard.warmstart != easy.warmstart
     p = study.run_params("hard", "sara[carry]", 3, protocol="equal-batch")

@@ -72,7 +72,7 @@ def test_no_remote_is_local_mode(worker_clone: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("RLVR_DVC_REMOTE")
     assert remote.setup() is None
     monkeypatch.setenv("RLVR_DVC_REMOTE", "store")
-    monkeypatch.setenv("DVC_STAGE", "train@sara")  # inside `dvc repro`, DVC records the stage itself
+    monkeypatch.setenv("DVC_STAGE", "train@sara-0")  # inside `dvc repro`, DVC records the stage itself
     assert remote.setup() is None
 
 
@@ -146,10 +146,12 @@ def test_run_params_must_match_params_yaml(worker_clone: Path) -> None:
     sync = remote.Remote("store", worker_clone)
     (worker_clone / "dvc.yaml").write_text((PROJECT / "dvc.yaml").read_text())
     params = load(None, overrides={"train": {"steps": 50}})
-    with pytest.raises(ConfigError, match=r"stage train@sara .* train differs \(\{'steps': 50\}\); commit the change"):
-        remote.prepare_training(sync, worker_clone / "runs" / "sara", params)
-    with pytest.raises(ConfigError, match=r"no dvc.yaml stage writes .*runs/vigor/checkpoints"):
-        remote.prepare_training(sync, worker_clone / "runs" / "vigor", load(None))
+    with pytest.raises(ConfigError, match=r"stage train@sara-0 .* train differs \(\{'steps': 50\}\); commit the"):
+        remote.prepare_training(sync, worker_clone / "runs" / "sara-s0", params)
+    with pytest.raises(ConfigError, match=r"no dvc.yaml stage writes .*runs/vigor-s0/checkpoints"):
+        remote.prepare_training(sync, worker_clone / "runs" / "vigor-s0", load(None))
+    with pytest.raises(ConfigError, match=r"no dvc.yaml stage writes .*runs/sara-s1/checkpoints"):  # train.seeds [0]
+        remote.prepare_training(sync, worker_clone / "runs" / "sara-s1", load(None, overrides={"train": {"seed": 1}}))
 
 
 # ------------------------------------------------------------------ two machines on localhost
@@ -261,19 +263,19 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
         run("train/sara")
         sh(env, seed, "git", "pull", "-q", "origin", "main")  # the worker pushed dvc.lock
         lock = _lock_outs(seed)
-        for path in ("runs/sara/checkpoints", "runs/sara/final_model", "runs/sara/metrics.jsonl"):
+        for path in ("runs/sara-s0/checkpoints", "runs/sara-s0/final_model", "runs/sara-s0/metrics.jsonl"):
             md5 = lock[path]
             obj = remote_dir / "files" / "md5" / md5[:2] / md5[2:]
             assert obj.is_file(), f"{path} ({md5}) is not in the DVC remote"
         assert {p: lock[p] for p in seed_lock} == seed_lock  # data and warm start: pulled, not recomputed
-        run_id = json.loads((seed / "runs/sara/tracking.json").read_text())["run_id"]
-        assert json.loads((seed / "runs/sara/tracking.json").read_text())["tracking_uri"] == mlflow_uri
+        run_id = json.loads((seed / "runs/sara-s0/tracking.json").read_text())["run_id"]
+        assert json.loads((seed / "runs/sara-s0/tracking.json").read_text())["tracking_uri"] == mlflow_uri
 
         # the same run started again on a worker: a fresh clone pulls the pushed checkpoints and resumes there
         run("train/sara")
         sh(env, seed, "git", "pull", "-q", "origin", "main")
         relock = _lock_outs(seed)
-        for path in ("runs/sara/checkpoints", "runs/sara/metrics.jsonl"):  # no step trained again
+        for path in ("runs/sara-s0/checkpoints", "runs/sara-s0/metrics.jsonl"):  # no step trained again
             assert relock[path] == lock[path], path
 
         run("evaluate/nightly")
@@ -312,9 +314,9 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
     second = tmp_path / "second"
     sh(env, tmp_path, "git", "clone", "-q", origin.as_uri(), str(second))
     sh(env, second, PY, "-m", "dvc", "pull", "--allow-missing")  # train@grpo, experiment, ...: never run
-    assert (second / "runs/sara/checkpoints/step_000002/manifest.json").is_file()
-    assert (second / "runs/sara/final_model").is_dir()
-    status = sh(env, second, PY, "-m", "dvc", "status", "prepare", "warmstart", "train@sara")
+    assert (second / "runs/sara-s0/checkpoints/step_000002/manifest.json").is_file()
+    assert (second / "runs/sara-s0/final_model").is_dir()
+    status = sh(env, second, PY, "-m", "dvc", "status", "prepare", "warmstart", "train@sara-0")
     assert "up to date" in status.lower() or status.strip() == "", status
 
 
@@ -341,7 +343,7 @@ def test_inputs_missing_from_the_remote(worker_clone: Path) -> None:
 
     (worker_clone / "dvc.yaml").write_text((PROJECT / "dvc.yaml").read_text())
     sync = remote.Remote("store", worker_clone)
-    assert sync.needs(["train@sara"]) == ["train@sara", "warmstart", "prepare"]
+    assert sync.needs(["train@sara-0"]) == ["train@sara-0", "warmstart", "prepare"]
     with pytest.raises(ConfigError, match=r"not in dvc.lock or not in DVC remote 'store': "
                                           r"models/warmstart \(warmstart\).*data/arithmetic \(prepare\)"):
-        sync.pull(["train@sara"])
+        sync.pull(["train@sara-0"])

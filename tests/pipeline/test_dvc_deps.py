@@ -61,7 +61,7 @@ def imported_project_files(module: str) -> list[str]:
 
 def stage_body(name: str) -> dict:
     body = STAGES[name]
-    return body["do"] if "foreach" in body else body
+    return body["do"] if "foreach" in body else body  # a matrix stage holds its body itself
 
 
 def flow_module(body: dict) -> str:
@@ -101,7 +101,21 @@ def test_dvc_outs_are_the_run_folder_the_flow_writes(allocator: str, monkeypatch
     from tasks.paths import run_dir
 
     monkeypatch.setenv("RLVR_ROOT", str(tmp_path))
-    folder = run_dir(allocator).relative_to(tmp_path).as_posix()
-    outs = [o if isinstance(o, str) else next(iter(o)) for o in stage_body("train")["outs"]]
-    declared = {o.replace("${item}", allocator).rsplit("/", 1)[0] for o in outs}
-    assert declared == {folder}, (declared, folder)
+    body = stage_body("train")
+    assert set(body["matrix"]) == {"allocator", "seed"}  # one stage per (train.allocators, train.seeds) entry
+    for seed in (0, 3, 12):
+        folder = run_dir(allocator, seed).relative_to(tmp_path).as_posix()
+        outs = [o if isinstance(o, str) else next(iter(o)) for o in body["outs"] + body["metrics"]]
+        declared = {o.replace("${item.allocator}", allocator).replace("${item.seed}", str(seed)).rsplit("/", 1)[0]
+                    for o in outs}
+        assert declared == {folder}, (declared, folder)
+    assert "--allocator ${item.allocator} --seed ${item.seed}" in body["cmd"]  # the flow writes run_dir(both)
+
+
+def test_run_folder_names() -> None:
+    from tasks.paths import run_name
+
+    assert run_name("sara+dps", 0) == "sara+dps-s0" and run_name("grpo", 12) == "grpo-s12"
+    for bad in (("", 0), ("a/b", 0), ("..", 0), ("grpo", -1), ("grpo", True), ("grpo", "0")):
+        with pytest.raises(ValueError):
+            run_name(*bad)

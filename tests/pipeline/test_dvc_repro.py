@@ -30,6 +30,7 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
         full[sec].update(vals)
     full["train"]["allocator_params"] = {}
     full["train"]["allocators"] = ["grpo", "sara+dps"]  # a name with '+' names its run folder as dvc.yaml does
+    full["train"]["seeds"] = [0, 1]  # one stage and one run folder per (allocator, seed)
     (repo / "params.yaml").write_text(yaml.safe_dump(full))
     env = dict(pipeline_env, RLVR_ROOT=str(repo), PATH=f"{Path(PY).parent}:{pipeline_env['PATH']}",
                GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
@@ -41,18 +42,29 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert set(metrics) == {"grpo", "sara+dps"}
-    assert json.loads((repo / "runs/sara+dps/summary.json").read_text())["steps"] == 2
-    assert sorted(p.name for p in (repo / "runs").iterdir()) == ["grpo", "sara+dps"]
+    assert set(metrics["allocators"]) == {"grpo", "sara+dps"} and metrics["target"]["reference"] == "grpo"
+    assert all(m["seeds"] == [0, 1] for m in metrics["allocators"].values())
+    for run in ("sara+dps-s0", "sara+dps-s1"):
+        assert json.loads((repo / f"runs/{run}/summary.json").read_text())["steps"] == 2
+    assert sorted(p.name for p in (repo / "runs").iterdir()) == ["grpo-s0", "grpo-s1", "sara+dps-s0", "sara+dps-s1"]
+    seeds = {json.loads((repo / f"runs/grpo-s{s}/checkpoints/step_000002/manifest.json").read_text())["meta"]
+             ["config"]["seed"] for s in (0, 1)}
+    assert seeds == {0, 1}  # each stage trained its own seed
+    table = (repo / "reports/comparison.md").read_text()
+    assert "| sara+dps | 2 |" in table and "| grpo | 2 |" in table and "rollouts to target" in table, table
+    reports = {p.name: p.read_bytes() for p in sorted((repo / "reports").glob("*.json"))}
     second = sh(env, repo, dvc, "repro")
     assert "didn't change" in second and "Running stage" not in second, second
+    # the report is a function of the runs: made again from the same runs, its files are byte-identical
+    sh(env, repo, dvc, "repro", "--force", "--single-item", "report")
+    assert {p.name: p.read_bytes() for p in sorted((repo / "reports").glob("*.json"))} == reports
 
     # the stages depend on the code they run: an allocator's edit makes the training stages stale, and only them
     sara = repo / "rlvr_core/allocation/sara.py"
     original = sara.read_text()
     sara.write_text(original + "# an edit\n")
     stale = sh(env, repo, dvc, "status")
-    for s in ("train@grpo", "train@sara+dps", "experiment"):
+    for s in ("train@grpo-0", "train@grpo-1", "train@sara+dps-0", "train@sara+dps-1", "experiment"):
         assert s in stale, (s, stale)
     for s in ("prepare", "warmstart"):
         assert f"{s}:" not in stale, (s, stale)
@@ -65,7 +77,7 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     assert (repo / "experiment/curve.csv").read_text().startswith("step,cum_rollouts,cum_tokens,greedy_acc")
     # the README's `dvc metrics show` and `dvc plots show` read the declared files
     metrics_out = sh(env, repo, dvc, "metrics", "show", "--json")
-    for f in ("experiment/summary.json", "runs/sara+dps/summary.json", "reports/metrics.json"):
+    for f in ("experiment/summary.json", "runs/sara+dps-s1/summary.json", "reports/metrics.json"):
         assert f in metrics_out, (f, metrics_out[:2000])
     plots_out = sh(env, repo, dvc, "plots", "show", "--json")
     for f in ("experiment/curve.csv", "reports/curves.csv"):
@@ -73,8 +85,8 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
 
     # a nightly evaluation pass leaves every stage up to date
     sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")
-    assert json.loads((repo / "reports/nightly/index.json").read_text()) == {"experiment": [2], "grpo": [2],
-                                                                             "sara+dps": [2]}
+    assert json.loads((repo / "reports/nightly/index.json").read_text()) == {
+        "experiment": [2], "grpo-s0": [2], "grpo-s1": [2], "sara+dps-s0": [2], "sara+dps-s1": [2]}
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status
     assert json.loads((repo / "reports/nightly/experiment-step000002.json").read_text())["allocator"] == "sara"

@@ -256,9 +256,10 @@ def test_flow_refuses_a_bad_model_folder(flow_root: Path) -> None:
 def test_flow_refuses_to_resume_a_run_of_other_settings(flow_root: Path, two_step_run: Path) -> None:
     from flows.train import train as train_flow
 
-    shutil.copytree(two_step_run, flow_root / "runs/sara")  # written with CFG: k=4, seed=1, batch 8
-    before = sorted(p.name for p in (flow_root / "runs/sara").iterdir())
+    # written with CFG: k=4, seed=1, batch 8; the flow trains seed 0
+    shutil.copytree(two_step_run, flow_root / "runs/sara-s0")
+    before = sorted(p.name for p in (flow_root / "runs/sara-s0").iterdir())
     with pytest.raises(ConfigError, match=r"step_000002: cannot resume.*train\.seed=1 there, 0 now"):
         train_flow.fn(allocator="sara")
-    assert sorted(p.name for p in (flow_root / "runs/sara").iterdir()) == before
+    assert sorted(p.name for p in (flow_root / "runs/sara-s0").iterdir()) == before
     assert not (flow_root / "mlflow.db").exists()

@@ -54,7 +54,7 @@ def test_killed_flow_resumes_into_the_same_mlflow_run(policy_dir: Path, tmp_path
     dataset().save_to_disk(str(root / "data/arithmetic"))
     shutil.copytree(policy_dir, root / "models/warmstart")
     (root / "params.yaml").write_text(PARAMS)
-    run = root / "runs/sara"
+    run = root / "runs/sara-s1"  # PARAMS: seed 1
 
     # killed in step 4's first round: steps 0-3 are in MLflow, the newest checkpoint is step 2
     first = _flow(root, RLVR_FAULT_KILL_AT="generate:4")

@@ -239,12 +239,12 @@ def test_flow_refuses_fewer_steps_than_the_run_has(flow_root: Path, two_step_run
     keys = {k: v for k, v in CFG.items() if k != "steps"}
     (flow_root / "params.yaml").write_text("prepare: {task: arithmetic}\ntrain: {allocators: [sara], "
                                            + ", ".join(f"{k}: {v}" for k, v in keys.items()) + "}\n")
-    shutil.copytree(two_step_run, flow_root / "runs/sara")
-    before = sorted(p.name for p in (flow_root / "runs/sara").iterdir())
+    shutil.copytree(two_step_run, flow_root / "runs/sara-s1")  # CFG: seed 1
+    before = sorted(p.name for p in (flow_root / "runs/sara-s1").iterdir())
     from flows.train import train as train_flow
 
     with pytest.raises(ConfigError, match=r"step_000002: cannot resume, the run already has 2 steps done, more "
                                           r"than train\.steps=1; ask for 2 or more steps"):
         train_flow.fn(allocator="sara", steps=1)
-    assert sorted(p.name for p in (flow_root / "runs/sara").iterdir()) == before
+    assert sorted(p.name for p in (flow_root / "runs/sara-s1").iterdir()) == before
     assert not (flow_root / "mlflow.db").exists()

@@ -139,7 +139,7 @@ def flow_root(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def _mlflow_status(root: Path) -> str:
     from mlflow.tracking import MlflowClient
 
-    run_id = json.loads((root / "runs/grpo/tracking.json").read_text())["run_id"]
+    run_id = json.loads((root / "runs/grpo-s1/tracking.json").read_text())["run_id"]
     return MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(run_id).info.status
 
 
@@ -149,7 +149,7 @@ def test_flow_marks_a_run_of_verifier_errors_failed(flow_root: Path, monkeypatch
     monkeypatch.setattr(training, "get_verifier", lambda name: _broken)
     with pytest.raises(TrainingStopped, match=r"'arithmetic' verifier.*OverflowError"):
         train_flow.fn()
-    run = flow_root / "runs/grpo"
+    run = flow_root / "runs/grpo-s1"
     assert not (run / "summary.json").exists() and not (run / "final_model").exists()
     assert _mlflow_status(flow_root) == "FAILED"
 
@@ -160,7 +160,7 @@ def test_flow_marks_a_run_without_any_update_failed(flow_root: Path, monkeypatch
     monkeypatch.setattr(training, "get_verifier", lambda name: lambda text, row: 0.0)  # no errors, no signal
     with pytest.raises(TrainingStopped, match=r"2 step\(s\) ran and none updated the policy"):
         train_flow.fn()
-    run = flow_root / "runs/grpo"
+    run = flow_root / "runs/grpo-s1"
     assert [r["update_skipped"] for r in read_metrics(run)[1:]] == [1.0, 1.0]
     assert not (run / "summary.json").exists() and not (run / "curve.csv").exists()
     assert _mlflow_status(flow_root) == "FAILED"

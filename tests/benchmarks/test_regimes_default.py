@@ -1,0 +1,48 @@
+"""params.yaml is the study's regime ``hard``; ``easy`` is overrides on it. The study's configurations are the
+ones its committed results were trained with (benchmarks/results/study, regimes.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from benchmarks import regimes, study
+from rlvr_core.config import load_params
+
+# prepare and warmstart of the two regimes as the study trained them (before params.yaml moved to hard)
+COMMON_PREPARE = {"task": "arithmetic", "n_train": 20000, "n_test": 3000, "seed": 0, "digit_weights": None,
+                  "ops": ("+", "-", "*")}
+COMMON_WARMSTART = {"steps": 2400, "batch_size": 64, "lr": 7e-4, "warmup": 100, "min_lr_ratio": 0.1,
+                    "weight_decay": 0.0, "seed": 0, "hidden": 128, "layers": 2, "heads": 4, "intermediate": 512}
+SETTINGS = {"easy": ({"digits": (1, 2, 3)}, {"noise": 0.6, "noisy_difficulties": (2, 3)}),
+            "hard": ({"digits": (1, 2, 3, 4)}, {"noise": 0.8, "noisy_difficulties": (2, 3, 4)})}
+# the warm-started policies the study cached under runs/study (hash of the prepare + warmstart settings)
+POLICY_KEYS = {"easy": "6120b3bb6a99", "hard": "e2f475331011"}
+
+
+def test_the_regimes_train_what_the_study_trained() -> None:
+    for name, (prep, ws) in SETTINGS.items():
+        p = regimes.regime_params(name)
+        got_prep, got_ws = asdict(p.prepare), asdict(p.warmstart)
+        assert {k: got_prep[k] for k in {**COMMON_PREPARE, **prep}} == {**COMMON_PREPARE, **prep}, name
+        assert {k: got_ws[k] for k in {**COMMON_WARMSTART, **ws}} == {**COMMON_WARMSTART, **ws}, name
+        assert regimes._key(p) == POLICY_KEYS[name], name
+
+
+def test_params_yaml_is_hard_and_hard_is_the_chosen_candidate() -> None:
+    base = load_params(regimes.PARAMS_FILE)
+    hard = regimes.regime_params("hard")
+    assert hard.warmstart == base.warmstart and hard.train == base.train
+    assert asdict(hard.prepare) == {**asdict(base.prepare), "n_test": regimes.TEST_ROWS + regimes.VALIDATION_ROWS}
+    chosen = regimes.regime_params(regimes.merge(regimes.EASY, regimes.CANDIDATES[regimes.CHOSEN]))
+    assert chosen == hard
+    # a candidate means what it meant when declared: its overrides on the easy setting
+    d1234 = regimes.regime_params(regimes.merge(regimes.EASY, regimes.CANDIDATES["d1234"]))
+    assert d1234.prepare.digits == (1, 2, 3, 4) and d1234.warmstart == regimes.regime_params("easy").warmstart
+
+
+def test_study_runs_differ_between_regimes_only_in_the_regime() -> None:
+    for label in ("grpo", "sara", "dapo", "vigor"):
+        easy, hard = (study.run_params(r, label, 1, protocol="equal-batch") for r in ("easy", "hard"))
+        assert {**asdict(easy.train), "max_rollouts": None} == {**asdict(hard.train), "max_rollouts": None}
+        assert (easy.train.max_rollouts, hard.train.max_rollouts) == (30000, 40000)  # the study's BUDGET
+        assert hard.train.steps == 100000 and hard.train.eval_size == 2000 and hard.train.eval_every == 6

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.training import first_reach
+from rlvr_core.stats import first_reach
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS_PREFIX = ("sara", "vigor")

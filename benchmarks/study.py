@@ -533,6 +533,10 @@ def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any
         lines += ["", "## Targets", "", "Measured by benchmarks/study_targets.py (its docstring gives the rules: "
                   "a baseline run that misses counts at its whole budget, ours as never).", "",
                   targets.read_text().rstrip()]
+    candidates = results / "training_candidates.md"
+    if candidates.exists():
+        lines += ["", "Candidates measured the same way, without a target of their own:", "",
+                  candidates.read_text().rstrip()]
     done = load_runs(out)
     lines += ["", "## What has run and what remains", "",
               "| regime | protocol | run files | of the full plan (5 seeds) | resume with |", "|---|---|---|---|---|"]

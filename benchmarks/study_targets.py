@@ -2,9 +2,10 @@
 
     python -m benchmarks.study_targets          # (also run by `python -m benchmarks.study --summarize-only`)
 
-Writes ``training_targets.json`` and ``training_targets.md`` next to ``training_protocols.json``. Each target
-holds its measured value, an interval where one applies, the seeds behind it, and ``met`` (true, false, or null
-while the cells it needs have not run). The rules were written down before the cells ran:
+Writes ``training_targets.json``, ``training_targets.md`` and ``training_candidates.md`` (the candidates of
+the allocation issue without a target of their own, measured the same way) next to ``training_protocols.json``.
+Each target holds its measured value, an interval where one applies, the seeds behind it, and ``met`` (true,
+false, or null while the cells it needs have not run). The rules were written down before the cells ran:
 
 - ``saving`` of allocator A against B = 1 - median(A) / median(B) of rollouts-to-target, with a 95% percentile
   bootstrap interval (each cell's seeds resampled on their own). A run that never reaches the target counts
@@ -208,15 +209,21 @@ def fmt(row: Mapping[str, Any]) -> str:
                                      for sc, p in row["per_scenario"].items()) + ")"
 
 
-def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "training_targets.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+def _table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| target | measured | met |", "|---|---|---|"]
     for r in rows:
-        met = {True: "yes", False: "**no**", None: "-" if r.get("want") is not None or r.get("value") is None
-               else "(no target)"}[r["met"]]
+        met = {True: "yes", False: "**no**", None: "-"}[r["met"]]
         lines.append(f"| {r['target']} | {fmt(r)} | {met} |")
-    (results / "training_targets.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
+    """training_targets.json (every row), training_targets.md (the targets) and training_candidates.md (the
+    candidates without a target of their own, measured the same way)."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "training_targets.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+    (results / "training_targets.md").write_text(_table([r for r in rows if r.get("want") is not None]))
+    (results / "training_candidates.md").write_text(_table([r for r in rows if r.get("want") is None]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,7 +154,8 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
     try:
         if run_id:
             _quiet("log_dataset", tracking.log_dataset, run_id, str(data), "train", data_md5)
-        res = run_training(cfg, str(base), str(data), task, str(out), run_id, track=True)
+        res = run_training(cfg, str(base), str(data), task, str(out), run_id, track=True,
+                           inputs_checked=True)  # check_inputs ran rlvr_core.training.preflight on them
         check_trained(res["history"], out, cfg.allow_no_update)  # no update: FAILED, no summary
         final_ckpt = next(f for f in reversed(list_checkpoints(out / "checkpoints")) if verify(f) is None)
         model_dir = export_policy(str(final_ckpt), str(base), str(out / "final_model"))

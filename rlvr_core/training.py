@@ -296,7 +296,8 @@ def _plain(v: Any) -> Any:
 
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
-          resume: bool = True, on_step: StepCallback | None = None, device: str | None = None) -> TrainResult:
+          resume: bool = True, on_step: StepCallback | None = None, device: str | None = None,
+          inputs_checked: bool = False) -> TrainResult:
     """Train the policy in ``policy_dir`` with ``cfg.allocator``; see the module docstring.
 
     Args:
@@ -308,6 +309,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         task: verifier name
         on_step: called with each step's metrics dict (progress, tracking)
         device: overrides ``cfg.device`` (None: ``cfg.device``, "auto" resolved here)
+        inputs_checked: ``preflight`` already checked these rows against this policy folder (the training
+            flow runs it before MLflow opens a run), so the splits and the prompts' fit are not checked again
     Prompts: the engine and the evaluation get each row's prompt through the policy
     tokenizer's chat template when it has one (``policy_prompts``), unchanged otherwise.
     With ``cfg.dtype`` "bfloat16" generation, updates and evaluations run under bfloat16
@@ -323,7 +326,8 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     """
     train_rows = list(train_rows) if not isinstance(train_rows, list) else train_rows
     test_rows = list(test_rows) if not isinstance(test_rows, list) else test_rows
-    validate_splits(train_rows, test_rows, task)
+    if not inputs_checked:
+        validate_splits(train_rows, test_rows, task)
     device = resolve_device(cfg.device if device is None else device)
     digest = data_digest(train_rows)
     run_dir = Path(run_dir)
@@ -331,9 +335,10 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     np.random.seed(cfg.seed % 2**32)
 
     model, tok = load_policy(policy_dir, device=device)
-    limit = position_limit(model.config, tok)  # prompts the tokenizer cannot encode or the model cannot hold
-    for split, rows in (("train", train_rows), ("test", test_rows)):
-        check_prompts_fit(rows, tok, task, split, max_new_tokens=cfg.max_new_tokens, max_positions=limit)
+    if not inputs_checked:
+        limit = position_limit(model.config, tok)  # prompts the tokenizer cannot encode or the model cannot hold
+        for split, rows in (("train", train_rows), ("test", test_rows)):
+            check_prompts_fit(rows, tok, task, split, max_new_tokens=cfg.max_new_tokens, max_positions=limit)
     # one writer per run folder (RunFolderBusy names the holder), taken once the inputs passed their checks
     with hold_run_folder(run_dir):
         return _train_held(cfg, model, tok, policy_dir=policy_dir, train_rows=train_rows, test_rows=test_rows,

@@ -59,12 +59,13 @@ def should_retry(task: Any, task_run: Any, state: Any) -> bool:
 # retried: the run resumes from its newest checkpoint, so a retry never repeats finished steps
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=should_retry, cache_policy=NO_CACHE)
 def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: str, run_dir: str,
-                 mlflow_run_id: str | None, track: bool | None = None) -> dict[str, Any]:
+                 mlflow_run_id: str | None, track: bool | None = None, inputs_checked: bool = False) -> dict[str, Any]:
     """Train (resuming from ``run_dir``) and return {history, final_eval, resumed_from, tracking_seconds,
     step_seconds, ...}.
 
     Step metrics go to MLflow run ``mlflow_run_id``, through the spool <run_dir>/mlflow_spool.jsonl when
     MLflow is unreachable (``track=True`` with no run id: everything is spooled for a run created later).
+    ``inputs_checked``: the caller ran ``rlvr_core.training.preflight`` on these inputs (``train`` skips them).
     """
     log = get_run_logger()
     track = bool(mlflow_run_id) if track is None else track
@@ -88,7 +89,7 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
     device = resolve_device(cfg.device)  # ConfigError (not retried) when CUDA is asked for but absent
     result = train(cfg, policy_dir=policy_dir, train_rows=load_split(data_dir, "train"),
                    test_rows=load_split(data_dir, "test"), run_dir=run_dir, task=task_name, on_step=on_step,
-                   device=device)
+                   device=device, inputs_checked=inputs_checked)
     left = tracker.flush() if tracker is not None else 0
     if left:
         log.warning(f"{left} step record(s) stay spooled in {Path(run_dir) / SPOOL}; MLflow is unreachable")

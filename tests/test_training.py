@@ -139,3 +139,30 @@ def test_contextual_prior_learns_the_rows_feature_cells(setup, tmp_path):
     # the training loop gave the allocator each prompt's arithmetic cell as its context key
     assert len(post["keys"]) > 1 and set(post["keys"]) <= cells, (sorted(post["keys"]), sorted(cells))
     assert set(post["key_prior"]) == set(post["keys"])
+
+
+def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
+    """preflight checks the splits and the prompts' fit; train(inputs_checked=True) does not check them again,
+    while a plain train() call (the library entry point) does."""
+    import rlvr_core.training as T
+
+    root, ds = setup
+    calls = {"splits": 0, "fit": 0}
+    real_splits, real_fit = T.validate_splits, T.check_prompts_fit
+
+    def count(key, fn):
+        def wrapped(*a, **kw):
+            calls[key] += 1
+            return fn(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(T, "validate_splits", count("splits", real_splits))
+    monkeypatch.setattr(T, "check_prompts_fit", count("fit", real_fit))
+    cfg = _cfg(allocator="grpo", steps=1, eval_every=0)
+    T.preflight(cfg, "arithmetic", ds["train"], ds["test"], root / "policy", tmp_path / "a")
+    assert calls["splits"] == 1
+    T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "a",
+            inputs_checked=True)
+    assert calls == {"splits": 1, "fit": 0}
+    T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "b")
+    assert calls == {"splits": 2, "fit": 2}

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.errors import ConfigError
 from tests.pipeline.conftest import PROJECT, PY, TINY, copy_project, free_port, stop
 
@@ -282,7 +283,8 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
         # while the pool exists (deleting it clears a flow run's pool): the worker ran train/sara's flow run
         flow_run_id = MlflowClient(tracking_uri=mlflow_uri).get_run(run_id).data.tags["prefect_flow_run_id"]
         flow_run = json.loads(sh(env, tmp_path, PY, "-c", PREFECT_QUERY, "flow-run", flow_run_id))
-        assert flow_run == {"work_pool": pool, "state": "COMPLETED", "deployment_id": deployment_ids[2]}  # train/sara
+        train_sara = deployment_ids[ALLOCATORS.names().index("sara")]  # flows.deploy: one per registered allocator
+        assert flow_run == {"work_pool": pool, "state": "COMPLETED", "deployment_id": train_sara}
     finally:
         if deployment_ids:
             subprocess.run([PY, "-c", PREFECT_QUERY, "delete", *deployment_ids], env=env, capture_output=True,

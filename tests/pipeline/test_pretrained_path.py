@@ -229,7 +229,7 @@ def test_flows_prepare_warmstart_train_evaluate(chat_model, pipeline_env, tmp_pa
         warmstart={"base_model": str(chat_model)},
         train={"allocator": "grpo", "allocators": ["grpo"], "k": 2, "batch_size": 4, "steps": 2,
                "max_new_tokens": 12, "eval_every": 1, "eval_size": 3, "eval_samples": 0, "checkpoint_every": 1,
-               "keep_last": 2, "device": "cpu", "dtype": "float32",
+               "keep_last": 2, "device": "cpu", "dtype": "float32", "seeds": [0],
                "allow_no_update": True},  # a random 2-layer model on MATH: the path runs, it need not learn
         evaluate={"k": 2, "n_samples": 2, "max_new_tokens": 12},
     )
@@ -245,7 +245,7 @@ def test_flows_prepare_warmstart_train_evaluate(chat_model, pipeline_env, tmp_pa
     assert (tmp_path / "models/warmstart/config.json").is_file()
 
     _flow(env, "flows.train", "--allocator", "grpo")
-    run = tmp_path / "runs/grpo"
+    run = tmp_path / "runs/grpo-s0"  # tasks/paths.run_dir: <allocator>-s<train.seed>
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and "greedy_acc" in summary["final_eval"]
     model, _ = load_any_policy(run / "final_model")

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 TINY_WARMSTART = {"steps": 20, "batch_size": 16, "warmup": 5, "log_every": 10, "hidden": 32, "layers": 1,
                   "heads": 2, "intermediate": 64}
 TINY_TRAIN = {"allocator": "grpo", "allocators": ["grpo"], "k": 4, "batch_size": 8, "steps": 2, "eval_every": 1,
-              "eval_size": 20, "eval_samples": 0, "checkpoint_every": 1, "keep_last": 2, "allow_no_update": True}
+              "eval_size": 20, "eval_samples": 0, "checkpoint_every": 1, "keep_last": 2, "allow_no_update": True,
+              "seeds": [0]}  # the flows train train.seed (0); evaluate covers train.seeds
 
 
 @pytest.fixture

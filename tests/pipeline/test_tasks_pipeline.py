@@ -100,7 +100,7 @@ def test_countdown_runs_the_pipeline(flows_here, tmp_path: Path, monkeypatch: py
     assert len(calls) == summary["cum_rollouts"] and {r for _, r in calls} <= {0.0, 1.0}
 
     evaluate(params_file=params)
-    assert json.loads((tmp_path / "reports/evaluation.json").read_text())["grpo"]["step"] == 2
+    assert json.loads((tmp_path / "reports/evaluation.json").read_text())["grpo"]["0"]["step"] == 2
 
 
 def _sandbox() -> None:
@@ -170,4 +170,4 @@ def test_code_runs_the_pipeline_with_rewards_from_the_sandbox(flows_here, tmp_pa
     assert ro.reward.tolist() == [1.0, 0.0, 0.0] and scorer.errors == 0
 
     evaluate(params_file=params)
-    assert json.loads((tmp_path / "reports/evaluation.json").read_text())["grpo"]["step"] == 2
+    assert json.loads((tmp_path / "reports/evaluation.json").read_text())["grpo"]["0"]["step"] == 2

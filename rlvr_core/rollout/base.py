@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlvr_core.errors import require
 from rlvr_core.registry import Registry
 from rlvr_core.types import Requests, Rollouts
 
@@ -58,6 +59,14 @@ class RolloutEngine(ABC):
 
 
 ENGINES: Registry[type] = Registry("engine")
+
+
+def check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> None:
+    """ConfigError for sampling settings a model engine cannot use (the hf and vllm engines share them)."""
+    require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
+    require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
+    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
+            f"must be an int >= 1, got {max_new_tokens!r}")
 
 
 def make_engine(name: str, **kwargs: Any) -> RolloutEngine:

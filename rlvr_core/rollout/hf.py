@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlvr_core.errors import OutOfMemory, is_out_of_memory, require
-from rlvr_core.rollout.base import RolloutEngine, encode_prompt_pool, prompt_sequences
+from rlvr_core.rollout.base import RolloutEngine, check_sampling, encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
 _SEED_STRIDE = 1_000_003  # call c of an engine with seed s samples with seed s * stride + c
@@ -87,10 +87,7 @@ class HFEngine(RolloutEngine):
         micro_batch: int = 512,
         device: str | torch.device = "cpu",
     ) -> None:
-        require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
-        require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
-        require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
-                f"must be an int >= 1, got {max_new_tokens!r}")
+        check_sampling(temperature, top_p, max_new_tokens)
         require(isinstance(micro_batch, int) and micro_batch >= 1, "micro_batch",
                 f"must be an int >= 1, got {micro_batch!r}")
         for name in ("pad_token_id", "eos_token_id"):

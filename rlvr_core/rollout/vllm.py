@@ -65,7 +65,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr_core.errors import ConfigError, require
-from rlvr_core.rollout.base import RolloutEngine, encode_prompt_pool, prompt_sequences
+from rlvr_core.rollout.base import RolloutEngine, check_sampling, encode_prompt_pool, prompt_sequences
 from rlvr_core.types import Rollouts
 
 #: The server program, run with the vLLM environment's interpreter.
@@ -127,10 +127,7 @@ def _check_engine_options(
     request_timeout: float, dtype: str, gpu_memory_utilization: float | None,
 ) -> None:
     """ConfigError for a sampling, timeout or server option of ``VLLMEngine`` out of range."""
-    require(temperature > 0, "temperature", f"must be > 0 (use greedy() for argmax decoding), got {temperature}")
-    require(0 < top_p <= 1, "top_p", f"must be in (0, 1], got {top_p}")
-    require(isinstance(max_new_tokens, int) and max_new_tokens >= 1, "max_new_tokens",
-            f"must be an int >= 1, got {max_new_tokens!r}")
+    check_sampling(temperature, top_p, max_new_tokens)
     require(isinstance(max_restarts, int) and max_restarts >= 0, "max_restarts",
             f"must be an int >= 0, got {max_restarts!r}")
     require(start_timeout > 0 and request_timeout > 0, "start_timeout/request_timeout", "must be > 0 seconds")

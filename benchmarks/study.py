@@ -90,7 +90,9 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
                     "sara+dps[context]"),
     "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]", "vigor[screen]", "vigor[prompt]",
                        "vigor[screen+prompt]"),
-    "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]"),
+    # sara+dps[context] joined after the equal-batch study named it our strongest candidate (training_candidates.md)
+    "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]",
+              "sara+dps[context]"),
 }
 GRID: tuple[tuple[int, float], ...] = tuple((b, lr) for b in (16, 32, 64) for lr in (1e-4, 2e-4))
 GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation split (not the reported seeds)

@@ -493,8 +493,9 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
         if proto == "equal-batch" and (regime, "reference", "grpo") in cells:
             rs = {"grpo (reference)": cells[(regime, "reference", "grpo")], **rs}
         write_cell_outputs(results, regime, proto, sub, rs, json.loads(target_path(out, regime).read_text()))
-    from benchmarks import study_targets  # the targets read the same run files
+    from benchmarks import floor, study_targets  # the targets read the same run files, and the floor beside them
 
+    floor.write(results, study_out=out)
     study_targets.write(study_targets.measure(out, results / "allocation.json"), results)
     write_study_doc(out, results, records)
     return records

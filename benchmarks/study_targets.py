@@ -17,6 +17,9 @@ false, or null while the cells it needs have not run). The rules were written do
   10% of the run to the end of the shorter of the two cells; met when vigor's median is >= grpo's at all of them.
 - the simulator target reads benchmarks/results/allocation.json (k = 8, scenarios early, late and ushape):
   the best allocator's rollouts per effective group over the limit of k.
+- where benchmarks/results/allocation_floor.json exists (``python -m benchmarks.floor``), the simulator row
+  also gives each scenario's screening floor (the least any allocator without a prompt's history can spend)
+  and the equal-batch rows the most such an allocator can save against the study's dapo cell.
 """
 
 from __future__ import annotations
@@ -121,15 +124,25 @@ def _met(value: float | None, ok: bool) -> bool | None:
     return None if value is None else bool(ok)
 
 
+def _floor(results: Path) -> dict[str, Any]:
+    p = results / "allocation_floor.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
 def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, Any]]:
     """Every target, measured from what has run so far."""
     rows: list[dict[str, Any]] = []
     t = _target_of(out, "hard")
+    allocation_json = allocation_json or RESULTS / "allocation.json"
+    floor = _floor(allocation_json.parent)
+    study_floor = floor.get("study_equal_batch") or [{}]
+    ceiling = study_floor[0].get("ceiling_without_prompt_information")
     for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
         s = saving(_runs(out, "hard", "equal-batch", lab), _runs(out, "hard", "equal-batch", "dapo"), t) \
             if t is not None else {"value": None, "lo": None, "hi": None}
         rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
                      + (", interval above 0" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
+                     "ceiling_without_prompt_information": ceiling,
                      "met": _met(s["value"], s["value"] is not None and s["value"] >= need
                                  and (lab != "sara" or (s["lo"] or -1) > 0))})
     for lab in CANDIDATES["equal-batch"]:  # the same measure for the other candidates: no target of their own
@@ -148,7 +161,7 @@ def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, An
                    "10% of the run" if lab == "vigor" else f"(candidate) {regime}, equal-rollouts: {lab} against grpo"
             rows.append({"target": head, "kind": "dominance", "want": 1.0 if lab == "vigor" else None, **d,
                          "met": _met(d["value"], d["value"] == 1.0) if lab == "vigor" else None})
-    rows.append(_simulator_row(allocation_json or RESULTS / "allocation.json"))
+    rows.append(_simulator_row(allocation_json, floor))
     return rows
 
 
@@ -173,7 +186,7 @@ def _tuned_rows(out: Path, t: float | None) -> list[dict[str, Any]]:
     return out_rows
 
 
-def _simulator_row(path: Path) -> dict[str, Any]:
+def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"target": "simulator: our best allocator within 1.4x of k rollouts per effective group "
                            "on early, late and ushape at k = 8", "kind": "simulator", "want": 1.4}
     if not path.exists():
@@ -186,6 +199,9 @@ def _simulator_row(path: Path) -> dict[str, Any]:
         if cand:
             b = min(cand, key=lambda r: r["rollouts_per_effective_group"])
             per[sc] = {"allocator": b["allocator"], "over_limit": b["rollouts_per_effective_group"] / 8.0}
+            fl = [r for r in (floor or {}).get("static", []) if r["scenario"] == sc and r["k"] == 8]
+            if fl:
+                per[sc]["floor_over_k"] = fl[0]["floor_over_k"]
     worst = max((v["over_limit"] for v in per.values()), default=None)
     return {**row, "value": worst, "per_scenario": per, "met": _met(worst, worst is not None and worst <= 1.4)}
 
@@ -197,16 +213,22 @@ def fmt(row: Mapping[str, Any]) -> str:
     if row["kind"] == "saving":
         iv = "" if row.get("lo") is None else f" [{row['lo']:.0%}, {row['hi']:.0%}]" if row.get("hi") is not None \
             else f" [{row['lo']:.0%}, -]"
+        ce = row.get("ceiling_without_prompt_information")
         return f"{v:.0%}{iv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/{row['base_seeds']} " \
-               "reached)"
+               "reached" + ("" if ce is None else f"; at most {ce:.0%} per effective group without prompt "
+                            "information") + ")"
     if row["kind"] == "ratio":
         iv = "" if row.get("lo") is None or row.get("hi") is None else f" [{row['lo']:.2f}, {row['hi']:.2f}]"
         return f"{v:.2f}x{iv} ({row['allocator']}, {row['ours_seeds']} seeds)"
     if row["kind"] == "dominance":
         return f"at {v:.0%} of update counts; lowest difference {row['min_difference']:+.3f} " \
                f"({row['ours_seeds']} vs {row['base_seeds']} seeds)"
-    return f"{v:.2f}x (" + ", ".join(f"{sc}: {p['allocator']} {p['over_limit']:.2f}x"
-                                     for sc, p in row["per_scenario"].items()) + ")"
+    floor = " floor: the least an allocator without a prompt's history can spend" \
+        if any("floor_over_k" in p for p in row["per_scenario"].values()) else ""
+    return f"{v:.2f}x (" + ", ".join(
+        f"{sc}: {p['allocator']} {p['over_limit']:.2f}x"
+        + (f" (floor {p['floor_over_k']:.2f}x)" if "floor_over_k" in p else "")
+        for sc, p in row["per_scenario"].items()) + ";" * bool(floor) + floor + ")"
 
 
 def _table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -21,6 +21,13 @@ sees large batches and a step takes a handful of rounds. Two budget modes:
 
 Guarantee (under the prior SARA assumes): an abandoned prompt would have
 ended mixed with probability p_eff < tau_low.
+
+``stop_rule="floor"`` (groups mode) replaces the fixed tau_low by the rule that
+prices an effective group at the screening floor of the population prior
+(rlvr_core/allocation/floor.py, docs/design.md §4.10): a prompt with an unmixed
+prefix goes on only while going on, at that price, is worth more than the
+rollouts it may still cost, given its own posterior; a fresh prompt with a prior
+of its own (carried or contextual) is started only when drawing it is worth it.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import group_mixed_probability, p_effective
+from rlvr_core.allocation.floor import screening_floor
 from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
 from rlvr_core.allocation.registry import ALLOCATORS
 from rlvr_core.errors import from_mapping, require
@@ -61,6 +69,8 @@ class SARAParams(AllocatorParams):
     max_new_prompts_per_round: cap on fresh prompts started in one round (default 8 * batch_size)
     prior: how each prompt's Beta prior is formed (PriorConfig or its kind as a string);
         default "uniform" in groups mode and "eb" (empirical Bayes) in rollouts mode
+    stop_rule: "tau" (abandon when p_eff < tau_low) or "floor" (groups mode: abandon when going on is
+        worth less than the screening floor's price of an effective group; see the module docstring)
     """
 
     mode: str = "groups"
@@ -72,6 +82,7 @@ class SARAParams(AllocatorParams):
     max_rounds: int = 6
     max_new_prompts_per_round: int | None = None
     prior: Any = None
+    stop_rule: str = "tau"
 
     RENAMED_KEYS: ClassVar[dict[str, str]] = {
         "max_rollouts": "renamed max_step_rollouts (the per-step cap of groups mode; train.max_rollouts is the "
@@ -89,6 +100,9 @@ class SARAParams(AllocatorParams):
             object.__setattr__(self, "prior", from_mapping(PriorConfig, self.prior, "prior"))
         require(isinstance(self.prior, PriorConfig), "prior", "give a PriorConfig, its kind or a dict of its fields")
         require(self.mode in ("groups", "rollouts"), "mode", f"got {self.mode!r}; use 'groups' or 'rollouts'")
+        require(self.stop_rule in ("tau", "floor"), "stop_rule", f"got {self.stop_rule!r}; use 'tau' or 'floor'")
+        require(self.stop_rule == "tau" or self.mode == "groups", "stop_rule",
+                "the floor rule prices effective groups, which only groups mode collects; use mode 'groups'")
         require(0.0 <= self.tau_low < 1.0, "tau_low", f"got {self.tau_low}; it must lie in [0, 1)")
         require(self.tau_low < self.tau_high <= 1.0, "tau_high", f"got {self.tau_high}; it must lie in (tau_low, 1]")
         require(self.max_rounds >= 1, "max_rounds", f"got {self.max_rounds}; set it >= 1")
@@ -187,7 +201,12 @@ class SARAAllocator(Allocator):
             keys = self._keys(cand)
             a, b = self.posterior.prior(cand, keys)
             known = self.posterior.has_evidence(cand, keys)
-            keep = ~known | (p_effective(0, 0, self.params.k, a, b) >= self.params.tau_low)
+            if self.params.stop_rule == "floor":
+                # an average prompt is worth exactly 0 at the floor's price: draw it (rounding aside)
+                worth = self._go_on_value(np.zeros(len(cand), np.int64), np.zeros(len(cand)), a, b) > -1e-9
+            else:
+                worth = p_effective(0, 0, self.params.k, a, b) >= self.params.tau_low
+            keep = ~known | worth
             if prior.context and prior.context_explore > 0 and not keep.all():
                 keep |= self.rng.random(len(cand)) < prior.context_explore
             self._counters["skipped"] += int((~keep).sum())
@@ -234,6 +253,37 @@ class SARAAllocator(Allocator):
             self._counters["hit_cap"] = 1
         return req
 
+    def _floor_price(self) -> float:
+        """The screening floor of the population prior (the step's, as the posterior holds it)."""
+        pop = (float(self.posterior.a_pop), float(self.posterior.b_pop))
+        if getattr(self, "_price_of", None) != pop:
+            self._price_of, self._price = pop, screening_floor(self.params.k, beta=pop).rollouts_per_effective_group
+        return self._price
+
+    def _go_on_value(self, n: np.ndarray, s: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Stop rule "floor": the value of going on with prompts whose n rewards (s passes) are all equal
+        (n = 0: drawing a fresh prompt), when an effective group is worth the step's floor price and every
+        later rollout is again decided the best way, one at a time (docs/design.md §4.10). Going on pays
+        when the value is positive; a mixed prefix is never asked."""
+        k, price = self.params.k, self._floor_price()
+        n = np.asarray(n, np.int64)
+        fails = np.asarray(s) == 0
+        vf = np.zeros(len(n))  # value after m equal fails / passes, from m = k (the group is lost) down
+        vp = np.zeros(len(n))
+        go = np.full(len(n), -np.inf)
+        for m in range(k - 1, 0, -1):
+            q_f, q_p = (b + m) / (a + b + m), (a + m) / (a + b + m)  # the next reward equals the m before it
+            mixed = price - (k - m - 1)  # mixed at m + 1: the rest of the group costs k - m - 1
+            go_f = -1.0 + q_f * vf + (1.0 - q_f) * mixed
+            go_p = -1.0 + q_p * vp + (1.0 - q_p) * mixed
+            here = n == m
+            go[here] = np.where(fails[here], go_f[here], go_p[here])
+            vf, vp = np.maximum(go_f, 0.0), np.maximum(go_p, 0.0)
+        first_fail = b / (a + b)
+        fresh = n == 0
+        go[fresh] = (-1.0 + first_fail * vf + (1.0 - first_fail) * vp)[fresh]
+        return go
+
     def _on_observe(self, slots: np.ndarray) -> None:
         p, led = self.params, self.ledger
         live = np.flatnonzero(self.status == LIVE)
@@ -246,7 +296,10 @@ class SARAAllocator(Allocator):
         self.peff[live] = peff
         mixed = (s > 0) & (s < n)
         commit = mixed | (peff >= p.tau_high)
-        abandon = ~commit & (peff < p.tau_low)
+        if p.stop_rule == "floor":
+            abandon = ~commit & (n < p.k) & (self._go_on_value(n, np.rint(s), self.a[live], self.b[live]) <= 0)
+        else:
+            abandon = ~commit & (peff < p.tau_low)
         if p.mode == "rollouts":
             # Under a fixed budget an abandoned prompt is worth dropping only if the
             # k - n rollouts it frees buy more expected effective groups elsewhere:

@@ -224,3 +224,55 @@ def test_a_ledger_saved_with_a_sum_of_squares_loads_with_its_moments_rebuilt():
     again.load_state_dict(state, source=src)
     assert np.array_equal(again.ledger.variance(), want) and want.max() > 0
     assert np.array_equal(again.ledger.n, alloc.ledger.n) and np.array_equal(again.ledger.s, alloc.ledger.s)
+
+
+def test_sara_floor_rule_abandons_where_the_floor_says_and_no_earlier():
+    """stop_rule "floor" under a population prior: a prompt is dropped after exactly as many equal rewards
+    as the screening floor's best rule allows (one fail on 'early'-like pass rates, three on 'ushape')."""
+    from rlvr_core.allocation.floor import screening_floor
+    from rlvr_core.allocation.posterior import PriorConfig
+
+    for beta in ((0.4, 2.5), (0.25, 0.25)):
+        fl = screening_floor(8, beta=beta)
+        alloc = make_allocator("sara", k=8, batch_size=4, seed=0, stop_rule="floor",
+                               prior=PriorConfig(kind="uniform", a0=beta[0], b0=beta[1]),
+                               probe_schedule=tuple(range(1, 9)), max_rounds=12)
+        alloc.start_step(PromptSource(64, seed=0))
+        n = np.arange(1, 8)
+        a, b = np.full(7, beta[0]), np.full(7, beta[1])
+        go_fail = alloc._go_on_value(n, np.zeros(7), a, b) > 0
+        go_pass = alloc._go_on_value(n, n.astype(float), a, b) > 0
+        assert go_fail.tolist() == [m < fl.abandon_after_fails for m in n]
+        assert go_pass.tolist() == [m < fl.abandon_after_passes for m in n]
+        # an average fresh prompt is worth exactly nothing at the floor's price, a promising one more
+        fresh = alloc._go_on_value(np.zeros(2, np.int64), np.zeros(2), np.array([beta[0], 2.0]),
+                                   np.array([beta[1], 2.0]))
+        assert abs(fresh[0]) < 1e-9 < fresh[1]
+
+
+def test_sara_floor_rule_spends_fewer_rollouts_than_its_tau_rule_on_a_u_shaped_population():
+    """Same prior (population fitted by empirical Bayes) and probe schedule; only the stop rule differs. On
+    'ushape' the floor goes on after two equal rewards where tau_low = 0.5 gives up (on 'early' both rules
+    drop a prompt after its first two fails, and spend the same)."""
+    def per_effective(rule):
+        tot = eff = 0
+        for seed in range(3):
+            eng = SimulatedEngine("ushape", seed=seed)
+            src = PromptSource(eng.pool_size, seed=seed)
+            alloc = make_allocator("sara", k=8, batch_size=32, seed=seed, prior="eb", stop_rule=rule,
+                                   probe_schedule=(0.25, 0.5, 1.0), max_rounds=8)
+            for _ in range(15):
+                _, st = run_allocation_step(alloc, eng, src)
+                tot, eff = tot + st.rollouts, eff + st.effective_groups
+        return tot / eff
+
+    assert per_effective("floor") < per_effective("tau")
+
+
+@pytest.mark.parametrize("kw, match", [({"stop_rule": "bayes"}, "use 'tau' or 'floor'"),
+                                       ({"stop_rule": "floor", "mode": "rollouts"}, "only groups mode")])
+def test_sara_stop_rule_is_checked(kw, match):
+    from rlvr_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        make_allocator("sara", k=8, batch_size=4, **kw)

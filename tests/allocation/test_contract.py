@@ -10,8 +10,8 @@ from rlvr_core.rollout.simulated import SimulatedEngine
 
 NAMES = ALLOCATORS.names()
 EXTRA = {"sara": [{}, {"mode": "rollouts"}, {"prior": "carry+eb"}, {"prior": "context"},
-                  {"prior": "carry+context", "mode": "rollouts"}],
-         "sara+dps": [{}, {"prior": "carry+context"}]}
+                  {"prior": "carry+context", "mode": "rollouts"}, {"prior": "eb", "stop_rule": "floor"}],
+         "sara+dps": [{}, {"prior": "carry+context"}, {"prior": "carry+context", "stop_rule": "floor"}]}
 CASES = [(n, kw) for n in NAMES for kw in EXTRA.get(n, [{}])]
 # every source carries per-prompt context keys (what the training loop gives); allocators without a
 # contextual prior ignore them

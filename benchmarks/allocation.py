@@ -76,6 +76,8 @@ VARIANTS = (
     Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt"),
     Variant("greso", "greso", {}, "DAPO + pre-rollout skipping"),
     Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection"),
+    Variant("sara[floor]", "sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0),
+                                    "max_rounds": 8}, "the screening floor's stop rule, empirical-Bayes prior"),
 )
 
 

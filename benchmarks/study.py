@@ -83,11 +83,15 @@ VARIANTS: dict[str, tuple] = {
     "vigor[screen+prompt]": ("vigor", {"m0": 2}, {"group_weight": "prompt"}),
     "sara[context]": ("sara", {"prior": "context", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
     "sara+dps[context]": ("sara+dps", {"prior": "carry+context"}),
+    # the screening floor's stop rule (docs/design.md §4.10) in place of tau_low, with the empirical-Bayes
+    # population it prices effective groups by
+    "sara[floor]": ("sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
+    "sara+dps[context+floor]": ("sara+dps", {"prior": "carry+context", "stop_rule": "floor"}),
 }
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
     "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]",  # in this order: value first
-                    "sara+dps[context]"),
+                    "sara+dps[context]", "sara[floor]", "sara+dps[context+floor]"),
     "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]", "vigor[screen]", "vigor[prompt]",
                        "vigor[screen+prompt]"),
     # sara+dps[context] joined after the equal-batch study named it our strongest candidate (training_candidates.md)

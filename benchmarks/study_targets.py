@@ -38,7 +38,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 OURS_PREFIX = ("sara", "vigor")
 SIM_SCENARIOS = ("early", "late", "ushape")
 # candidates of the allocation issue, measured the same way as the targets' allocators (no target of their own)
-CANDIDATES = {"equal-batch": ("sara[carry]", "sara[context]", "sara+dps[context]"),
+CANDIDATES = {"equal-batch": ("sara[carry]", "sara[context]", "sara+dps[context]", "sara[floor]",
+                              "sara+dps[context+floor]"),
               "equal-rollouts": ("vigor[screen]", "vigor[prompt]", "vigor[screen+prompt]")}
 BOOT = 5000
 

@@ -30,6 +30,13 @@ def _updates(history: list[dict[str, Any]]) -> int:
                and not r.get("update_skipped") and not r.get("nonfinite"))
 
 
+def _per_effective_group(history: list[dict[str, Any]]) -> float | None:
+    """A run's rollouts per effective (mixed, trained) group over its steps; None if it logs no groups."""
+    steps = [r for r in history if r.get("step", 0) > 0 and "effective_groups" in r]
+    eff = sum(float(r["effective_groups"]) for r in steps)
+    return sum(float(r.get("rollouts", 0)) for r in steps) / eff if eff > 0 else None
+
+
 def _fmt(v: float | None, digits: int = 0) -> str:
     return "never" if v is None else f"{v:,.{digits}f}"
 
@@ -138,6 +145,8 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
             "rollouts": int(np.median([r["cum_rollouts"] for r in last])),
             "tokens": int(np.median([r["cum_tokens"] for r in last])),
             "updates": int(np.median([_updates(h) for h in hist[a].values()])),
+            "rollouts_per_effective_group": (lambda v: float(np.median(v)) if v else None)(
+                [x for h in hist[a].values() if (x := _per_effective_group(h)) is not None]),
         }
     ref_ci = metrics[reference]["rollouts_to_target"]
     budget = max(m["rollouts"] for m in metrics.values())
@@ -150,21 +159,25 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
              "Rollouts to target: median over seeds [95% bootstrap interval], interpolated between evaluations; "
              "'never' where the median or a bound falls on a run that did not reach the target (such runs are "
              f"counted in 'reached', never dropped). 'vs {reference}': {reference}'s median / this one's (above "
-             "1: fewer rollouts).", ""]
+             "1: fewer rollouts). 'rollouts / eff. group': rollouts per trained mixed group, median over seeds: "
+             "where an allocator saves rollouts on the groups it trains on, which pays off only if the fewer "
+             "updates it makes with them (column 'updates') learn as much.", ""]
     if tgt["gain"] <= 0:
         lines += [f"The {reference} runs did not gain over the budget (gain {tgt['gain']:+.3f}): the target sits at "
                   "or below the start, so rollouts to target say nothing here.", ""]
     passk_name = next((k for ev in evaluation.values() for e in ev.values() for k in sorted(e)
                        if k.startswith("pass_at_") and k != "pass_at_1"), "pass@k")
     lines += [f"| allocator | seeds | reached | rollouts to target | vs {reference} | final greedy acc (min-max) | "
-              f"{passk_name} | updates | rollouts |", "|---|---|---|---|---|---|---|---|---|"]
+              f"{passk_name} | updates | rollouts / eff. group | rollouts |", "|---" * 10 + "|"]
     for a, m in metrics.items():
         ci = m["rollouts_to_target"]
         vs = "reference" if a == reference else against(ci, ref_ci)
         pk = "-" if m["pass_at_k"] is None else f"{m['pass_at_k']:.3f}"
+        per = m["rollouts_per_effective_group"]
+        per_s = "-" if per is None else f"{per:.1f}"
         lines.append(f"| {a} | {len(m['seeds'])} | {m['reached']}/{len(m['seeds'])} | {_ci(ci)} | {vs} | "
                      f"{m['final_greedy_acc']:.3f} ({m['final_greedy_acc_min']:.3f}-{m['final_greedy_acc_max']:.3f}) | "
-                     f"{pk} | {m['updates']} | {m['rollouts']:,} |")
+                     f"{pk} | {m['updates']} | {per_s} | {m['rollouts']:,} |")
     (out / "comparison.md").write_text("\n".join(lines) + "\n")
     result = {"target": {"reference": reference, "fraction": fraction, **tgt}, "allocators": metrics}
     (out / "metrics.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

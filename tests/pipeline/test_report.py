@@ -11,14 +11,18 @@ import pytest
 from tasks.report import write_report
 
 
-def write_run(folder: Path, accs: list[float], per_step: int = 100, skipped: tuple[int, ...] = ()) -> str:
-    """A run folder whose metrics.jsonl evaluates at every step (step 0 = the start)."""
+def write_run(folder: Path, accs: list[float], per_step: int = 100, skipped: tuple[int, ...] = (),
+              effective: int | None = None) -> str:
+    """A run folder whose metrics.jsonl evaluates at every step (step 0 = the start); ``effective``: the
+    effective groups each step logs (None: none logged)."""
     folder.mkdir(parents=True)
     recs = []
     for i, a in enumerate(accs):
         r = {"step": i, "cum_rollouts": i * per_step, "cum_tokens": 5 * i * per_step, "eval/greedy_acc": a}
         if i:
             r.update(rollouts=per_step, update_skipped=float(i in skipped), nonfinite=0.0)
+            if effective is not None:
+                r["effective_groups"] = effective
         recs.append(r)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     return str(folder)
@@ -74,3 +78,17 @@ def test_no_gain_is_said_and_no_grpo_uses_the_first(runs: dict, tmp_path: Path) 
     res = write_report.fn({"dapo": flat, "fast": runs["fast"]}, {}, str(tmp_path / "r"))
     assert res["target"]["reference"] == "dapo" and res["target"]["gain"] == 0.0
     assert "did not gain over the budget" in (tmp_path / "r/comparison.md").read_text()
+
+
+def test_rollouts_per_effective_group_is_reported_where_runs_log_groups(runs: dict, tmp_path: Path) -> None:
+    # 100 rollouts a step: 4 effective groups (25 each) in one allocator's runs, 10 (10 each) in the other's
+    four = {s: write_run(tmp_path / "four" / str(s), [0.2, 0.3, 0.4, 0.4], effective=4) for s in (0, 1)}
+    ten = {s: write_run(tmp_path / "ten" / str(s), [0.2, 0.3, 0.4, 0.4], effective=10) for s in (0, 1)}
+    res = write_report.fn({"grpo": four, "sara": ten, "stuck": runs["stuck"]}, {}, str(tmp_path / "r"))
+    m = res["allocators"]
+    assert m["grpo"]["rollouts_per_effective_group"] == pytest.approx(25.0)
+    assert m["sara"]["rollouts_per_effective_group"] == pytest.approx(10.0)
+    assert m["stuck"]["rollouts_per_effective_group"] is None  # its runs log no groups
+    table = (tmp_path / "r/comparison.md").read_text()
+    assert "| rollouts / eff. group |" in table and "| 25.0 |" in table and "| 10.0 |" in table
+    assert table.splitlines()[-1].split(" | ")[-2] == "-"  # stuck: no groups logged, not "never"

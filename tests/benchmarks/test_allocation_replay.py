@@ -60,3 +60,24 @@ def test_scenarios_rerun_refuses_files_of_another_protocol(tmp_path):
     with pytest.raises(SystemExit, match="another protocol"):
         A.main(["--quick", "--seeds", "2", "--steps", "3", "--batch-size", "8", "--out", str(tmp_path),
                 "--scenarios", "replay"])
+
+
+def test_timing_only_remeasures_the_rounds_and_keeps_the_runs(tmp_path):
+    _main(tmp_path, "--scenarios", "early")
+    runs0 = (tmp_path / "allocation_runs.csv").read_bytes()
+    timing = pd.read_csv(tmp_path / "allocation_timing.csv")
+    timing["median_ms"] = 999.0  # a timing measured on a crowded machine
+    timing.to_csv(tmp_path / "allocation_timing.csv", index=False)
+    _main(tmp_path, "--timing-only")
+    assert (tmp_path / "allocation_runs.csv").read_bytes() == runs0
+    fresh = pd.read_csv(tmp_path / "allocation_timing.csv")
+    assert set(fresh.allocator) == set(timing.allocator) and (fresh.median_ms < 999.0).all()
+    meta = json.loads((tmp_path / "allocation_targets.json").read_text())
+    assert "timing_remeasured" in meta["run"] and meta["run"]["scenarios_run"] == ["early"]
+    assert meta["targets"]["decision_round_ms_1024_live"]["value"]["sara"] < 999.0
+    assert "sara_vs_dapo_saving_early_k8" in meta["targets"]
+
+
+def test_timing_only_needs_earlier_runs(tmp_path):
+    with pytest.raises(SystemExit, match="no allocation_runs.csv"):
+        _main(tmp_path, "--timing-only")

@@ -209,6 +209,9 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
 
 def fmt(row: Mapping[str, Any]) -> str:
     v = row.get("value")
+    if v is None and row.get("kind") == "saving" and row.get("ours_seeds"):
+        return f"none: our median run never reaches the target ({row['ours_reached']}/{row['ours_seeds']} vs " \
+               f"{row['base_reached']}/{row['base_seeds']} reached)"
     if v is None:
         return "not run yet"
     if row["kind"] == "saving":

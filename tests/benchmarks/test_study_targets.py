@@ -70,3 +70,12 @@ def test_tuned_target_takes_our_best_on_validation_not_on_test(tmp_path):
     md = (tmp_path / "training_targets.md").read_text()
     assert "0.75x" in md and "not run yet" in md
     assert not math.isnan(json.loads((tmp_path / "training_targets.json").read_text())[2]["value"])
+
+
+def test_a_cell_of_ours_that_never_reaches_is_a_miss_not_a_cell_not_run():
+    ours = [run([0.0, 0.1, 0.2], s) for s in range(5)]
+    base = [run([0.0, 0.25, 0.5], s) for s in range(5)]
+    row = {"kind": "saving", **T.saving(ours, base, 0.5)}
+    assert row["value"] is None and row["ours_seeds"] == 5
+    assert T.fmt(row) == "none: our median run never reaches the target (0/5 vs 5/5 reached)"
+    assert T.fmt({"kind": "saving", "value": None}) == "not run yet"

@@ -238,12 +238,12 @@ class SARAAllocator(Allocator):
 
     def _propose(self) -> dict[int, int]:
         p, led = self.params, self.ledger
-        req: dict[int, int] = {}
-        # complete committed groups, advance continuing probes
-        grow = ((self.status == COMMITTED) | (self.status == LIVE)) & (led.n < p.k)
-        for slot in np.flatnonzero(grow).tolist():
-            target = p.k if self.status[slot] == COMMITTED else int(self._sizes[self.stage[slot]])
-            req[int(led.prompt[slot])] = target - int(led.n[slot])
+        # complete committed groups, advance continuing probes (in slot order)
+        grow = np.flatnonzero(((self.status == COMMITTED) | (self.status == LIVE)) & (led.n < p.k))
+        probe = self._sizes[np.minimum(self.stage[grow], len(self._sizes) - 1)]
+        target = np.where(self.status[grow] == COMMITTED, p.k, probe)
+        req: dict[int, int] = dict(zip(led.prompt[grow].astype(np.int64).tolist(),
+                                       (target - led.n[grow]).astype(np.int64).tolist()))
         # fresh prompts only while they can still finish within the round cap
         if led.rounds + len(self._sizes) <= p.max_rounds:
             n_fresh = self._num_fresh()

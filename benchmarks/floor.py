@@ -36,6 +36,7 @@ STATIC = ("early", "late", "ushape", "uniform")
 # allocators of the allocation benchmark that carry a prompt's history across steps (the floor does not bind them)
 HISTORY = ("sara[carry]", "sara+dps", "greso")
 TARGET_OVER_K = 1.4  # the allocation issue's simulator target
+K = 8  # the group size of the replay log's run and of the training study's regimes (params.yaml train.k)
 
 
 def _row(fl: Floor) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def static_rows(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def replay_rows(path: Path = REPLAY_FILE, k: int = 8, seed: int = 0) -> list[dict[str, Any]]:
+def replay_rows(path: Path = REPLAY_FILE, k: int = K, seed: int = 0) -> list[dict[str, Any]]:
     """The floor of each logged step's pass rates, as the replay scenario holds them (seed ``seed``)."""
     log = ReplayLog(path)
     return [{"step": int(log.steps[i]), **_row(screening_floor(k, rates=log.rates(i, seed)))}
@@ -72,8 +73,8 @@ def replay_rows(path: Path = REPLAY_FILE, k: int = 8, seed: int = 0) -> list[dic
 
 def study_rows(out: Path, floor_over_k: float, regime: str = "hard") -> list[dict[str, Any]]:
     """Rollouts per effective group of the training study's equal-batch cells (median over seeds), beside
-    the saving over its dapo cell and the largest saving the replay floor leaves a no-information allocator
-    at the same number of updates (the first row's, as every row holds the same)."""
+    the saving over its dapo cell and, in every row alike, the largest saving over that cell that the
+    replay floor leaves an allocator without prompt information."""
     from benchmarks.study import PROTOCOLS, _fname
 
     rows = []
@@ -87,9 +88,9 @@ def study_rows(out: Path, floor_over_k: float, regime: str = "hard") -> list[dic
                          "rollouts_per_effective_group": float(np.median(per))})
     dapo = next((r["rollouts_per_effective_group"] for r in rows if r["allocator"] == "dapo"), None)
     for r in rows:
-        r["over_k"] = r["rollouts_per_effective_group"] / 8
+        r["over_k"] = r["rollouts_per_effective_group"] / K
         r["saving_over_dapo"] = None if dapo is None else 1 - r["rollouts_per_effective_group"] / dapo
-        r["ceiling_without_prompt_information"] = None if dapo is None else 1 - floor_over_k * 8 / dapo
+        r["ceiling_without_prompt_information"] = None if dapo is None else 1 - floor_over_k * K / dapo
     return rows
 
 
@@ -99,7 +100,7 @@ def summary(replay: list[dict[str, Any]]) -> dict[str, Any]:
         return {"mean": float(v.mean()), "median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}
 
     return {"steps": len(replay), "floor_over_k": q("floor_over_k"), "filter_over_k": {
-        k: v / 8 for k, v in q("filter").items()}, "max_saving_over_filter": q("max_saving_over_filter")}
+        k: v / K for k, v in q("filter").items()}, "max_saving_over_filter": q("max_saving_over_filter")}
 
 
 def markdown(static: list[dict[str, Any]], replay_sum: dict[str, Any], study: list[dict[str, Any]]) -> str:
@@ -190,7 +191,7 @@ def write(results: Path, study_out: Path | None = None, replay: Path = REPLAY_FI
     static, steps = static_rows(measured), replay_rows(replay)
     rsum = summary(steps)
     study = study_rows(study_out or results, rsum["floor_over_k"]["mean"])
-    result = {"static": static, "replay": {"source": replay.name, "k": 8, "summary": rsum, "steps": steps},
+    result = {"static": static, "replay": {"source": replay.name, "k": K, "summary": rsum, "steps": steps},
               "study_equal_batch": study, "history_allocators": list(HISTORY)}
     results.mkdir(parents=True, exist_ok=True)
     (results / "allocation_floor.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -100,19 +100,30 @@ def _policy_value(cont: np.ndarray, runs: tuple[np.ndarray, np.ndarray], k: int)
     return cost, eff
 
 
+def go_on_values(same: tuple[np.ndarray, np.ndarray], lam: float, k: int) -> np.ndarray:
+    """Backward induction: the value of going on in each state "m identical rewards so far" when an
+    effective group is worth ``lam`` and every later rollout is again decided the best way.
+
+    ``same[side][..., m]`` (side 0: the m rewards are fails, 1: passes; m = 1..k-1, index 0 unused) is the
+    probability that the next reward equals them. Returns ``go[side, ..., m]``: going on pays where it is
+    positive. A mixed group at m + 1 rewards is worth ``lam`` less the k - m - 1 rollouts that finish it;
+    k identical rewards lose the group. Leading axes broadcast (one population, or one posterior per prompt).
+    """
+    q = np.stack(np.broadcast_arrays(*(np.asarray(x, np.float64) for x in same)))
+    go = np.full(q.shape, -np.inf)
+    value = np.zeros(q.shape[:-1])  # value after m identical rewards, from m = k down
+    for m in range(k - 1, 0, -1):
+        go[..., m] = -1.0 + q[..., m] * value + (1.0 - q[..., m]) * (lam - (k - m - 1))
+        value = np.maximum(go[..., m], 0.0)
+    return go
+
+
 def _best_rule(lam: float, runs: tuple[np.ndarray, np.ndarray], k: int) -> np.ndarray:
-    """Backward induction: in which states going on is worth it when an effective group is worth ``lam``."""
-    cont = np.zeros((2, k), bool)
-    for side, r in enumerate(runs):
-        value = 0.0  # k identical rewards: the group is lost, nothing more to pay
-        for n in range(k - 1, 0, -1):
-            if r[n] <= 0:
-                continue  # unreachable state
-            same = r[n + 1] / r[n]
-            go_on = -1.0 + same * value + (1.0 - same) * (lam - (k - n - 1))
-            cont[side, n] = go_on > 0
-            value = max(0.0, go_on)
-    return cont
+    """In which states (side, n identical rewards) going on is worth it when an effective group is worth lam."""
+    r = np.stack([np.asarray(x, np.float64) for x in runs])
+    reach = r[:, :k] > 0  # states that no prompt reaches never go on
+    same = np.divide(r[:, 1:], r[:, :k], out=np.zeros((2, k)), where=reach)
+    return (go_on_values((same[0], same[1]), lam, k) > 0) & reach
 
 
 def floor_from_runs(runs: tuple[np.ndarray, np.ndarray], k: int) -> Floor:

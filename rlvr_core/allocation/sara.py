@@ -40,7 +40,7 @@ import numpy as np
 
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import group_mixed_probability, p_effective
-from rlvr_core.allocation.floor import screening_floor
+from rlvr_core.allocation.floor import go_on_values, screening_floor
 from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
 from rlvr_core.allocation.registry import ALLOCATORS
 from rlvr_core.errors import from_mapping, require
@@ -265,24 +265,18 @@ class SARAAllocator(Allocator):
         (n = 0: drawing a fresh prompt), when an effective group is worth the step's floor price and every
         later rollout is again decided the best way, one at a time (docs/design.md §4.10). Going on pays
         when the value is positive; a mixed prefix is never asked."""
-        k, price = self.params.k, self._floor_price()
+        k = self.params.k
         n = np.asarray(n, np.int64)
-        fails = np.asarray(s) == 0
-        vf = np.zeros(len(n))  # value after m equal fails / passes, from m = k (the group is lost) down
-        vp = np.zeros(len(n))
-        go = np.full(len(n), -np.inf)
-        for m in range(k - 1, 0, -1):
-            q_f, q_p = (b + m) / (a + b + m), (a + m) / (a + b + m)  # the next reward equals the m before it
-            mixed = price - (k - m - 1)  # mixed at m + 1: the rest of the group costs k - m - 1
-            go_f = -1.0 + q_f * vf + (1.0 - q_f) * mixed
-            go_p = -1.0 + q_p * vp + (1.0 - q_p) * mixed
-            here = n == m
-            go[here] = np.where(fails[here], go_f[here], go_p[here])
-            vf, vp = np.maximum(go_f, 0.0), np.maximum(go_p, 0.0)
-        first_fail = b / (a + b)
-        fresh = n == 0
-        go[fresh] = (-1.0 + first_fail * vf + (1.0 - first_fail) * vp)[fresh]
-        return go
+        m = np.arange(k, dtype=np.float64)
+        a, b = np.asarray(a, np.float64)[:, None], np.asarray(b, np.float64)[:, None]
+        # under Beta(a, b) the next reward equals m fails (passes) before it with probability (b + m) / (a + b + m)
+        go = go_on_values(((b + m) / (a + b + m), (a + m) / (a + b + m)), self._floor_price(), k)
+        rows = np.arange(len(n))
+        side = (np.asarray(s) > 0).astype(np.int64)
+        out = go[side, rows, np.clip(n, 1, k - 1)]
+        first_fail = b[:, 0] / (a[:, 0] + b[:, 0])  # n = 0: a fresh prompt, its first reward a fail or a pass
+        fresh = -1.0 + first_fail * np.maximum(go[0, :, 1], 0.0) + (1.0 - first_fail) * np.maximum(go[1, :, 1], 0.0)
+        return np.where(n == 0, fresh, np.where(n < k, out, -np.inf))
 
     def _on_observe(self, slots: np.ndarray) -> None:
         p, led = self.params, self.ledger

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from rlvr_core.allocation.floor import floor_from_runs, runs_beta, runs_rates, screening_floor
+from rlvr_core.allocation.floor import floor_from_runs, go_on_values, runs_beta, runs_rates, screening_floor
 from rlvr_core.errors import ConfigError
 
 
@@ -39,6 +39,33 @@ def test_floor_is_the_best_abandon_rule_found_by_exhaustive_search(rates, k):
     assert fl.rollouts_per_effective_group == pytest.approx(best, rel=1e-9)
     assert ratios[(fl.abandon_after_fails, fl.abandon_after_passes)] == pytest.approx(best, rel=1e-9)
     assert fl.filter_rollouts_per_effective_group == pytest.approx(ratios[(k, k)], rel=1e-9)
+
+
+@pytest.mark.parametrize("beta", [(0.4, 2.5), (0.3, 0.3), (2.0, 1.0)])
+def test_at_the_floor_price_a_fresh_prompt_is_worth_nothing(beta):
+    # the renewal-reward fixed point: pricing an effective group at the floor, drawing a fresh prompt and
+    # playing the best rule breaks even; a higher price makes it pay, a lower one makes it lose
+    k = 8
+    f, s = runs_beta(*beta, k)
+    same = (np.r_[0.0, f[2:] / f[1:k]], np.r_[0.0, s[2:] / s[1:k]])
+
+    def fresh(lam):
+        go = go_on_values(same, lam, k)
+        return -1.0 + f[1] * max(go[0, 1], 0.0) + s[1] * max(go[1, 1], 0.0)
+
+    lam = screening_floor(k, beta=beta).rollouts_per_effective_group
+    assert fresh(lam) == pytest.approx(0.0, abs=1e-9)
+    assert fresh(lam * 1.05) > 0 > fresh(lam * 0.95)
+
+
+def test_go_on_values_broadcast_over_prompts_as_one_at_a_time():
+    k, lam = 8, 17.0
+    rng = np.random.default_rng(3)
+    same = (rng.uniform(0.2, 0.99, (5, k)), rng.uniform(0.2, 0.99, (5, k)))
+    together = go_on_values(same, lam, k)
+    for i in range(5):
+        np.testing.assert_array_equal(together[:, i], go_on_values((same[0][i], same[1][i]), lam, k))
+    assert np.isneginf(together[..., 0]).all()  # no state "0 identical rewards"
 
 
 def test_monte_carlo_of_the_rule_spends_what_the_floor_says():

@@ -31,18 +31,16 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 # the whole pipeline (prepare -> warmstart -> train x allocators -> evaluate -> report) with DVC;
-# `dvc init` once if the repository has no .dvc/ yet
+# `dvc init` once if the repository has no .dvc/ yet. One local Prefect server (SQLite under .prefect/)
+# serves every stage's flow, instead of a temporary server started by each stage's process.
 run: $(STAMP)
 	test -d .dvc || $(BIN)/dvc init -q
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m flows.local_server --home .prefect -- $(BIN)/dvc repro
 
 # a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) and the served deployments;
 # then `prefect deployment run train/sara` from another shell (PREFECT_API_URL=http://127.0.0.1:4200/api)
 serve: $(STAMP)
-	PREFECT_HOME=$(CURDIR)/.prefect $(BIN)/prefect server start --host 127.0.0.1 --port 4200 & \
-	  trap "kill $$!" EXIT INT TERM; \
-	  until curl -sf http://127.0.0.1:4200/api/health >/dev/null; do sleep 1; done; \
-	  PREFECT_HOME=$(CURDIR)/.prefect PREFECT_API_URL=http://127.0.0.1:4200/api $(BIN)/python -m flows.serve
+	$(BIN)/python -m flows.local_server --home .prefect --port 4200 -- $(BIN)/python -m flows.serve
 
 # the benchmarks behind the README tables (allocation: ~1 min; training: tens of minutes)
 bench: $(STAMP)

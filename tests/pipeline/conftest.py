@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from flows import local_server
+from flows.local_server import free_port, stop  # noqa: F401  (the tests import them from here)
 
 PROJECT = Path(__file__).resolve().parents[2]
 TINY = Path(__file__).with_name("tiny_params.yaml")
@@ -31,53 +29,13 @@ def base_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Stop a process started with start_new_session=True and its whole group, by pid."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A local Prefect server on a free port with a temporary home; yields its API URL."""
     home = tmp_path_factory.mktemp("prefect_server")
-    env = base_env(home)
-    port = free_port()
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([str(Path(PY).with_name("prefect")), "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}/api"
-    try:
-        deadline = time.time() + 300  # a loaded 2-core CI machine needs more than 150 s
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"prefect server did not start:\n{(home / 'server.log').read_text()[-3000:]}")
-            time.sleep(1)
+    # a loaded 2-core CI machine needs more than 150 s
+    with local_server.prefect_server(home / ".prefect", timeout_s=300, env=base_env(home)) as url:
         yield url
-    finally:
-        stop(proc)
-        log.close()
 
 
 @pytest.fixture

@@ -4,8 +4,11 @@
 
 Trains the default `train` section (allocator sara) for --steps steps twice from the same policy: once
 with plain rlvr_core.training.train, once through the `train` flow's task with per-step MLflow logging
-into a temporary SQLite store. Writes benchmarks/results/orchestration.json for the default 5 steps
-and policy, else a temporary folder (printed) unless --out names one.
+into a temporary SQLite store. Before that it times a process that runs one trivial flow, --repeats
+times each way: with a temporary Prefect server of its own (a bare `dvc repro` stage) and against one local
+server (`make run`: flows/local_server.py); medians side by side. Writes
+benchmarks/results/orchestration.json for the default 5 steps and policy, else a temporary folder
+(printed) unless --out names one.
 """
 
 from __future__ import annotations
@@ -13,13 +16,61 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks.output import results_dir
 
-FULL = {"steps": 5, "policy": "models/warmstart", "data": "data/arithmetic"}  # behind results/orchestration.json
+FULL = {"steps": 5, "policy": "models/warmstart", "data": "data/arithmetic", "repeats": 3}  # behind the results
+
+TRIVIAL_FLOW = """
+from prefect import flow, task
+@task
+def one():
+    return 1
+@flow(name="orchestration-trivial")
+def trivial():
+    return one()
+assert trivial() == 1
+"""
+
+
+def flow_process_seconds(tmp: Path, repeats: int) -> dict:
+    """Wall seconds of a fresh process running one trivial flow: own temporary server vs one local server."""
+    from flows.local_server import prefect_server
+
+    env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120")
+    env.pop("PREFECT_API_URL", None)
+
+    def timed(extra: dict[str, str]) -> list[float]:
+        out = []
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", TRIVIAL_FLOW], env=dict(env, **extra), check=True,
+                           capture_output=True, timeout=600)
+            out.append(time.perf_counter() - t0)
+            print(f"  trivial flow process {i + 1}/{repeats} ({'local' if 'PREFECT_API_URL' in extra else 'temporary'}"
+                  f" server): {out[-1]:.1f} s", flush=True)
+        return out
+
+    # one warm-up each, so that neither side pays the first-use database migration of its home
+    temporary_home = {"PREFECT_HOME": str(tmp / "temporary_home")}
+    subprocess.run([sys.executable, "-c", TRIVIAL_FLOW], env=dict(env, **temporary_home), check=True,
+                   capture_output=True, timeout=600)
+    temporary = timed(temporary_home)
+    t0 = time.perf_counter()
+    with prefect_server(tmp / "local_home", env=env) as url:
+        start = time.perf_counter() - t0
+        local = timed({"PREFECT_API_URL": url, "PREFECT_HOME": str(tmp / "local_home")})
+    med_t, med_l = statistics.median(temporary), statistics.median(local)
+    return {"repeats": repeats, "temporary_server_s": temporary, "local_server_s": local,
+            "median_temporary_server_s": med_t, "median_local_server_s": med_l,
+            "local_server_start_s": start, "saved_per_process_s": med_t - med_l}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=FULL["steps"])
     ap.add_argument("--policy", default=FULL["policy"], help="policy folder (warm start output)")
     ap.add_argument("--data", default=FULL["data"])
+    ap.add_argument("--repeats", type=int, default=FULL["repeats"], help="trivial-flow processes timed each way")
     ap.add_argument("--out", type=Path, default=None,
                     help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
     a = ap.parse_args(argv)
@@ -34,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="orch_"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
     os.environ.setdefault("RLVR_ROOT", str(tmp))
+    processes = flow_process_seconds(tmp, a.repeats)
+    # the in-process flow below starts its temporary server on a home whose database exists already
+    os.environ.setdefault("PREFECT_HOME", str(tmp / "temporary_home"))
     from prefect import flow
 
     from rlvr_core.config import load_params
@@ -69,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         "per_step_overhead_s": (res["seconds"] - plain_s) / a.steps,
         "per_step_overhead_share": (res["seconds"] - plain_s) / max(plain_s, 1e-9),
         "fixed_flow_overhead_s": flow_s - res["seconds"],
+        "flow_process": processes,
     }
     (out_dir / "orchestration.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))

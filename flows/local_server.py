@@ -7,7 +7,8 @@ about 15 s a process (benchmarks/results/orchestration.json: fixed_flow_overhead
 starts one process per stage, so `make run` starts this server once (127.0.0.1, a free port unless
 --port, SQLite under --home), points the command at it with PREFECT_API_URL and PREFECT_HOME, and
 stops the server by its process group when the command ends, however it ends. The exit status is
-the command's.
+the command's. Where $PREFECT_API_URL is set already, the command runs against that server and none
+is started.
 """
 
 from __future__ import annotations
@@ -100,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("give the command to run after --, e.g. -- dvc repro")
+    if os.environ.get("PREFECT_API_URL"):  # the user's own server: use it, start none
+        print(f"[local_server] PREFECT_API_URL is set ({os.environ['PREFECT_API_URL']}): running the command "
+              "against that server", flush=True)
+        try:
+            return subprocess.call(cmd)
+        except FileNotFoundError:
+            print(f"[local_server] no such command: {cmd[0]}", file=sys.stderr)
+            return 127
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that the server is stopped
     t0 = time.monotonic()
     try:

@@ -66,3 +66,14 @@ def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(tmp_path)], cwd=PROJECT,
                        env=base_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "give the command to run" in r.stderr
+
+
+def test_a_server_the_user_set_is_used_and_none_is_started(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = dict(base_env(tmp_path), PREFECT_API_URL="http://127.0.0.1:9/api")
+    code = "import os; print('url=' + os.environ['PREFECT_API_URL'])"
+    r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(home), "--", PY, "-c", code], cwd=PROJECT,
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "url=http://127.0.0.1:9/api" in r.stdout and "against that server" in r.stdout
+    assert not (home / "prefect.db").exists()

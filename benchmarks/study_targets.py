@@ -3,7 +3,8 @@
     python -m benchmarks.study_targets          # (also run by `python -m benchmarks.study --summarize-only`)
 
 Writes ``training_targets.json``, ``training_targets.md`` and ``training_candidates.md`` (the candidates of
-the allocation issue without a target of their own, measured the same way) next to ``training_protocols.json``.
+the allocation issue without a target of their own, and on ``easy`` every equal-batch allocator of ours, measured
+the same way) next to ``training_protocols.json``.
 Each target holds its measured value, an interval where one applies, the seeds behind it, and ``met`` (true,
 false, or null while the cells it needs have not run). The rules were written down before the cells ran:
 
@@ -151,6 +152,14 @@ def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, An
             s = saving(ours, _runs(out, "hard", "equal-batch", "dapo"), t)
             rows.append({"target": f"(candidate) hard, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **s, "met": None})
+    # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
+    # (the out-of-regime check of what hard chose)
+    if (t_easy := _target_of(out, "easy")) is not None:
+        for lab in ("sara", "sara+dps", *CANDIDATES["equal-batch"]):
+            if ours := _runs(out, "easy", "equal-batch", lab):
+                s = saving(ours, _runs(out, "easy", "equal-batch", "dapo"), t_easy)
+                rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
+                             "kind": "saving", "want": None, **s, "met": None})
     rows += _tuned_rows(out, t)
     for regime in ("hard", "easy"):
         for lab in ("vigor", *CANDIDATES["equal-rollouts"]):

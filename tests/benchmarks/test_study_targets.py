@@ -79,3 +79,21 @@ def test_a_cell_of_ours_that_never_reaches_is_a_miss_not_a_cell_not_run():
     assert row["value"] is None and row["ours_seeds"] == 5
     assert T.fmt(row) == "none: our median run never reaches the target (0/5 vs 5/5 reached)"
     assert T.fmt({"kind": "saving", "value": None}) == "not run yet"
+
+
+def test_easy_equal_batch_cells_are_candidate_rows_against_easy_dapo_at_the_easy_target(tmp_path):
+    for regime, target in (("hard", 0.9), ("easy", 0.5)):
+        (tmp_path / "study" / regime).mkdir(parents=True)
+        (tmp_path / "study" / regime / "target.json").write_text(json.dumps({"target": target}))
+    write_cell(tmp_path, "easy", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(5)])
+    write_cell(tmp_path, "easy", "equal-batch", "sara_context", "sara[context]",
+               [run([0, 0.5, 1], s) for s in range(5)])
+    rows = {r["target"]: r for r in T.measure(tmp_path, tmp_path / "missing.json")}
+    easy = {t: r for t, r in rows.items() if t.startswith("(candidate) easy, equal-batch")}
+    # only the cells that ran; at the easy target (0.5): 100 rollouts against dapo's 200
+    assert list(easy) == ["(candidate) easy, equal-batch: sara[context]'s saving against dapo"]
+    row = easy["(candidate) easy, equal-batch: sara[context]'s saving against dapo"]
+    assert row["value"] == pytest.approx(0.5) and row["want"] is None and row["met"] is None
+    T.write(list(rows.values()), tmp_path)
+    assert "easy, equal-batch: sara[context]" in (tmp_path / "training_candidates.md").read_text()
+    assert "easy, equal-batch" not in (tmp_path / "training_targets.md").read_text()  # no target of its own

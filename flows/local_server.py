@@ -92,6 +92,17 @@ def prefect_server(home: Path, port: int | None = None, timeout_s: float = 300.0
             stop(proc)
 
 
+def _call(cmd: list[str], env: dict[str, str]) -> int:
+    """The command's exit status: 127 when it does not exist, 130 after Ctrl-C (which reached it too)."""
+    try:
+        return subprocess.call(cmd, env=env)
+    except FileNotFoundError:
+        print(f"[local_server] no such command: {cmd[0]}", file=sys.stderr)
+        return 127
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--home", type=Path, default=Path(".prefect"), help="PREFECT_HOME of the server and the command")
@@ -105,25 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("PREFECT_API_URL"):  # the user's own server: use it, start none
         print(f"[local_server] PREFECT_API_URL is set ({os.environ['PREFECT_API_URL']}): running the command "
               "against that server", flush=True)
-        try:
-            return subprocess.call(cmd)
-        except FileNotFoundError:
-            print(f"[local_server] no such command: {cmd[0]}", file=sys.stderr)
-            return 127
+        return _call(cmd, dict(os.environ))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that the server is stopped
     t0 = time.monotonic()
     try:
         with prefect_server(a.home, a.port, a.timeout) as url:
             print(f"[local_server] prefect server {url} up in {time.monotonic() - t0:.1f} s "
                   f"(home {a.home.resolve()})", flush=True)
-            env = dict(os.environ, PREFECT_API_URL=url, PREFECT_HOME=str(a.home.resolve()))
-            try:
-                rc = subprocess.call(cmd, env=env)
-            except FileNotFoundError:
-                print(f"[local_server] no such command: {cmd[0]}", file=sys.stderr)
-                rc = 127
-            except KeyboardInterrupt:  # Ctrl-C reached the command too; stop the server and go
-                rc = 130
+            rc = _call(cmd, dict(os.environ, PREFECT_API_URL=url, PREFECT_HOME=str(a.home.resolve())))
     except RuntimeError as e:
         print(f"[local_server] {e}", file=sys.stderr)
         return 1

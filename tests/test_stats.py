@@ -53,3 +53,98 @@ def test_gain_target_from_reference_runs():
 def test_accuracy_se():
     assert accuracy_se(0.5, 400) == pytest.approx(0.025)
     assert accuracy_se(0.0, 100) == 0.0
+
+
+def test_isotonic_is_the_least_squares_monotone_fit():
+    from rlvr_core.stats import isotonic
+
+    assert isotonic([1.0, 3.0, 2.0, 4.0]).tolist() == pytest.approx([1.0, 2.5, 2.5, 4.0])
+    assert isotonic([0.5, 0.4, 0.3]).tolist() == pytest.approx([0.4, 0.4, 0.4])
+    assert isotonic([0.1, 0.2, 0.3]).tolist() == pytest.approx([0.1, 0.2, 0.3])  # already monotone: unchanged
+    # weights pull the pooled value toward the heavier point
+    assert isotonic([2.0, 1.0], w=[3.0, 1.0]).tolist() == pytest.approx([1.75, 1.75])
+
+
+def test_fitted_reach_ignores_a_single_noisy_crossing():
+    from rlvr_core.stats import fitted_reach
+
+    xs = [0, 100, 200, 300, 400]
+    noisy = [0.20, 0.45, 0.25, 0.30, 0.50]  # one lucky evaluation at 100 crosses 0.4, the trend crosses later
+    assert first_reach(xs, noisy, 0.4) == pytest.approx(80.0)
+    fr = fitted_reach(xs, noisy, 0.4)
+    assert 300 < fr <= 400  # the fit pools 0.45, 0.25, 0.30 to 0.333 and reaches 0.4 between 300 and 400
+    assert fitted_reach(xs, [0.2, 0.3, 0.5, 0.6, 0.7], 0.4) == pytest.approx(150.0)  # monotone: as the raw curve
+    assert math.isnan(fitted_reach(xs, [0.2, 0.3, 0.3, 0.35, 0.3], 0.4))
+
+
+def test_fitted_reach_does_not_reward_evaluation_density():
+    """Two samplings of the same noisy trend: the raw first crossing of the denser one is earlier on average,
+    the fitted one is not (much)."""
+    import numpy as np
+
+    from rlvr_core.stats import fitted_reach
+
+    rng = np.random.default_rng(0)
+    raw_d, raw_s, fit_d, fit_s = [], [], [], []
+    for _ in range(300):
+        for every, raw, fit in ((500, raw_d, fit_d), (2000, raw_s, fit_s)):
+            xs = np.arange(0, 40001, every)
+            ys = 0.2 + 0.15 * xs / 40000 + rng.normal(0, 0.012, len(xs))
+            raw.append(first_reach(xs, ys, 0.32))
+            fit.append(fitted_reach(xs, ys, 0.32))
+    true = (0.32 - 0.2) / 0.15 * 40000  # 32,000
+    bias_raw = np.nanmedian(raw_s) - np.nanmedian(raw_d)
+    bias_fit = np.nanmedian(fit_s) - np.nanmedian(fit_d)
+    assert bias_raw > 1500  # the dense run crosses "early" by about 2,300 rollouts (of a true 32,000)
+    assert abs(bias_fit) < bias_raw / 4  # the fitted crossing moves by about 300
+    assert abs(np.nanmedian(fit_d) - true) < abs(np.nanmedian(raw_d) - true)
+
+
+def test_accuracy_at_and_area_under_curve():
+    from rlvr_core.stats import accuracy_at, area_under_curve
+
+    c = curve([0.2, 0.4, 0.3, 0.6])  # at 0, 100, 200, 300 rollouts
+    assert accuracy_at(c, 150) == pytest.approx(0.35)  # the fit pools 0.4 and 0.3
+    assert accuracy_at(c, 301) is None  # past the run's end
+    assert area_under_curve(c, 100) == pytest.approx(0.3)
+    assert area_under_curve(c, 300) == pytest.approx((0.3 + 0.35 + 0.45) / 3)
+    assert area_under_curve(c, 400) is None
+
+
+def test_median_interval_has_the_exact_order_statistic_coverage():
+    from rlvr_core.stats import median_interval
+
+    five = median_interval([5, 1, 4, 2, 3])
+    assert (five["median"], five["lo"], five["hi"]) == (3, 1, 5)
+    assert five["coverage"] == pytest.approx(1 - 2 / 32)  # 93.75%: the most 5 seeds allow
+    ten = median_interval(list(range(10)))
+    assert (ten["lo"], ten["hi"]) == (1, 8) and ten["coverage"] == pytest.approx(1 - 2 * 11 / 1024)
+    miss = median_interval([1, 2, 3, None, float("inf")])
+    assert miss["median"] == 3 and miss["hi"] is None and miss["finite"] == 3
+    assert median_interval([])["median"] is None
+
+
+def test_rank_test_one_sided_with_misses_last():
+    from rlvr_core.stats import rank_test
+
+    clear = rank_test([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    assert clear["exact"] and clear["p_value"] == pytest.approx(1 / 252) and clear["u"] == 25
+    assert rank_test([6, 7, 8, 9, 10], [1, 2, 3, 4, 5])["p_value"] == pytest.approx(1.0)
+    # a baseline that misses is ranked last: ours beat it; our misses count against us
+    assert rank_test([10, 11, 12], [5, None, None])["p_value"] < rank_test([10, 11, 12], [5, 6, 7])["p_value"]
+    assert rank_test([None, None, None], [5, 6, 7])["p_value"] == pytest.approx(1.0)
+    mixed = rank_test([3, 5, 7, 9, 11], [4, 6, 8, 10, 12])
+    assert 0.2 < mixed["p_value"] < 0.6
+
+
+def test_rank_test_stratified_permutes_within_strata():
+    from rlvr_core.stats import rank_test
+
+    # within each warm start ours is lower, but the warm starts differ more than the allocators do
+    ours, base = [1, 2, 3, 101, 102, 103], [4, 5, 6, 104, 105, 106]
+    strata_o, strata_b = ["a"] * 3 + ["b"] * 3, ["a"] * 3 + ["b"] * 3
+    st = rank_test(ours, base, strata_ours=strata_o, strata_base=strata_b)
+    assert not st["exact"] and st["p_value"] < 0.01  # two strata each at the extreme: 1/400 + sampling
+    assert rank_test(ours, base)["p_value"] > st["p_value"]
+    with pytest.raises(ValueError):
+        rank_test(ours, base, strata_ours=strata_o)

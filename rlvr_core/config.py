@@ -330,6 +330,9 @@ class TrainConfig:
         clip-higher (null: symmetric), grad_clip null disables clipping
     temperature, top_p, max_new_tokens: sampling (max_new_tokens <= MAX_NEW_TOKENS)
     eval_every: steps between held-out evaluations (0: only at the end)
+    eval_every_rollouts: also evaluate after each step whose cumulative rollouts cross a multiple of this (0:
+        off); the same grid for every allocator, which ``eval_every`` (steps) is not when allocators spend
+        different rollouts per step
     eval_size: held-out problems per evaluation; eval_samples: samples each for pass@k
     eval_pass_k: the k of pass@k and of the held-out group shares (null: the group size k)
     checkpoint_every: steps between checkpoints; keep_last: checkpoints kept
@@ -386,6 +389,7 @@ class TrainConfig:
     top_p: float = 1.0
     max_new_tokens: int = 8
     eval_every: int = 2
+    eval_every_rollouts: int = 0
     eval_size: int = 500
     eval_samples: int = 0
     eval_pass_k: int | None = None
@@ -426,6 +430,7 @@ class TrainConfig:
             require(name in ALLOCATORS, f"allocator_params.{name}",
                     f"unknown allocator; valid names: {', '.join(ALLOCATORS.names())}")
         for key, lo in (("k", 2), ("batch_size", 1), ("steps", 0), ("max_new_tokens", 1), ("eval_every", 0),
+                        ("eval_every_rollouts", 0),
                         ("eval_size", 1), ("eval_samples", 0), ("checkpoint_every", 1), ("keep_last", 1),
                         ("max_nonfinite", 1), ("engine_retries", 0), ("micro_batch", 1), ("seed", 0)):
             v = getattr(self, key)

@@ -6,7 +6,8 @@ Pure library code (no orchestration imports). Per step:
    verifier scoring every rollout;
 2. the GRPO trainer updates the policy on the allocator's ragged groups;
 3. the engine samples from the updated weights (it shares the model object);
-4. every ``eval_every`` steps the policy is evaluated on held-out problems
+4. every ``eval_every`` steps (and each time cumulative rollouts cross a multiple of ``eval_every_rollouts``)
+   the policy is evaluated on held-out problems
    (greedy accuracy, pass@k);
 5. every ``checkpoint_every`` steps the whole state is checkpointed atomically.
 
@@ -474,11 +475,13 @@ class _Run:
             _log_step_faults(step, stats.effective_groups, stats.groups, stats.hit_cap, upd, st.nonfinite_run,
                              cfg.max_nonfinite, self.scorer.errors - errors0, self.scorer.timeouts - timeouts0)
             st.step = step
+            on_grid = cfg.eval_every_rollouts and (st.cum["rollouts"] // cfg.eval_every_rollouts
+                                                   < (st.cum["rollouts"] + stats.rollouts) // cfg.eval_every_rollouts)
             st.cum["rollouts"] += stats.rollouts
             st.cum["tokens"] += stats.tokens
             rec = step_record(step, stats, batch, upd, self.scorer, st.cum, allocate_s=allocate_s, update_s=update_s)
             last = step == cfg.steps or self._budget_spent()
-            if (cfg.eval_every and step % cfg.eval_every == 0) or last:
+            if (cfg.eval_every and step % cfg.eval_every == 0) or on_grid or last:
                 te = time.perf_counter()
                 rec.update(self.evaluate())
                 rec["eval_s"] = time.perf_counter() - te

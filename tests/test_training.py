@@ -166,3 +166,15 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
     assert calls == {"splits": 1, "fit": 0}
     T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "b")
     assert calls == {"splits": 2, "fit": 2}
+
+
+def test_eval_every_rollouts_evaluates_on_one_rollout_grid(setup, tmp_path):
+    """Evaluations follow cumulative rollouts, not steps: one after each step that crosses a multiple of
+    eval_every_rollouts (and the last), whatever the allocator spends per step."""
+    root, ds = setup
+    cfg = _cfg(allocator="grpo", steps=5, batch_size=4, k=4, eval_every=0, eval_every_rollouts=40,
+               checkpoint_every=100, eval_samples=0)
+    res = train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path)
+    evals = [(r["step"], r["cum_rollouts"]) for r in res.metrics if "eval/greedy_acc" in r]
+    # grpo spends 16 rollouts a step: 16, 32, 48 (crosses 40), 64, 80 (crosses 80, and the last step)
+    assert evals == [(0, 0), (3, 48), (5, 80)]

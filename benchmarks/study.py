@@ -58,7 +58,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 from benchmarks import regimes as R
-from rlvr_core.stats import TARGET_FRACTION, accuracy_se, gain_target, median_ci
+from rlvr_core.stats import (TARGET_FRACTION, accuracy_at, accuracy_se, area_under_curve, fitted_reach, gain_target,
+                             median_ci, median_interval, rank_test)
 from rlvr_core.stats import reach as _reach
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -108,9 +109,10 @@ QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "varian
 
 
 # ----- statistics (rlvr_core.stats: the pipeline's report uses the same functions) -----------------------
-def reach(curve: Sequence[Mapping[str, float]], target: float) -> dict[str, float]:
-    """x at which a run first reaches ``target`` for each x axis (NaN if never), interpolated."""
-    return _reach(curve, target)
+def reach(curve: Sequence[Mapping[str, float]], target: float, *, fit: bool = False) -> dict[str, float]:
+    """x at which a run reaches ``target`` for each x axis (NaN if never), interpolated: the raw first crossing, or
+    with ``fit`` the first crossing of the run's isotonic fit (the study's primary statistic)."""
+    return _reach(curve, target, fit=fit)
 
 
 # ----- configurations ------------------------------------------------------------------------------------
@@ -442,23 +444,71 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((out / "study").glob("*/*/*/s*.json"))]
 
 
-def cell_rows(runs: Sequence[Mapping[str, Any]], target: float) -> dict[str, Any]:
+BUDGETS = (10000, 20000, 30000, 40000)  # accuracy at fixed rollout budgets (the isotonic fit's)
+FRACTIONS = (0.6, 0.7, 0.8)  # reach at these fractions of the reference's gain (the fitted statistic)
+
+
+def cell_rows(runs: Sequence[Mapping[str, Any]], target: float, *, start: float | None = None,
+              gain: float | None = None, budget: float | None = None) -> dict[str, Any]:
+    """A cell's statistics over its runs. Primary: ``fit_rollouts_to_target``, the first crossing of each run's
+    isotonic fit (median and its order-statistic interval, with coverage); the raw first crossing
+    (``rollouts_to_target``, bootstrap interval) stays beside it. With the target's ``start`` and ``gain``, the
+    fitted reach at 60/70/80% of the gain; with ``budget``, the area under the accuracy-rollouts curve to it."""
     hits = [reach(r["curve"], target) for r in runs]
+    fits = [reach(r["curve"], target, fit=True) for r in runs]
     rec = {"seeds": len(runs), "reached": int(sum(math.isfinite(h["cum_rollouts"]) for h in hits)),
+           "reached_fit": int(sum(math.isfinite(h["cum_rollouts"]) for h in fits)),
            "rollouts_to_target": median_ci([h["cum_rollouts"] for h in hits]),
            "seconds_to_target": median_ci([h["seconds"] for h in hits]),
            "tokens_to_target": median_ci([h["cum_tokens"] for h in hits]),
            "trained_tokens_to_target": median_ci([h["cum_trained_tokens"] for h in hits]),
            "updates_to_target": median_ci([h["updates"] for h in hits]),
+           **{f"fit_{ax}_to_target": median_interval([h[key] for h in fits]) for ax, key in
+              (("rollouts", "cum_rollouts"), ("seconds", "seconds"), ("tokens", "cum_tokens"),
+               ("updates", "updates"))},
            "final_accuracy": float(np.median([r["curve"][-1]["greedy_acc"] for r in runs])),
            "final_accuracy_iqr": [float(np.percentile([r["curve"][-1]["greedy_acc"] for r in runs], q))
                                   for q in (25, 75)],
            "start_accuracy": float(np.median([r["curve"][0]["greedy_acc"] for r in runs])),
-           "eval_size": int(runs[0]["eval_size"])}
+           "eval_size": int(runs[0]["eval_size"]),
+           "evaluations_per_run": float(np.median([len(r["curve"]) for r in runs])),
+           "acc_at_budget": {str(b): _median_or_none([accuracy_at(r["curve"], b) for r in runs]) for b in BUDGETS}}
+    if start is not None and gain is not None:
+        rec["fit_rollouts_to_fraction"] = {
+            f"{f:g}": median_interval([fitted_reach([c["cum_rollouts"] for c in r["curve"]],
+                                                    [c["greedy_acc"] for c in r["curve"]], start + f * gain)
+                                       for r in runs]) for f in FRACTIONS}
+    if budget is not None:
+        rec["auc"] = {"upto": budget, **median_interval([area_under_curve(r["curve"], budget) for r in runs])}
     rec["final_accuracy_se"] = accuracy_se(rec["final_accuracy"], rec["eval_size"])
     led = [r["ledger"] for r in runs]
     rec["ledger"] = {k: float(np.median([x[k] for x in led])) for k in led[0] if isinstance(led[0][k], (int, float))}
+    rec["decomposition"] = decomposition(runs, [h["cum_rollouts"] for h in fits])
     return rec
+
+
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    """Median of ``values``; None when any is missing (a run that ended before the point)."""
+    return None if not values or any(v is None for v in values) else float(np.median(values))
+
+
+def decomposition(runs: Sequence[Mapping[str, Any]], fit_reach: Sequence[float]) -> dict[str, Any]:
+    """Rollouts to target = (rollouts per effective group) x (effective groups to target), medians over runs.
+
+    Rollouts per effective group is the run's whole ledger (rollouts / effective groups trained); effective groups
+    to target is the fitted rollouts to target divided by it (None for a run that never reaches). Separates what
+    allocation buys (the first factor) from what the update count and batch buy (the second)."""
+    per, groups = [], []
+    for r, x in zip(runs, fit_reach):
+        lg = r["ledger"]
+        eff = lg.get("effective_groups_per_step", 0.0) * lg.get("steps", 0)
+        rpeg = lg["rollouts"] / eff if eff else math.inf
+        per.append(rpeg)
+        groups.append(x / rpeg if math.isfinite(x) and math.isfinite(rpeg) else math.inf)
+    return {"rollouts_per_effective_group": median_interval(per),
+            "effective_groups_to_target": median_interval(groups),
+            "effective_groups_per_update": float(np.median([r["ledger"].get("effective_groups_per_step", 0.0)
+                                                            for r in runs]))}
 
 
 def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
@@ -481,9 +531,12 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
         if not tp.exists():
             continue
         target = json.loads(tp.read_text())
-        rec = {"regime": regime, "protocol": proto, "allocator": lab, **cell_rows(rs, target["target"]),
+        rec = {"regime": regime, "protocol": proto, "allocator": lab,
+               **cell_rows(rs, target["target"], start=target.get("start"), gain=target.get("gain"),
+                           budget=BUDGET.get(regime, {}).get("rollouts", target.get("budget_rollouts"))),
                "target": target["target"], "budget_rollouts": int(np.median([r["ledger"]["rollouts"] for r in rs])),
-               "seed_list": sorted(int(r["seed"]) for r in rs), "quick": any(r.get("quick") for r in rs)}
+               "seed_list": sorted(int(r["seed"]) for r in rs), "quick": any(r.get("quick") for r in rs),
+               **against_baseline(cells, regime, proto, lab, target["target"])}
         if proto == "tuned":
             rec["grid"] = rs[0]["grid"]
         records.append(rec)
@@ -503,6 +556,32 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     study_targets.write(study_targets.measure(out, results / "allocation.json"), results)
     write_study_doc(out, results, records)
     return records
+
+
+def baseline_of(protocol: str) -> str:
+    """The allocator each protocol's cells are tested against: dapo at equal batch (the same B effective groups
+    per update), uniform grpo elsewhere."""
+    return "dapo" if protocol == "equal-batch" else "grpo"
+
+
+def against_baseline(cells: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]], regime: str, proto: str,
+                     label: str, target: float) -> dict[str, Any]:
+    """The one-sided rank test of a cell's fitted rollouts to target against its protocol's baseline cell (misses
+    ranked last), stratified by warm start where the runs record one; {} for the baseline itself."""
+    base_label = baseline_of(proto)
+    base = cells.get((regime, proto, base_label)) or (cells.get((regime, "reference", "grpo"))
+                                                      if base_label == "grpo" else None)
+    if label == base_label or not base:
+        return {}
+    ours = cells[(regime, proto, label)]
+
+    def fit(rs: Sequence[Mapping[str, Any]]) -> list[float]:
+        return [reach(r["curve"], target, fit=True)["cum_rollouts"] for r in rs]
+
+    strata = all("warm_start" in r for r in [*ours, *base])
+    test = rank_test(fit(ours), fit(base), strata_ours=[r["warm_start"] for r in ours] if strata else None,
+                     strata_base=[r["warm_start"] for r in base] if strata else None)
+    return {"baseline": base_label, "p_value": test["p_value"], "p_exact": test["exact"]}
 
 
 def expected_runs(regime: str, protocol: str, seeds: int = 5) -> int:
@@ -528,13 +607,18 @@ def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any
             t = json.loads(tp.read_text())
             lines.append(f"- `{regime}` target: {t['target']:.4f} = {t['rule']} (start {t['start']:.3f}, gain "
                          f"{t['gain']:+.3f}, seeds {t['reference_seeds']}, frozen {t['set_at']}).")
-    lines += ["", "| regime | protocol | allocator | seeds | reached | rollouts to target | seconds to target | "
-              "updates to target | final acc (SE) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Rollouts to target: the first crossing of each run's isotonic fit (primary; median [order-statistic "
+              "interval] (coverage)) and the raw first crossing (median [95% bootstrap]); p: one-sided rank test "
+              "against the protocol's baseline (dapo at equal batch, grpo elsewhere), misses ranked last.", "",
+              "| regime | protocol | allocator | seeds | reached (fit) | rollouts to target (fit) | p | raw first "
+              "crossing | seconds to target (fit) | final acc (SE) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
+        p = r.get("p_value")
         lines.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | "
-                     f"{r['reached']}/{r['seeds']} | {_fmt(r['rollouts_to_target'])} | "
-                     f"{_fmt(r['seconds_to_target'], digits=1)} | "
-                     f"{_fmt(r['updates_to_target'])} | {r['final_accuracy']:.3f} ({r['final_accuracy_se']:.3f}) |")
+                     f"{r['reached_fit']}/{r['seeds']} | {_fmt(r['fit_rollouts_to_target'])}"
+                     f"{_cov(r['fit_rollouts_to_target'])} | {'-' if p is None else f'{p:.3f}'} | "
+                     f"{_fmt(r['rollouts_to_target'])} | {_fmt(r['fit_seconds_to_target'], digits=1)} | "
+                     f"{r['final_accuracy']:.3f} ({r['final_accuracy_se']:.3f}) |")
     targets = results / "training_targets.md"
     if targets.exists():
         lines += ["", "## Targets", "", "Measured by benchmarks/study_targets.py (its docstring gives the rules: "
@@ -577,25 +661,7 @@ def write_cell_outputs(results: Path, regime: str, proto: str, records: Sequence
                 lines_csv.append(f"{regime},{proto},{lab},{r['seed']},{c['step']},{c['updates']},{c['cum_rollouts']},"
                                  f"{c['cum_tokens']},{c['cum_trained_tokens']:.0f},{c['seconds']:.3f},{c['greedy_acc']:.4f}")
     stem.with_suffix(".csv").write_text("\n".join(lines_csv) + "\n")
-    n_eval = records[0]["eval_size"] if records else 0
-    se = accuracy_se(target["target"], n_eval)
-    lines = [f"# Training study: regime `{regime}`, protocol `{proto}`", "",
-             f"Target: held-out greedy accuracy {target['target']:.3f} ({target['rule']}; "
-             f"set at {target['set_at']} from reference seeds {target['reference_seeds']}, "
-             f"start {target['start']:.3f}, gain {target['gain']:+.3f}). "
-             f"Held-out set: {n_eval} problems, standard error {se * 100:.1f} points at the target.",
-             "Cells: median [95% bootstrap interval] over seeds; 'never' where the median or a bound falls on a run "
-             "that did not reach the target. Seconds: training wall-clock (generate + verify + allocate + update).", "",
-             "| allocator | seeds | reached | rollouts to target | seconds to target | updates to target | "
-             "generated tokens to target | final acc | rollouts/step | eff. groups/step | rounds/step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in records:
-        lg = r["ledger"]
-        lines.append(f"| {r['allocator']} | {r['seeds']} | {r['reached']}/{r['seeds']} | "
-                     f"{_fmt(r['rollouts_to_target'])} | "
-                     f"{_fmt(r['seconds_to_target'], digits=1)} | {_fmt(r['updates_to_target'])} | "
-                     f"{_fmt(r['tokens_to_target'])} | {r['final_accuracy']:.3f} | {lg['rollouts_per_step']:.0f} | "
-                     f"{lg['effective_groups_per_step']:.1f} | {lg['rounds_per_step']:.1f} |")
+    lines = _cell_tables(regime, proto, records, target)
     lines += ["", "Ledger (median per run over the whole budget): rollouts, generated and trained tokens, "
               "wall-clock by phase, compute estimate (2 x params per generated token + 6 x params per trained "
               "token).", "",
@@ -609,6 +675,61 @@ def write_cell_outputs(results: Path, regime: str, proto: str, records: Sequence
                      f"{lg['update_s']:.1f} | {lg['eval_s']:.1f} | {lg['flops'] / 1e12:.2f} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot_cell(stem.with_suffix(".png"), regime, proto, runs, target["target"])
+
+
+def _cov(ci: Mapping[str, Any]) -> str:
+    return "" if ci.get("coverage") is None else f" ({ci['coverage']:.0%})"
+
+
+def _cell_tables(regime: str, proto: str, records: Sequence[Mapping[str, Any]],
+                 target: Mapping[str, Any]) -> list[str]:
+    """The markdown of a cell's reach, budget and cost tables (the ledger follows)."""
+    n_eval = records[0]["eval_size"] if records else 0
+    se = accuracy_se(target["target"], n_eval)
+    base = baseline_of(proto)
+    lines = [f"# Training study: regime `{regime}`, protocol `{proto}`", "",
+             f"Target: held-out greedy accuracy {target['target']:.3f} ({target['rule']}; "
+             f"set at {target['set_at']} from reference seeds {target['reference_seeds']}, "
+             f"start {target['start']:.3f}, gain {target['gain']:+.3f}). "
+             f"Held-out set: {n_eval} problems, standard error {se * 100:.1f} points at the target.", "",
+             "Primary statistic: rollouts until each run's isotonic (monotone least-squares) fit first reaches the "
+             "target; the raw first crossing beside it favours the allocator evaluated most often per rollout. "
+             "Fitted cells: median [order-statistic interval] (its exact coverage); 'never' where the median or a "
+             f"bound falls on a run that did not reach. p: one-sided rank test against {base} (misses ranked last). "
+             "Seconds: training wall-clock (generate + verify + allocate + update).", "",
+             "| allocator | seeds | reached (fit) | rollouts to target (fit) | raw first crossing [bootstrap] | "
+             f"p vs {base} | rollouts / eff. group | eff. groups to target | evaluations / run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        d, p = r["decomposition"], r.get("p_value")
+        lines.append(f"| {r['allocator']} | {r['seeds']} | {r['reached_fit']}/{r['seeds']} | "
+                     f"{_fmt(r['fit_rollouts_to_target'])}{_cov(r['fit_rollouts_to_target'])} | "
+                     f"{_fmt(r['rollouts_to_target'])} | {'-' if p is None else f'{p:.3f}'} | "
+                     f"{_fmt(d['rollouts_per_effective_group'], digits=1)} | "
+                     f"{_fmt(d['effective_groups_to_target'])} | {r['evaluations_per_run']:.0f} |")
+    fr = [f"{float(f):.0%}" for f in (records[0].get("fit_rollouts_to_fraction") or {})] if records else []
+    lines += ["", "Accuracy of the fitted curve at fixed rollout budgets (median; '-' where a run ended before), the "
+              "area under the accuracy-rollouts curve to the reference budget (mean accuracy), and the fitted reach "
+              "at fractions of the reference's gain:", "",
+              "| allocator | " + " | ".join(f"acc @ {int(b) // 1000}k" for b in BUDGETS) + " | AUC | "
+              + " | ".join(f"reach {f} of gain" for f in fr) + " |",
+              "|---|" + "---|" * (len(BUDGETS) + 1 + len(fr))]
+    for r in records:
+        acc = " | ".join("-" if v is None else f"{v:.3f}" for v in r["acc_at_budget"].values())
+        auc = r.get("auc") or {}
+        auc_s = "-" if auc.get("median") is None else f"{auc['median']:.3f}"
+        reach_f = " | ".join(_fmt(ci) for ci in (r.get("fit_rollouts_to_fraction") or {}).values())
+        lines.append(f"| {r['allocator']} | {acc} | {auc_s} | {reach_f} |")
+    lines += ["", "Other cost axes (fitted reach), final accuracy and the per-step ledger:", "",
+              "| allocator | seconds to target | updates to target | generated tokens to target | final acc | "
+              "rollouts/step | eff. groups/step | rounds/step |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lg = r["ledger"]
+        lines.append(f"| {r['allocator']} | {_fmt(r['fit_seconds_to_target'], digits=1)} | "
+                     f"{_fmt(r['fit_updates_to_target'])} | {_fmt(r['fit_tokens_to_target'])} | "
+                     f"{r['final_accuracy']:.3f} | {lg['rollouts_per_step']:.0f} | "
+                     f"{lg['effective_groups_per_step']:.1f} | {lg['rounds_per_step']:.1f} |")
+    return lines
 
 
 def plot_cell(path: Path, regime: str, proto: str, runs: Mapping[str, Sequence[Mapping[str, Any]]],

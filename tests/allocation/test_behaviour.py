@@ -110,6 +110,32 @@ def test_vigor_groups_are_ragged_and_grow_high_variance_prompts():
     assert st.rollouts <= 256 and st.rounds == 4  # m0, then T = 3 refinements
 
 
+@pytest.mark.parametrize("scenario", ["uniform", "ushape"])
+def test_vigor_fill_spends_the_whole_step_budget(scenario):
+    """VIGOR's single wave ends under budget (zero-variance prompts are not grown); with fill it starts more
+    waves of fresh prompts until less than m0 is left, so it spends B x k rollouts per step as GRPO does."""
+    spent = {}
+    for fill in (False, True):
+        eng = SimulatedEngine(scenario, seed=0)
+        src = PromptSource(eng.pool_size, seed=0)
+        alloc = make_allocator("vigor", k=8, batch_size=32, seed=0, fill=fill)
+        sizes = []
+        for _ in range(5):
+            batch, st = run_allocation_step(alloc, eng, src)
+            assert st.rollouts <= 256
+            sizes.append(st.rollouts)
+        spent[fill] = sizes
+    assert min(spent[False]) < 256 - 4  # the source's wave leaves budget unspent
+    assert all(256 - 4 < s <= 256 for s in spent[True])
+
+
+def test_vigor_fill_ends_when_the_source_runs_dry():
+    eng = SimulatedEngine("ushape", seed=0, pool_size=6)  # fewer prompts than one wave wants
+    alloc = make_allocator("vigor", k=8, batch_size=32, seed=0, fill=True)
+    batch, st = run_allocation_step(alloc, eng, PromptSource(6, seed=0))
+    assert 0 < st.rollouts <= 256 and len(set(batch.rollouts.prompt_id.tolist())) <= 6
+
+
 def test_pods_keeps_max_variance_subset():
     r = np.array([1, 1, 1, 1, 1, 1, 0, 0], float)
     idx = max_variance_subset(r, 4)

@@ -85,11 +85,31 @@ CANDIDATES: dict[str, Overrides] = {
 
 # The study's regimes. ``hard`` is the candidate the search chose (benchmarks/results/regimes.md),
 # ``merge(EASY, CANDIDATES[CHOSEN])``, and params.yaml holds it (tests/benchmarks/test_regimes_default.py).
+# ``pool`` is hard's data and warm start, RL drawing from a finite pool of POOL_PROMPTS training prompts
+# (stratified by digits x op) that recurs: GRPO sees each prompt about 5 times in 40k rollouts, as real RLVR
+# trains many epochs over MATH (7.5k) or DAPO-Math-17k. ``pool-k16``: half the pool, k = 16, B = 16.
 CHOSEN = "d1234-noisy234-n08"
 REGIMES: dict[str, Overrides] = {
     "easy": EASY,
     "hard": {},
+    "pool": {},
+    "pool-k16": {"train": {"k": 16, "batch_size": 16}},
 }
+POOL_PROMPTS: dict[str, int] = {"pool": 1000, "pool-k16": 500}
+# Regimes whose runs were evaluated every n steps from a warm start built on another machine (their targets
+# record no policy hash); every other regime evaluates on one rollout grid (benchmarks/study.py).
+STEP_GRID_REGIMES = ("easy", "hard")
+WS_SEP = "-ws"  # "<regime>-ws<J>": the regime from warm start seed J (warmstart.seed = J)
+
+
+def base_regime(name: str) -> tuple[str, int | None]:
+    """(regime, warm-start seed) of a regime name such as ``hard-ws2`` (seed None: the regime's own)."""
+    base, sep, ws = name.rpartition(WS_SEP)
+    if sep and base in REGIMES and ws.isdigit():
+        return base, int(ws)
+    if name not in REGIMES:
+        raise ValueError(f"unknown regime {name!r}; regimes: {sorted(REGIMES)}, each also as <regime>{WS_SEP}<J>")
+    return name, None
 
 CRITERIA = {"min_zero_variance_share": 0.5, "min_evals_below_target": 10, "min_rise_rollouts": 20000,
             "target_fraction": 0.8}
@@ -106,8 +126,13 @@ def merge(*layers: Mapping[str, Mapping[str, Any]]) -> Overrides:
 
 def regime_params(regime: str | Mapping[str, Mapping[str, Any]], extra: Mapping[str, Mapping[str, Any]] | None = None,
                   params_file: Path = PARAMS_FILE) -> Params:
-    """params.yaml + the held-out split sizes + the regime's overrides (+ ``extra``), validated."""
-    over = REGIMES[regime] if isinstance(regime, str) else regime
+    """params.yaml + the held-out split sizes + the regime's overrides (+ ``extra``), validated. A name
+    ``<regime>-ws<J>`` sets warmstart.seed = J on top of the regime."""
+    if isinstance(regime, str):
+        base, ws = base_regime(regime)
+        over = merge(REGIMES[base], {} if ws is None else {"warmstart": {"seed": ws}})
+    else:
+        over = regime
     return load_params(params_file, merge(_HELDOUT, over, extra or {}))
 
 
@@ -133,6 +158,24 @@ def splits(ds: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[di
     """(train, test, validation) row lists: the test split's first TEST_ROWS rows are test, the rest validation."""
     held = list(ds["test"])
     return list(ds["train"]), held[:TEST_ROWS], held[TEST_ROWS:]
+
+
+def pool_rows(rows: list[dict[str, Any]], n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` of ``rows`` stratified by (difficulty, op): each cell's share of the pool is its share of ``rows``
+    (largest remainders), drawn at random within the cell; the pool keeps ``rows``' order."""
+    if n > len(rows):
+        raise ValueError(f"a pool of {n} prompts needs at least {n} training rows, got {len(rows)}")
+    cells: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        cells.setdefault((r.get("difficulty"), r.get("op")), []).append(i)
+    keys = sorted(cells, key=str)
+    exact = np.asarray([n * len(cells[k]) / len(rows) for k in keys])
+    quota = np.floor(exact).astype(int)
+    for j in np.argsort(-(exact - quota), kind="stable")[: n - int(quota.sum())]:
+        quota[j] += 1
+    rng = np.random.default_rng(seed)
+    pick = sorted(i for k, q in zip(keys, quota) for i in rng.choice(cells[k], size=int(q), replace=False).tolist())
+    return [rows[i] for i in pick]
 
 
 def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = False) -> Path:

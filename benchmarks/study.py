@@ -41,9 +41,12 @@ never into benchmarks/results.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,8 +61,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 from benchmarks import regimes as R
-from rlvr_core.stats import (TARGET_FRACTION, accuracy_at, accuracy_se, area_under_curve, fitted_reach, gain_target,
-                             median_ci, median_interval, rank_test)
+from rlvr_core.stats import (
+    TARGET_FRACTION,
+    accuracy_at,
+    accuracy_se,
+    area_under_curve,
+    fitted_reach,
+    gain_target,
+    median_ci,
+    median_interval,
+    rank_test,
+)
 from rlvr_core.stats import reach as _reach
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -89,6 +101,8 @@ VARIANTS: dict[str, tuple] = {
     "sara[floor]": ("sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
     "sara+dps[context+floor]": ("sara+dps", {"prior": "carry+context", "stop_rule": "floor"}),
 }
+# The allocators of the pool regimes and of the matched-updates protocols (the measurement issue's list)
+MATCHED = ("dapo", "greso", "sara", "sara[carry]", "sara+dps", "sara+dps[context]")
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
     "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]",  # in this order: value first
@@ -98,13 +112,27 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
     # sara+dps[context] joined after the equal-batch study named it our strongest candidate (training_candidates.md)
     "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]",
               "sara+dps[context]"),
+    # equal effective groups per update against uniform GRPO at the same lr and schedule (matched_sizes):
+    # grpo with a prompt batch whose expected effective groups equal the equal-batch allocators' B, compared with
+    # the regime's equal-batch cells; and the converse, MATCHED at B = GRPO-B's effective groups per update,
+    # compared with the reference grpo runs
+    "matched-updates": ("grpo",),
+    "matched-updates-small": MATCHED,
 }
+# cells that hold the runs of another protocol too: (protocol, [(protocol of the runs, allocators or None: all)])
+SHARED: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
+    "equal-rollouts": (("reference", ("grpo",)),),
+    "matched-updates": (("equal-batch", MATCHED),),
+    "matched-updates-small": (("reference", ("grpo",)),),
+}
+EVAL_GRID = 1536  # rollouts between evaluations of every regime but the step-grid ones (6 GRPO steps at B=32, k=8)
 GRID: tuple[tuple[int, float], ...] = tuple((b, lr) for b in (16, 32, 64) for lr in (1e-4, 2e-4))
 GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation split (not the reported seeds)
 # per regime: rollouts per run, steps between evaluations (the study's sizing: one (regime, protocol) of
 # 5 seeds in about two hours on one core)
 BUDGET: dict[str, dict[str, int]] = {"easy": {"rollouts": 30000, "eval_every": 6},
-                                     "hard": {"rollouts": 40000, "eval_every": 6}}
+                                     "hard": {"rollouts": 40000, "eval_every": 6},
+                                     "pool": {"rollouts": 40000}, "pool-k16": {"rollouts": 40000}}
 QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "variants": 1}
 
 
@@ -117,26 +145,37 @@ def reach(curve: Sequence[Mapping[str, float]], target: float, *, fit: bool = Fa
 
 # ----- configurations ------------------------------------------------------------------------------------
 def sizing(regime: str, quick: bool) -> dict[str, int]:
-    b = dict(BUDGET.get(regime, BUDGET["easy"]))
+    """Budget and evaluation schedule of a regime: the step-grid regimes (whose runs predate the rollout grid)
+    evaluate every ``eval_every`` steps, every other regime (warm-start variants included) each EVAL_GRID
+    rollouts."""
+    base = R.base_regime(regime)[0]
+    b = {"eval_every_rollouts": 0, **BUDGET.get(base, BUDGET["easy"])}
+    if regime not in R.STEP_GRID_REGIMES:
+        b.update(eval_every=0, eval_every_rollouts=EVAL_GRID)
     b["eval_size"] = R.TEST_ROWS
     if quick:
-        b.update({k: QUICK[k] for k in ("rollouts", "eval_every", "eval_size")})
+        b.update({k: QUICK[k] for k in ("rollouts", "eval_every", "eval_size")}, eval_every_rollouts=0)
     return b
 
 
 def run_params(regime: str, label: str, seed: int, *, quick: bool = False, grid: tuple[int, float] | None = None,
-               protocol: str = "reference", params_file: Path = R.PARAMS_FILE) -> Any:
-    """The Params of one run: params.yaml + regime + the protocol's train settings."""
+               protocol: str = "reference", params_file: Path = R.PARAMS_FILE, batch: int | None = None) -> Any:
+    """The Params of one run: params.yaml + regime + the protocol's train settings (``batch``: the prompt batch
+    of a matched-updates run, from matched_sizes)."""
     size = sizing(regime, quick)
     base = R.regime_params(regime, params_file=params_file)
     alloc, vparams, *extra = VARIANTS[label]
     aparams = {**base.train.allocator_params.get(alloc, {}), **vparams}
+    if alloc == "vigor" and protocol == "equal-rollouts" and regime not in R.STEP_GRID_REGIMES:
+        aparams["fill"] = True  # B x k rollouts per update, as grpo's (the step-grid regimes' runs predate it)
     train: dict[str, Any] = {**(extra[0] if extra else {}), "allocator": alloc, "seed": seed, "steps": 100000,
-                             "max_rollouts": size["rollouts"],
-                             "eval_every": size["eval_every"], "eval_size": size["eval_size"], "eval_samples": 0,
-                             "checkpoint_every": 5, "keep_last": 1}
+                             "max_rollouts": size["rollouts"], "eval_every": size["eval_every"],
+                             "eval_every_rollouts": size["eval_every_rollouts"], "eval_size": size["eval_size"],
+                             "eval_samples": 0, "checkpoint_every": 5, "keep_last": 1}
     if grid is not None:
         train["batch_size"], train["lr"] = int(grid[0]), float(grid[1])
+    if batch is not None:
+        train["batch_size"] = int(batch)
     batch = train.get("batch_size", base.train.batch_size)
     if alloc == "pods" and protocol in ("equal-rollouts", "tuned"):
         # equal rollouts per update: PODS generates n_generate per prompt, so B*k/n_generate prompts
@@ -207,27 +246,73 @@ def _train_one(path: Path, regime: str, protocol: str, label: str, seed: int, *,
                params_file: Path) -> dict[str, Any]:
     from rlvr_core.training import train
 
-    params = run_params(regime, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file)
+    batch = matched_sizes(out, regime, protocol) if protocol.startswith("matched-updates") else None
+    params = run_params(regime, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file,
+                        batch=batch)
     d = data if data is not None else load_data(regime, work, quick, params_file)
     rows = d["test"] if split == "test" else d["validation"]
     cfg = params.train
     if quick:
         cfg = type(cfg)(**{**asdict(cfg), "eval_size": min(cfg.eval_size, len(rows))})
     run_dir = work / "runs" / path.relative_to(out / "study").with_suffix("")
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), _now()
     res = train(cfg, policy_dir=d["policy"], train_rows=d["train"], test_rows=rows, run_dir=run_dir, resume=True)
     wall = time.perf_counter() - t0
     result = summarize_run(res.metrics, params=d["n_params"])
+    result["ledger"].update(recurrence(run_dir / "rollouts.parquet"))
+    tp = target_path(out, regime)
     result.update({"regime": regime, "protocol": protocol, "variant": label, "allocator": cfg.allocator,
                    "seed": seed, "grid": list(grid) if grid else None, "split": split, "eval_size": cfg.eval_size,
                    "batch_size": cfg.batch_size, "lr": cfg.lr, "k": cfg.k, "group_weight": cfg.group_weight,
+                   "eval_every": cfg.eval_every, "eval_every_rollouts": cfg.eval_every_rollouts,
                    "allocator_params": cfg.allocator_params.get(cfg.allocator, {}), "wall_s": wall,
-                   "resumed_from": res.resumed_from, "quick": quick})
+                   "resumed_from": res.resumed_from, "quick": quick, "started_at": started, "ended_at": _now(),
+                   "commit": _commit(), "policy_sha256": d["policy_sha256"],
+                   "warm_start": params.warmstart.seed, "train_prompts": len(d["train"]),
+                   "target_sha256": hashlib.sha256(tp.read_bytes()).hexdigest() if tp.exists() else None})
+    if protocol == "reference" and (run_dir / "rollouts.parquet").exists():  # the GRPO trace, for replay
+        shutil.copyfile(run_dir / "rollouts.parquet", path.with_suffix(".rollouts.parquet"))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, default=_json_default) + "\n")
     os.replace(tmp, path)
     return result
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _commit() -> str | None:
+    """The code's git commit, with ``+dirty`` when tracked files differ from it; None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=R.ROOT, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=R.ROOT,
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) if head else None
+
+
+def recurrence(log: Path) -> dict[str, Any]:
+    """How often prompts recur in a run, from its rollout log: prompts rolled out, those rolled out in more than
+    one step, and the most steps any one prompt was rolled out in."""
+    if not log.exists():
+        return {}
+    import pandas as pd
+
+    steps = pd.read_parquet(log, columns=["step", "prompt_id"]).groupby("prompt_id")["step"].nunique()
+    return {"prompts_rolled_out": int(len(steps)), "prompts_in_several_steps": int((steps > 1).sum()),
+            "max_steps_per_prompt": int(steps.max()) if len(steps) else 0}
+
+
+def policy_sha256(policy: Path) -> str:
+    """One digest of a policy folder: every file's name and bytes, in name order."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(policy).rglob("*") if p.is_file()):
+        h.update(f.relative_to(policy).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def _json_default(v: Any) -> Any:
@@ -286,10 +371,12 @@ def load_data(regime: str, work: Path, quick: bool, params_file: Path = R.PARAMS
         params = R.regime_params(regime, params_file=params_file)
         ds = R.dataset(params)
         train_rows, test_rows, val_rows = R.splits(ds)
-        policy = R.policy_dir(params, work, train_rows, quick=quick)
+        policy = R.policy_dir(params, work, train_rows, quick=quick)  # warm-started on the whole train split
+        if (pool := R.POOL_PROMPTS.get(R.base_regime(regime)[0])) is not None:
+            train_rows = R.pool_rows(train_rows, pool)  # RL draws from the finite pool only
         model, _ = load_any_policy(policy, device="cpu")
         _DATA[key] = {"train": train_rows, "test": test_rows, "validation": val_rows, "policy": policy,
-                      "n_params": int(num_parameters(model))}
+                      "n_params": int(num_parameters(model)), "policy_sha256": policy_sha256(policy)}
     return _DATA[key]
 
 
@@ -299,7 +386,8 @@ def target_path(out: Path, regime: str) -> Path:
 
 
 def set_target(out: Path, regime: str, refs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Freeze the regime's target from its reference (uniform GRPO) runs; an existing target is kept."""
+    """Freeze the regime's target from its reference (uniform GRPO) runs; an existing target is kept. It records
+    the warm-started policy's digest: later runs of the regime must start from the same policy."""
     path = target_path(out, regime)
     if path.exists():
         return json.loads(path.read_text())
@@ -309,10 +397,80 @@ def set_target(out: Path, regime: str, refs: Sequence[Mapping[str, Any]]) -> dic
          "median gain at the end of the budget (mean of the last three evaluations) of the reference runs",
          "reference_seeds": sorted(int(r["seed"]) for r in refs), "start": start, "gain": gain,
          "budget_rollouts": int(np.median([r["ledger"]["rollouts"] for r in refs])),
-         "set_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+         "policy_sha256": refs[0].get("policy_sha256"), "eval_every_rollouts": refs[0].get("eval_every_rollouts"),
+         "set_at": _now()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(t, indent=1) + "\n")
     return t
+
+
+def check_policy(out: Path, regime: str, digest: str) -> None:
+    """Refuse to add runs to a regime whose target was frozen from another warm-started policy (or from one
+    it did not record: the step-grid regimes' policy was built on another machine and is not recoverable)."""
+    tp = target_path(out, regime)
+    if not tp.exists():
+        return
+    frozen = json.loads(tp.read_text()).get("policy_sha256")
+    if frozen != digest:
+        why = "recorded no policy digest (its warm start was built on another machine)" if frozen is None else \
+            f"was frozen from policy {frozen[:12]}"
+        raise SystemExit(f"regime {regime!r}: its target {why}, and this machine's warm start is {digest[:12]}; "
+                         f"new runs would not be comparable. Use a warm-start variant (--warm-start J: regime "
+                         f"{R.base_regime(regime)[0]}{R.WS_SEP}J) with its own reference runs and target.")
+
+
+def matched_sizes(out: Path, regime: str, protocol: str) -> int:
+    """The prompt batch of a matched-updates run, frozen in ``<out>/study/<regime>/matched.json`` from the reference
+    (uniform GRPO) runs before any matched run: E = their median effective groups per update at batch B.
+    ``matched-updates`` (grpo): round(B x B / E) prompts, whose expected effective groups equal the equal-batch
+    allocators' B. ``matched-updates-small``: round(E) effective groups per update for the equal-batch allocators,
+    what GRPO at B carries."""
+    path = out / "study" / regime / "matched.json"
+    if not path.exists():
+        refs = sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))
+        if not refs:
+            raise RuntimeError(f"regime {regime}: matched-updates needs the reference runs first")
+        runs = [json.loads(p.read_text()) for p in refs]
+        e = float(np.median([r["ledger"]["effective_groups_per_step"] for r in runs]))
+        b = int(runs[0]["batch_size"])
+        if e <= 0:
+            raise RuntimeError(f"regime {regime}: the reference runs trained no effective group, so no batch matches "
+                               "their effective groups per update")
+        m = {"reference_batch": b, "effective_groups_per_update": e, "reference_seeds": [r["seed"] for r in runs],
+             "matched-updates": max(1, round(b * b / e)), "matched-updates-small": max(1, round(e)), "set_at": _now()}
+        path.write_text(json.dumps(m, indent=1) + "\n")
+    return int(json.loads(path.read_text())[protocol])
+
+
+def preregister(out: Path, regime: str, work: Path, quick: bool, params_file: Path = R.PARAMS_FILE) -> dict[str, Any]:
+    """The hard regime's criteria (benchmarks/regimes.py CRITERIA) on a regime's reference runs, written once to
+    ``<out>/study/<regime>/preregistration.json`` before any other allocator of the regime runs: the zero-variance
+    share of k-groups at the start of RL (1,000 training prompts), and per reference run the evaluations below the
+    frozen target before its fitted reach and the fitted reach itself."""
+    path = out / "study" / regime / "preregistration.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    t = json.loads(target_path(out, regime).read_text())
+    d = load_data(regime, work, quick, params_file)
+    k = R.regime_params(regime, params_file=params_file).train.k
+    shares = R.start_shares(d["policy"], d["train"], k=k, n=50 if quick else 1000)
+    refs = [json.loads(p.read_text()) for p in sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))]
+    per_run = []
+    for r in refs:
+        x = reach(r["curve"], t["target"], fit=True)["cum_rollouts"]
+        below = sum(1 for c in r["curve"][1:] if not c["cum_rollouts"] >= x)
+        per_run.append({"seed": r["seed"], "fit_rollouts_to_target": x if math.isfinite(x) else None,
+                        "evals_below_target": below})
+    c = R.CRITERIA
+    med_x = median_interval([p["fit_rollouts_to_target"] for p in per_run])["median"]
+    med_below = float(np.median([p["evals_below_target"] for p in per_run]))
+    zv = shares["zero_variance_share"]
+    pre = {"regime": regime, "criteria": c, "zero_variance_share": zv, "k": k, "train_prompts": len(d["train"]),
+           "runs": per_run, "median_fit_rollouts_to_target": med_x, "median_evals_below_target": med_below,
+           "meets": bool(zv >= c["min_zero_variance_share"] and med_below >= c["min_evals_below_target"]
+                         and med_x is not None and med_x >= c["min_rise_rollouts"]), "set_at": _now()}
+    path.write_text(json.dumps(pre, indent=1) + "\n")
+    return pre
 
 
 # ----- the protocol driver -------------------------------------------------------------------------------
@@ -325,7 +483,8 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
     study already reports finished allocators.
     """
     data = load_data(regime, work, quick, params_file)
-    labels = _labels(protocol, quick, variants)
+    check_policy(out, regime, data["policy_sha256"])
+    labels = _labels(protocol, quick, variants, regime)
     ctx = {"n": 0, "total": 0}
 
     def go(proto: str, lab: str, s: int, g: tuple[int, float] | None, split: str) -> None:
@@ -334,6 +493,8 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
             refs = wait_for_references(out, regime, seeds, log)
             t = set_target(out, regime, refs)
             log(f"[{regime}] target frozen at {t['target']:.4f} from {len(refs)} reference runs")
+            if regime not in R.STEP_GRID_REGIMES:
+                _log_preregistration(preregister(out, regime, work, quick, params_file), log)
         t0 = time.perf_counter()
         res, trained = run_one(regime, proto, lab, s, out=out, work=work, quick=quick, grid=g, split=split, data=data,
                                params_file=params_file)
@@ -373,6 +534,14 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
         ref_dir = out / "study" / regime / "reference" / "grpo"
         refs_done = [json.loads(p.read_text()) for p in sorted(ref_dir.glob("s*.json"))]
         set_target(out, regime, refs_done)
+    if regime not in R.STEP_GRID_REGIMES and target_path(out, regime).exists():
+        _log_preregistration(preregister(out, regime, work, quick, params_file), log)
+
+
+def _log_preregistration(pre: Mapping[str, Any], log: Any) -> None:
+    log(f"[{pre['regime']}] pre-registration (uniform GRPO only): meets the criteria: {pre['meets']} (zero-variance "
+        f"share {pre['zero_variance_share']:.2f}, median {pre['median_evals_below_target']:.0f} evaluations below the "
+        f"target, median fitted reach {pre['median_fit_rollouts_to_target']})")
 
 
 def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, poll_s: float = 15.0) -> list[dict]:
@@ -389,8 +558,10 @@ def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, 
         time.sleep(poll_s)
 
 
-def _labels(protocol: str, quick: bool, variants: Sequence[str] | None = None) -> tuple[str, ...]:
+def _labels(protocol: str, quick: bool, variants: Sequence[str] | None = None, regime: str = "hard") -> tuple[str, ...]:
     labels = PROTOCOLS[protocol]
+    if protocol == "equal-batch" and regime not in R.STEP_GRID_REGIMES:
+        labels = MATCHED  # the new regimes (pool, warm-start variants) run the measurement issue's list
     if variants:
         unknown = sorted(set(variants) - set(labels))
         if unknown:
@@ -514,14 +685,16 @@ def decomposition(runs: Sequence[Mapping[str, Any]], fit_reach: Sequence[float])
 def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     """Rebuild training_protocols.json and every training_<regime>_<protocol>.* from the run files."""
     runs = load_runs(out)
-    with_er = {r["regime"] for r in runs if r["protocol"] == "equal-rollouts"}
+    present = {(r["regime"], r["protocol"]) for r in runs}
     cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in runs:
         if r.get("split", "test") != "test":
             continue
         protos = [r["protocol"]]
-        if r["protocol"] == "reference" and r["regime"] in with_er:
-            protos.append("equal-rollouts")  # the reference runs are equal-rollouts' grpo
+        for proto, sources in SHARED.items():  # e.g. the reference runs are equal-rollouts' grpo
+            if (r["regime"], proto) in present and any(r["protocol"] == src and (labs is None or r["variant"] in labs)
+                                                       for src, labs in sources):
+                protos.append(proto)
         for p in protos:
             cells.setdefault((r["regime"], p, r["variant"]), []).append(r)
     records = []
@@ -589,6 +762,8 @@ def expected_runs(regime: str, protocol: str, seeds: int = 5) -> int:
     n = len(PROTOCOLS[protocol]) * seeds
     if protocol == "tuned":
         n += len(PROTOCOLS[protocol]) * len(GRID) * len(GRID_SEEDS)
+    if protocol == "equal-batch" and regime not in R.STEP_GRID_REGIMES:
+        n = len(MATCHED) * seeds  # the new regimes run the measurement issue's list
     return n + (0 if protocol in ("reference", "equal-rollouts") else seeds)
 
 
@@ -601,12 +776,22 @@ def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any
              f"{', '.join(f'{b}x{lr:g}' for b, lr in GRID)}; "
              f"selection seeds {list(GRID_SEEDS)} on the validation split ({R.VALIDATION_ROWS} rows), report on the "
              f"test split ({R.TEST_ROWS} rows).", ""]
-    for regime in sorted(R.REGIMES):
+    for regime in study_regimes(out):
         tp = target_path(out, regime)
         if tp.exists():
             t = json.loads(tp.read_text())
             lines.append(f"- `{regime}` target: {t['target']:.4f} = {t['rule']} (start {t['start']:.3f}, gain "
-                         f"{t['gain']:+.3f}, seeds {t['reference_seeds']}, frozen {t['set_at']}).")
+                         f"{t['gain']:+.3f}, seeds {t['reference_seeds']}, frozen {t['set_at']}"
+                         + (f", policy {t['policy_sha256'][:12]}" if t.get("policy_sha256") else
+                            ", warm start not recorded") + ").")
+        pre = out / "study" / regime / "preregistration.json"
+        if pre.exists():
+            p = json.loads(pre.read_text())
+            lines.append(f"  Pre-registration on uniform GRPO alone: {'meets' if p['meets'] else '**misses**'} the "
+                         f"criteria (zero-variance share at the start {p['zero_variance_share']:.2f} at k = {p['k']}; "
+                         f"median {p['median_evals_below_target']:.0f} evaluations below the target; median fitted "
+                         f"reach {_num(p['median_fit_rollouts_to_target'])} rollouts; {p['train_prompts']} training "
+                         "prompts).")
     lines += ["", "Rollouts to target: the first crossing of each run's isotonic fit (primary; median [order-statistic "
               "interval] (coverage)) and the raw first crossing (median [95% bootstrap]); p: one-sided rank test "
               "against the protocol's baseline (dapo at equal batch, grpo elsewhere), misses ranked last.", "",
@@ -631,16 +816,30 @@ def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any
     done = load_runs(out)
     lines += ["", "## What has run and what remains", "",
               "| regime | protocol | run files | of the full plan (5 seeds) | resume with |", "|---|---|---|---|---|"]
-    for regime in ("hard", "easy"):
-        for proto in ("equal-batch", "equal-rollouts", "tuned"):
+    for regime in study_regimes(out):
+        base, ws = R.base_regime(regime)
+        protos = ("equal-batch", "equal-rollouts", "tuned") if regime in R.STEP_GRID_REGIMES else \
+            ("reference", "equal-batch", "matched-updates", "matched-updates-small")
+        for proto in protos:
             have = sum(1 for r in done if r["regime"] == regime and (r["protocol"] == proto or
                        (r["protocol"] == "reference" and proto != "equal-rollouts") or
                        (proto == "equal-rollouts" and r["protocol"] == "reference")))
+            flag = f" --warm-start {ws}" if ws is not None else ""
             lines.append(f"| {regime} | {proto} | {have} | {expected_runs(regime, proto)} | "
-                         f"`python -m benchmarks.study --regime {regime} --protocol {proto} --seeds 5` |")
+                         f"`python -m benchmarks.study --regime {base}{flag} --protocol {proto} --seeds 5` |")
     lines += ["", "Finished runs are skipped; a run killed midway resumes from its checkpoints under runs/study. Two "
               "processes may share a (regime, protocol): each run is claimed by a lock file."]
     (results / "training_study.md").write_text("\n".join(lines) + "\n")
+
+
+def study_regimes(out: Path) -> list[str]:
+    """The regimes with a folder under ``<out>/study``, step-grid ones first."""
+    names = [p.name for p in (out / "study").glob("*") if p.is_dir()] if (out / "study").exists() else []
+    return sorted(names, key=lambda n: (n not in R.STEP_GRID_REGIMES, n))
+
+
+def _num(v: float | None) -> str:
+    return "never" if v is None else f"{v:,.0f}"
 
 
 def _fmt(ci: Mapping[str, Any], scale: float = 1.0, digits: int = 0) -> str:
@@ -857,6 +1056,9 @@ def default_out(out: Path | None, quick: bool) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--regime", default="hard", choices=sorted(R.REGIMES))
+    ap.add_argument("--warm-start", type=int, default=None, metavar="J",
+                    help=f"the regime from warm-start seed J (regime <regime>{R.WS_SEP}J: its own policy, reference "
+                    "runs and target)")
     ap.add_argument("--protocol", default="equal-batch", choices=list(PROTOCOLS))
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--variants", nargs="+", default=None, metavar="LABEL",
@@ -869,6 +1071,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
     ap.add_argument("--round-steps", type=int, default=6)
     args = ap.parse_args(argv)
+    if args.warm_start is not None:
+        args.regime = f"{args.regime}{R.WS_SEP}{args.warm_start}"
     args.out = default_out(args.out, args.quick)
     if args.work is None:
         args.work = args.out / "work" if args.quick else Path("runs/study")

@@ -170,3 +170,75 @@ def test_tuned_chooses_each_allocator_on_validation_then_reports_it_on_test(quic
     with pytest.raises(ValueError, match="no allocator"):
         study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--variants", "vigor",
                     "--out", str(quick)])
+
+
+def _ref_file(out, regime, seed, eff, batch=32):
+    p = study.run_file(out, regime, "reference", "grpo", seed)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    r = run([0.3, 0.4], seed)
+    r.update(batch_size=batch, ledger={**r["ledger"], "effective_groups_per_step": eff})
+    p.write_text(json.dumps(r))
+
+
+def test_matched_sizes_come_from_the_reference_runs_and_are_frozen(tmp_path):
+    for s, eff in enumerate((11.0, 12.2, 13.0)):
+        _ref_file(tmp_path, "pool", s, eff)
+    # median 12.2 effective groups of 32: grpo needs 32 x 32 / 12.2 = 84 prompts for 32; the others get 12
+    assert study.matched_sizes(tmp_path, "pool", "matched-updates") == 84
+    assert study.matched_sizes(tmp_path, "pool", "matched-updates-small") == 12
+    _ref_file(tmp_path, "pool", 3, 30.0)
+    _ref_file(tmp_path, "pool", 4, 30.0)  # later reference runs do not move a frozen choice
+    assert study.matched_sizes(tmp_path, "pool", "matched-updates") == 84
+    _ref_file(tmp_path, "dead", 0, 0.0)
+    with pytest.raises(RuntimeError, match="no effective group"):
+        study.matched_sizes(tmp_path, "dead", "matched-updates")
+
+
+def test_matched_protocols_share_the_cells_they_are_compared_with():
+    p = study.run_params("pool", "grpo", 0, protocol="matched-updates", batch=84).train
+    assert p.batch_size == 84 and p.eval_every == 0 and p.eval_every_rollouts == study.EVAL_GRID
+    legacy = study.run_params("hard", "grpo", 0).train
+    assert legacy.eval_every == 6 and legacy.eval_every_rollouts == 0  # the step-grid runs stay reproducible
+    vig = study.run_params("pool", "vigor", 0, protocol="equal-rollouts").train
+    assert vig.allocator_params["vigor"]["fill"] is True
+    legacy_vigor = study.run_params("hard", "vigor", 0, protocol="equal-rollouts").train.allocator_params
+    assert "fill" not in legacy_vigor.get("vigor", {})
+    assert study.baseline_of("equal-batch") == "dapo" and study.baseline_of("matched-updates-small") == "grpo"
+    ws = study.run_params("hard-ws2", "sara", 0, protocol="equal-batch")
+    assert ws.warmstart.seed == 2 and ws.train.eval_every_rollouts == study.EVAL_GRID
+    assert study.run_params("pool-k16", "sara", 0).train.k == 16
+
+
+def test_pool_rows_are_stratified_by_cell():
+    rows = [{"id": i, "difficulty": 1 + i % 4, "op": "+-*"[i % 3]} for i in range(2400)]
+    pool = regimes.pool_rows(rows, 120)
+    assert len(pool) == 120 and len({r["id"] for r in pool}) == 120
+    cells = {}
+    for r in pool:
+        cells[(r["difficulty"], r["op"])] = cells.get((r["difficulty"], r["op"]), 0) + 1
+    assert len(cells) == 12 and set(cells.values()) == {10}  # 12 equal cells of 200: 10 each
+    assert regimes.pool_rows(rows, 120) == pool  # seeded
+    with pytest.raises(ValueError):
+        regimes.pool_rows(rows[:10], 20)
+
+
+def test_a_regime_refuses_runs_from_another_warm_start(tmp_path):
+    t = study.target_path(tmp_path, "hard")
+    t.parent.mkdir(parents=True)
+    t.write_text(json.dumps({"target": 0.3}))  # a target that recorded no policy (built on another machine)
+    with pytest.raises(SystemExit, match="warm-start variant"):
+        study.check_policy(tmp_path, "hard", "ab" * 32)
+    t.write_text(json.dumps({"target": 0.3, "policy_sha256": "cd" * 32}))
+    with pytest.raises(SystemExit, match="frozen from policy"):
+        study.check_policy(tmp_path, "hard", "ab" * 32)
+    study.check_policy(tmp_path, "hard", "cd" * 32)  # the same policy: fine
+    study.check_policy(tmp_path, "pool", "ab" * 32)  # no target yet: fine
+
+
+def test_recurrence_counts_prompts_rolled_out_in_several_steps(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"step": [1, 1, 2, 3, 3], "prompt_id": [5, 6, 5, 5, 7]}).to_parquet(tmp_path / "r.parquet")
+    assert study.recurrence(tmp_path / "r.parquet") == {"prompts_rolled_out": 3, "prompts_in_several_steps": 1,
+                                                         "max_steps_per_prompt": 3}
+    assert study.recurrence(tmp_path / "missing.parquet") == {}

@@ -388,8 +388,8 @@ class TrainConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 8
-    eval_every: int = 2
-    eval_every_rollouts: int = 0
+    eval_every: int = 0
+    eval_every_rollouts: int = 512
     eval_size: int = 500
     eval_samples: int = 0
     eval_pass_k: int | None = None

@@ -18,7 +18,7 @@ import numpy as np
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from rlvr_core.stats import TARGET_FRACTION, first_reach, gain_target, median_ci
+from rlvr_core.stats import TARGET_FRACTION, first_reach, fitted_reach, gain_target, median_ci
 from tasks.curves import CURVE_FIELDS, curve_rows, read_history
 
 REFERENCE = "grpo"  # the allocator the target is set on, when compared (else the first one listed)
@@ -128,8 +128,10 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
 
     metrics: dict[str, Any] = {}
     for a, by_seed in curves.items():
-        hits = [first_reach([r["cum_rollouts"] for r in c], [r["greedy_acc"] for r in c], target)
+        hits = [fitted_reach([r["cum_rollouts"] for r in c], [r["greedy_acc"] for r in c], target)
                 for c in by_seed.values()]
+        raw = [first_reach([r["cum_rollouts"] for r in c], [r["greedy_acc"] for r in c], target)
+               for c in by_seed.values()]
         ev = evaluation.get(a, {})
         finals = [ev.get(str(s), {}).get("greedy_acc", c[-1]["greedy_acc"]) for s, c in by_seed.items()]
         passk = [v for s in by_seed for k, v in sorted(ev.get(str(s), {}).items())
@@ -137,7 +139,7 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
         last = [c[-1] for c in by_seed.values()]
         metrics[a] = {
             "seeds": sorted(by_seed), "reached": int(sum(np.isfinite(hits))),
-            "rollouts_to_target": median_ci(hits),
+            "rollouts_to_target": median_ci(hits), "raw_rollouts_to_target": median_ci(raw),
             "final_greedy_acc": float(np.median(finals)), "final_greedy_acc_min": float(min(finals)),
             "final_greedy_acc_max": float(max(finals)),
             "pass_at_k": float(np.median(passk)) if passk else None,
@@ -156,9 +158,11 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
              f"greedy accuracy {target:.3f} = median start {tgt['start']:.3f} + {fraction} x the median gain "
              f"{tgt['gain']:+.3f} of the {reference} runs at the end of the budget (mean of each run's last three "
              "evaluations), as in benchmarks/study.py.",
-             "Rollouts to target: median over seeds [95% bootstrap interval], interpolated between evaluations; "
-             "'never' where the median or a bound falls on a run that did not reach the target (such runs are "
-             f"counted in 'reached', never dropped). 'vs {reference}': {reference}'s median / this one's (above "
+             "Rollouts to target: where each run's isotonic (monotone) fit of its evaluations first reaches the "
+             "target (every allocator is evaluated on one grid of rollouts, train.eval_every_rollouts), median over "
+             "seeds [95% bootstrap interval]; the raw first crossing, which favours the run evaluated most often, "
+             "beside it. 'never' where the median or a bound falls on a run that did not reach the target (such runs "
+             f"are counted in 'reached', never dropped). 'vs {reference}': {reference}'s median / this one's (above "
              "1: fewer rollouts). 'rollouts / eff. group': rollouts per trained mixed group, median over seeds: "
              "where an allocator saves rollouts on the groups it trains on, which pays off only if the fewer "
              "updates it makes with them (column 'updates') learn as much.", ""]
@@ -167,15 +171,17 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
                   "or below the start, so rollouts to target say nothing here.", ""]
     passk_name = next((k for ev in evaluation.values() for e in ev.values() for k in sorted(e)
                        if k.startswith("pass_at_") and k != "pass_at_1"), "pass@k")
-    lines += [f"| allocator | seeds | reached | rollouts to target | vs {reference} | final greedy acc (min-max) | "
-              f"{passk_name} | updates | rollouts / eff. group | rollouts |", "|---" * 10 + "|"]
+    lines += [f"| allocator | seeds | reached | rollouts to target (fit) | raw first crossing | vs {reference} | "
+              f"final greedy acc (min-max) | {passk_name} | updates | rollouts / eff. group | rollouts |",
+              "|---" * 11 + "|"]
     for a, m in metrics.items():
         ci = m["rollouts_to_target"]
         vs = "reference" if a == reference else against(ci, ref_ci)
         pk = "-" if m["pass_at_k"] is None else f"{m['pass_at_k']:.3f}"
         per = m["rollouts_per_effective_group"]
         per_s = "-" if per is None else f"{per:.1f}"
-        lines.append(f"| {a} | {len(m['seeds'])} | {m['reached']}/{len(m['seeds'])} | {_ci(ci)} | {vs} | "
+        lines.append(f"| {a} | {len(m['seeds'])} | {m['reached']}/{len(m['seeds'])} | {_ci(ci)} | "
+                     f"{_ci(m['raw_rollouts_to_target'])} | {vs} | "
                      f"{m['final_greedy_acc']:.3f} ({m['final_greedy_acc_min']:.3f}-{m['final_greedy_acc_max']:.3f}) | "
                      f"{pk} | {m['updates']} | {per_s} | {m['rollouts']:,} |")
     (out / "comparison.md").write_text("\n".join(lines) + "\n")

@@ -9,10 +9,13 @@ do not match the population only add to that cost, so the minimum of
 
     E[rollouts spent on a prompt] / E[effective groups it yields]
 
-over these stopping rules bounds every allocator that decides from a prompt's own rewards (SARA, DAPO,
-VIGOR, GRPO), given the exact population. An allocator goes below it only with information about the prompt
-before its first rollout: the history of a prompt that recurs (carried priors, predictive selection) or
-features shared with similar prompts (the contextual prior).
+over these stopping rules bounds every allocator of its class, given the exact population. The class: at most
+k rollouts per prompt, groups of exactly k, no choice of a subset of the rollouts drawn, a stationary
+population, and nothing known of a prompt before its first rollout. SARA, DAPO and GRPO on fresh prompts are
+in it. Outside it, the floor is a reference and not a bound: PODS (draws more and keeps a mixed subset, which
+can go below it), VIGOR (ragged groups), and any allocator whose prompts recur or carry features: the history
+of a prompt that recurs (carried priors, sara+dps's selection, GRESO, the recurring ``pool`` regime of the
+study) or features shared with similar prompts (the contextual prior). docs/design.md §4.10.
 
 The minimum is a ratio of expectations (a renewal-reward problem). For a price lam of an effective group
 the best stopping rule follows from backward induction over the states "n identical rewards, all fails" and

@@ -70,11 +70,14 @@ def test_figure_pattern_catches_typed_figures() -> None:
 
 def test_headline_counts_runs_that_never_reached() -> None:
     cell = {"regime": "hard", "protocol": "equal-batch", "allocator": "dapo", "seeds": 5, "reached": 2,
-            "target": 0.3, "rollouts_to_target": {"median": float("inf"), "lo": 100.0, "hi": float("inf")},
-            "seconds_to_target": {"median": None, "lo": 1.0, "hi": None}, "final_accuracy": 0.31,
-            "final_accuracy_se": 0.01}
-    table = training_headline([cell])
-    assert "| hard | equal-batch | dapo | 5 | 2/5 | never [100, never] | never [1.0, never] | 0.310 (0.010) |" in table
+            "reached_fit": 1, "target": 0.3,
+            "rollouts_to_target": {"median": float("inf"), "lo": 100.0, "hi": float("inf")},
+            "fit_rollouts_to_target": {"median": None, "lo": 150.0, "hi": None}, "p_value": 0.5,
+            "acc_at_budget": {"30000": 0.28}, "final_accuracy": 0.31, "final_accuracy_se": 0.01}
+    table = training_headline([cell, {**cell, "regime": "pool", "p_value": None}, {**cell, "regime": "easy"}])
+    assert "| hard | equal-batch | dapo | 5 | 1/5 | never [150, never] | never [100, never] | 0.500 | 0.280 | " \
+           "0.310 (0.010) |" in table
+    assert "| pool | equal-batch | dapo |" in table and "| easy |" not in table  # easy: training_study.md
 
 
 def test_readme_python_example_runs() -> None:

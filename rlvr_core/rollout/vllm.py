@@ -49,9 +49,11 @@ import http.client
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -101,6 +103,43 @@ def _is_loopback(host: str) -> bool:
                    for info in socket.getaddrinfo(host, None))
     except socket.gaierror:
         return False
+
+
+def _proc_paths(pid: str) -> list[str]:
+    """Files process ``pid`` maps or holds open, as /proc reports them (deleted ones left out)."""
+    paths: list[str] = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6:
+                paths.append(parts[5].rstrip("\n"))
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return [p for p in paths if not p.endswith(" (deleted)")]
+
+
+def group_shm_files(pgid: int) -> set[str]:
+    """Files directly in /dev/shm that the processes of group ``pgid`` map or hold open (empty without /proc).
+
+    Read from the kernel, never from what a server says, so that a server answering in another's
+    place cannot make the client remove a file of its choosing.
+    """
+    found: set[str] = set()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:  # fields after comm: state ppid pgrp
+                    continue
+            paths = _proc_paths(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+        found |= {p for p in paths if p.startswith("/dev/shm/") and "/" not in p[len("/dev/shm/"):]}
+    return found
 
 
 def _read_token_file(path: str | os.PathLike) -> str:
@@ -323,9 +362,9 @@ class VLLMEngine(RolloutEngine):
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------- server
-    def _server_command(self, ready_file: Path) -> list[str]:
+    def _server_command(self, ready_fd: int) -> list[str]:
         cmd = [str(self.server_python), str(self.server_script), "--model", str(self.policy_dir), "--host", "127.0.0.1",
-               "--port", "0", "--ready-file", str(ready_file), "--dtype", self.dtype,
+               "--port", "0", "--ready-fd", str(ready_fd), "--dtype", self.dtype,
                "--max-model-len", str(self.max_model_len), "--seed", str(self.seed),
                "--weights-dir", str(self._weights_folder)]
         if self.gpu_memory_utilization is not None:
@@ -353,7 +392,12 @@ class VLLMEngine(RolloutEngine):
         return text[-chars:]
 
     def _start_server(self) -> None:
-        """Start the server program and wait until it answers; VLLMServerError with its log tail otherwise."""
+        """Start the server program and wait until it answers; VLLMServerError with its log tail otherwise.
+
+        The handshake (docs/design.md §8.2): the server inherits the write end of a pipe (``--ready-fd``)
+        and writes ``{"port", "pid"}`` to it once loaded. No path in the shared temp folder is involved,
+        so no other user can answer in its place; the pid must be the process started here.
+        """
         if not self.server_python.exists():
             raise VLLMServerError(
                 f"the vLLM server environment is missing: {self.server_python} does not exist. Build it with "
@@ -364,10 +408,6 @@ class VLLMEngine(RolloutEngine):
             os.close(fd)
             self.log_path = Path(name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, ready = tempfile.mkstemp(prefix="rlvr-vllm-ready-", suffix=".json")
-        os.close(fd)
-        ready_file = Path(ready)
-        ready_file.unlink()
         if self._weights_folder is None:  # private (0700), kept across restarts, removed on close
             self.weights_dir.mkdir(parents=True, exist_ok=True)
             self._weights_folder = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=self.weights_dir)).resolve()
@@ -376,41 +416,67 @@ class VLLMEngine(RolloutEngine):
         self._log_file = open(self.log_path, "ab")
         self._log_file.write(f"\n=== starting server at {time.strftime('%H:%M:%S')} ===\n".encode())
         self._log_file.flush()
-        # A session of its own: the server and the engine process vLLM forks from it are one
-        # process group, killed together on restart or close.
         self._shm_noted = False
-        self._proc = subprocess.Popen(self._server_command(ready_file), stdin=subprocess.DEVNULL,
-                                      stdout=self._log_file, stderr=subprocess.STDOUT,
-                                      env=self._server_environment(), start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
+        ready_r, ready_w = os.pipe()
+        try:  # a session of its own: the server and vLLM's engine processes are one group, killed together
+            self._proc = subprocess.Popen(self._server_command(ready_w), stdin=subprocess.DEVNULL,
+                                          stdout=self._log_file, stderr=subprocess.STDOUT, pass_fds=(ready_w,),
+                                          env=self._server_environment(), start_new_session=True)
+        finally:
+            os.close(ready_w)  # only the server holds the write end now: EOF when it exits
         try:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    raise VLLMServerError(f"the vLLM server exited with code {self._proc.returncode} while starting; "
-                                          f"log {self.log_path}:\n{self._log_tail()}")
-                if ready_file.exists():
+            port = self._await_ready(ready_r)
+        finally:
+            os.close(ready_r)
+        self.url = f"http://127.0.0.1:{port}"
+        self._get("/health", timeout=30.0)
+        self._note_shm()
+
+    def _await_ready(self, ready_r: int) -> int:
+        """The port the started server announces on its ready pipe; VLLMServerError if it exits or times out."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        buf = b""
+        while time.monotonic() < deadline and b"\n" not in buf:
+            if select.select([ready_r], [], [], 0.2)[0]:
+                chunk = os.read(ready_r, 4096)
+                buf += chunk
+                if not chunk and b"\n" not in buf:  # EOF: the server closed the pipe without announcing
                     try:
-                        info = json.loads(ready_file.read_text())
-                    except ValueError:
-                        info = None  # written but not yet complete
-                    if info is not None:
-                        self.url = f"http://127.0.0.1:{int(info['port'])}"
-                        self._note_shm(self._get("/health", timeout=30.0))
-                        return
-                time.sleep(0.2)
+                        self._proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        self._kill_server()
+                        raise VLLMServerError("the vLLM server closed its ready pipe without announcing a port; "
+                                              f"log {self.log_path}:\n{self._log_tail()}") from None
+            if self._proc.poll() is not None and b"\n" not in buf:
+                raise VLLMServerError(f"the vLLM server exited with code {self._proc.returncode} while starting; "
+                                      f"log {self.log_path}:\n{self._log_tail()}")
+        if b"\n" not in buf:
             self._kill_server()
             raise VLLMServerError("the vLLM server did not become ready "
                                   f"within start_timeout={self.start_timeout:.0f} s; "
                                   f"log {self.log_path}:\n{self._log_tail()}")
-        finally:
-            ready_file.unlink(missing_ok=True)
+        try:
+            info = json.loads(buf.split(b"\n", 1)[0])
+            port, pid = int(info["port"]), int(info["pid"])
+        except (ValueError, KeyError, TypeError) as e:
+            self._kill_server()
+            raise VLLMServerError(f"the vLLM server announced {buf[:200]!r} on its ready pipe: {e}") from None
+        if pid != self._proc.pid or not 0 < port < 65536:
+            started = self._proc.pid
+            self._kill_server()
+            raise VLLMServerError(f"the vLLM server announced pid {pid} and port {port}; it was started as pid "
+                                  f"{started}")
+        return port
 
-    def _note_shm(self, health: Mapping[str, Any]) -> None:
-        """Remember the shared-memory files the server reports, to remove them if it is killed."""
-        for name in health.get("shm_files") or []:
-            if (isinstance(name, str) and name.startswith("/dev/shm/") and "/" not in name[len("/dev/shm/"):]
-                    and not Path(name).name.startswith("rlvr-vllm-")):  # never our own weight files
-                self._server_shm.add(name)
+    def _note_shm(self) -> None:
+        """Remember the shared-memory files the server's processes hold (read from /proc, not asked of the server).
+
+        They are removed if the server is killed; our own weight files (in a sub-folder) are never among them.
+        """
+        if self._proc is not None:
+            self._server_shm |= {name for name in group_shm_files(self._proc.pid)
+                                 if not Path(name).name.startswith("rlvr-vllm-")}
 
     def _kill_server(self) -> None:
         proc, self._proc = self._proc, None
@@ -437,7 +503,12 @@ class VLLMEngine(RolloutEngine):
             self._log_file = None
         # a killed vLLM leaves its message-queue segments behind (hundreds of MB of RAM)
         for name in self._server_shm:
-            Path(name).unlink(missing_ok=True)
+            try:
+                st = os.lstat(name)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                    os.unlink(name)
+            except OSError:
+                pass
         self._server_shm.clear()
 
     def _ensure_server(self) -> None:
@@ -569,7 +640,7 @@ class VLLMEngine(RolloutEngine):
         }
         out = self._call("/generate", body)
         if not self.external and not self._shm_noted:
-            self._note_shm(self.health())  # segments created lazily by the first round
+            self._note_shm()  # segments created lazily by the first round
             self._shm_noted = True
         return self._rollouts(items, out)
 

@@ -76,6 +76,9 @@ SERVER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_server.p
 TOKEN_ENV = "RLVR_VLLM_TOKEN"
 #: Interpreter of the environment ``make vllm-cpu-env`` builds.
 DEFAULT_SERVER_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+#: Every request goes straight to the loopback server: an opener without proxies, so that ``$http_proxy``
+#: (urllib honours it, also for 127.0.0.1 unless ``$no_proxy`` says otherwise) never receives the token.
+_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class VLLMServerError(RuntimeError):
@@ -563,7 +566,7 @@ class VLLMEngine(RolloutEngine):
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Bearer {self._token}"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with _LOOPBACK_OPENER.open(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
             try:

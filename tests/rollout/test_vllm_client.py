@@ -740,6 +740,27 @@ def test_the_client_sends_its_token_and_reports_a_refusal(policy, inproc, monkey
         VLLMEngine(model, tok, PROMPTS, url=url)
 
 
+def test_the_token_never_goes_to_an_http_proxy(policy, inproc, tmp_path, monkeypatch):
+    model, tok, _ = policy
+    proxy = _Recorder()
+    try:
+        for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.server_address[1]}")
+        for name in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        _, url = inproc
+        eng = VLLMEngine(model, tok, PROMPTS, url=url)
+        assert len(eng.generate({0: 2})) == 2 and eng.health()["status"] == "ok"
+        owned = _owned(policy, tmp_path)
+        try:
+            assert len(owned.generate({1: 1})) == 1
+        finally:
+            owned.close()
+    finally:
+        proxy.close()
+    assert proxy.seen == []
+
+
 def test_token_file_must_be_owner_only(policy, inproc, tmp_path, monkeypatch):
     model, tok, _ = policy
     _, url = inproc

@@ -520,6 +520,34 @@ def test_another_user_cannot_answer_the_servers_launch(policy, tmp_path):
     assert planted == [] and attacker.seen == []  # no path to write first, and the token never reached it
 
 
+STUB_VLLM = {  # just enough of vllm for scripts/vllm_server.py's start-up: LLM, SamplingParams, TokensPrompt
+    "vllm/__init__.py": "__version__ = 'stub'\n"
+                        "class LLM:\n"
+                        "    def __init__(self, **kw):\n        self.kw = kw\n"
+                        "    def generate(self, *a, **kw):\n        return []\n"
+                        "    def reset_prefix_cache(self):\n        pass\n"
+                        "class SamplingParams:\n    def __init__(self, **kw):\n        self.kw = kw\n",
+    "vllm/inputs.py": "def TokensPrompt(**kw):\n    return kw\n",
+}
+
+
+def test_the_real_server_program_announces_itself_on_the_ready_pipe(policy, tmp_path):
+    """scripts/vllm_server.py itself (over a stub vllm) through the handshake, /health and /shutdown."""
+    for name, text in STUB_VLLM.items():
+        (tmp_path / "stub" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "stub" / name).write_text(text)
+    eng = _owned(policy, tmp_path, server_script=server_mod.__file__, server_env={"PYTHONPATH": str(tmp_path / "stub")})
+    try:
+        health = eng.health()
+        assert health["pid"] == eng._proc.pid and health["vllm"] == "stub"
+        assert health["weights_dir"] == str(eng._weights_folder)
+        cmdline = Path(f"/proc/{eng._proc.pid}/cmdline").read_bytes().decode().split("\0")
+        assert "--ready-fd" in cmdline and "--ready-file" not in cmdline  # no path another user could write
+    finally:
+        eng.close()
+    assert eng._proc is None and "ready on http://127.0.0.1" in (tmp_path / "server.log").read_text()
+
+
 def test_a_ready_announcement_with_another_pid_is_refused(policy, tmp_path):
     with pytest.raises(VLLMServerError, match="announced pid 1 and port"):
         _owned(policy, tmp_path, server_env={"FAKE_READY_PID": "1"})

@@ -76,9 +76,6 @@ SERVER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_server.p
 TOKEN_ENV = "RLVR_VLLM_TOKEN"
 #: Interpreter of the environment ``make vllm-cpu-env`` builds.
 DEFAULT_SERVER_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
-#: Every request goes straight to the loopback server: an opener without proxies, so that ``$http_proxy``
-#: (urllib honours it, also for 127.0.0.1 unless ``$no_proxy`` says otherwise) never receives the token.
-_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class VLLMServerError(RuntimeError):
@@ -87,6 +84,55 @@ class VLLMServerError(RuntimeError):
 
 class ServerUnavailable(VLLMServerError):
     """The server is not answering (dead process, refused or reset connection, time-out, dead engine)."""
+
+
+def peer_uid(sock: socket.socket, tries: int = 20) -> int | None:
+    """The uid that owns the far end of the loopback TCP connection ``sock`` (read from /proc/net/tcp*).
+
+    The far end of a connection to a listening socket is owned by whoever opened the listener. None
+    where /proc cannot tell (no /proc, or the entry did not appear within ``tries`` short waits).
+    """
+    want = (f"{sock.getpeername()[1]:04X}", f"{sock.getsockname()[1]:04X}")
+    for _ in range(tries):
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as f:
+                    rows = [line.split() for line in f][1:]
+            except OSError:
+                continue
+            for row in rows:  # sl local remote st ... uid: established (01) or not yet accepted (03)
+                if (row[1].rsplit(":", 1)[1], row[2].rsplit(":", 1)[1]) == want and row[3] in ("01", "03"):
+                    return int(row[7])
+        time.sleep(0.002)
+    return None
+
+
+class ForeignServer(VLLMServerError):
+    """The port of the server this client started is held by another user's process; no token was sent."""
+
+
+class _OwnServerConnection(http.client.HTTPConnection):
+    """A connection that, before anything is sent, checks that the listening end belongs to this user."""
+
+    def connect(self) -> None:
+        super().connect()
+        uid = peer_uid(self.sock)
+        if uid is not None and uid != os.getuid():
+            self.sock.close()
+            raise ForeignServer(f"127.0.0.1:{self.port} is held by uid {uid}, not by this user's vLLM server "
+                                "(another user took the port?); nothing was sent to it")
+
+
+class _OwnServerHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_OwnServerConnection, req)
+
+
+#: Every request goes straight to the loopback server: openers without proxies, so that ``$http_proxy``
+#: (urllib honours it, also for 127.0.0.1 unless ``$no_proxy`` says otherwise) never receives the token.
+#: A server this client started must also answer from a socket of this user (``_OwnServerConnection``).
+_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_OWN_SERVER_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _OwnServerHandler)
 
 
 def round_seed(seed: int, call: int, prompt_id: int) -> int:
@@ -566,7 +612,8 @@ class VLLMEngine(RolloutEngine):
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Bearer {self._token}"})
         try:
-            with _LOOPBACK_OPENER.open(req, timeout=timeout) as resp:
+            opener = _LOOPBACK_OPENER if self.external else _OWN_SERVER_OPENER
+            with opener.open(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
             try:
@@ -818,4 +865,5 @@ class VLLMEngine(RolloutEngine):
             pass
 
 
-__all__ = ["VLLMEngine", "VLLMServerError", "ServerUnavailable", "round_seed", "SERVER_SCRIPT", "DEFAULT_SERVER_PYTHON"]
+__all__ = ["VLLMEngine", "VLLMServerError", "ServerUnavailable", "ForeignServer", "round_seed", "SERVER_SCRIPT",
+           "DEFAULT_SERVER_PYTHON"]

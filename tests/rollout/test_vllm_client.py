@@ -548,6 +548,48 @@ def test_the_real_server_program_announces_itself_on_the_ready_pipe(policy, tmp_
     assert eng._proc is None and "ready on http://127.0.0.1" in (tmp_path / "server.log").read_text()
 
 
+PORT_SQUATTER = """
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(4)
+print("listening", flush=True)
+c, _ = s.accept()
+c.settimeout(2)
+try:
+    print(repr(c.recv(65536)), flush=True)
+except OSError:
+    print("nothing", flush=True)
+"""
+
+
+def test_a_port_taken_over_by_another_user_gets_no_token(policy, tmp_path):
+    """The started server dies; uid 65534 binds its port before the client notices: nothing is sent to it."""
+    python = "/usr/bin/python3"  # one that uid 65534 can run
+    if os.geteuid() != 0 or not os.access(python, os.X_OK):
+        pytest.skip("needs root (to listen as a second user, uid 65534) and /usr/bin/python3")
+    eng = _owned(policy, tmp_path)
+    squatter = None
+    try:
+        port = int(eng.url.rsplit(":", 1)[1])
+        os.killpg(eng._proc.pid, signal.SIGKILL)
+        eng._proc.wait(timeout=10)
+        squatter = subprocess.Popen([python, "-S", "-c", PORT_SQUATTER, str(port)], user=65534, group=65534,
+                                    stdout=subprocess.PIPE, text=True, cwd="/")
+        assert squatter.stdout.readline() == "listening\n"
+        with pytest.raises(VLLMServerError, match=f"127.0.0.1:{port} is held by uid 65534"):
+            eng.health()  # a request that does not look at the process first
+        assert squatter.stdout.readline() == "b''\n"  # connected, then closed: no request, no token
+        assert len(eng.generate({0: 2})) == 2 and eng.restarts == 1  # generate notices the death and restarts
+    finally:
+        eng.close()
+        if squatter is not None:
+            squatter.kill()
+            squatter.wait()
+            squatter.stdout.close()
+
+
 def test_a_ready_announcement_with_another_pid_is_refused(policy, tmp_path):
     with pytest.raises(VLLMServerError, match="announced pid 1 and port"):
         _owned(policy, tmp_path, server_env={"FAKE_READY_PID": "1"})

@@ -54,6 +54,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -86,12 +87,39 @@ class ServerUnavailable(VLLMServerError):
     """The server is not answering (dead process, refused or reset connection, time-out, dead engine)."""
 
 
-def peer_uid(sock: socket.socket, tries: int = 20) -> int | None:
-    """The uid that owns the far end of the loopback TCP connection ``sock`` (read from /proc/net/tcp*).
+def _diag_uid(sock: socket.socket) -> int | None:
+    """Owner uid of the far end of TCP connection ``sock``, asked of the kernel by its exact address pair
+    (netlink sock_diag, a few microseconds); None where the kernel does not answer."""
+    family = sock.family
+    (lhost, lport), (rhost, rport) = sock.getsockname()[:2], sock.getpeername()[:2]
+    addr = [socket.inet_pton(family, h).ljust(16, b"\0") for h in (rhost, lhost)]
+    # inet_diag_req_v2: family, protocol, ext, pad, states; sockid: sport, dport (big-endian), src, dst, if, cookie
+    req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + struct.pack(">HH", rport, lport) \
+        + addr[0] + addr[1] + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    msg = struct.pack("=IHHII", 16 + len(req), 20, 1, 1, 0) + req  # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as nl:  # NETLINK_SOCK_DIAG
+            nl.settimeout(1.0)
+            nl.send(msg)
+            data = nl.recv(8192)
+    except (OSError, AttributeError):
+        return None
+    length, kind = struct.unpack_from("=IH", data)
+    if kind != 20 or length < 16 + 72:  # an NLMSG_ERROR (no such socket, no sock_diag) or a short answer
+        return None
+    return struct.unpack_from("=I", data, 16 + 64)[0]  # inet_diag_msg.idiag_uid
 
-    The far end of a connection to a listening socket is owned by whoever opened the listener. None
-    where /proc cannot tell (no /proc, or the entry did not appear within ``tries`` short waits).
+
+def peer_uid(sock: socket.socket, tries: int = 20) -> int | None:
+    """The uid that owns the far end of the loopback TCP connection ``sock``.
+
+    The far end of a connection to a listening socket is owned by whoever opened the listener. Asked
+    of the kernel by sock_diag, else read from /proc/net/tcp* (slower: tens of ms on a host with a
+    large connection table). None where neither can tell.
     """
+    uid = _diag_uid(sock)
+    if uid is not None:
+        return uid
     want = (f"{sock.getpeername()[1]:04X}", f"{sock.getsockname()[1]:04X}")
     for _ in range(tries):
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):

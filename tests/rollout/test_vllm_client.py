@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -588,6 +589,32 @@ def test_a_port_taken_over_by_another_user_gets_no_token(policy, tmp_path):
             squatter.kill()
             squatter.wait()
             squatter.stdout.close()
+
+
+def test_peer_uid_names_the_listeners_owner_by_sock_diag_and_by_proc(monkeypatch):
+    from rlvr_core.rollout import vllm as vllm_mod
+
+    python = "/usr/bin/python3"
+    if os.geteuid() != 0 or not os.access(python, os.X_OK):
+        pytest.skip("needs root (to listen as a second user, uid 65534) and /usr/bin/python3")
+    listener = subprocess.Popen([python, "-S", "-c", "import socket, time\ns = socket.socket()\n"
+                                 "s.bind(('127.0.0.1', 0))\ns.listen(8)\nprint(s.getsockname()[1], flush=True)\n"
+                                 "time.sleep(30)\n"],
+                                user=65534, group=65534, stdout=subprocess.PIPE, text=True, cwd="/")
+    mine = socket.create_server(("127.0.0.1", 0))
+    try:
+        theirs = int(listener.stdout.readline())
+        for port, uid in ((theirs, 65534), (mine.getsockname()[1], os.getuid())):
+            with socket.create_connection(("127.0.0.1", port)) as c:  # still in the accept queue: not accepted
+                assert vllm_mod._diag_uid(c) == uid and vllm_mod.peer_uid(c) == uid
+                monkeypatch.setattr(vllm_mod, "_diag_uid", lambda sock: None)  # the /proc/net/tcp path
+                assert vllm_mod.peer_uid(c) == uid
+                monkeypatch.undo()
+    finally:
+        mine.close()
+        listener.kill()
+        listener.wait()
+        listener.stdout.close()
 
 
 def test_a_ready_announcement_with_another_pid_is_refused(policy, tmp_path):

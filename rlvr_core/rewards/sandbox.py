@@ -271,7 +271,7 @@ def check_sandbox(limits: SandboxLimits | None = None) -> tuple[str, ...]:
             stacklevel=2,
         )
         return (INPROCESS,)
-    return _bwrap_plan(limits.python, _is_root()).layers
+    return _bwrap_plan(limits.python, _is_root()).layers + (() if limits.allow_processes else ("single-process",))
 
 
 # ---------------------------------------------------------------------------------- bwrap

@@ -198,6 +198,8 @@ def test_a_runs_memory_in_all_is_bounded_not_only_each_process(private_tmp) -> N
     held = int(result.stdout.split("held ")[1])
     assert held * 80 <= 128, result.stdout  # the run's total stays under memory_bytes
     assert result.stdout.startswith("fork refused 11\n") and "single-process" in result.isolation
+    assert "single-process" in sandbox_mod.check_sandbox(limits)
+    assert "single-process" not in sandbox_mod.check_sandbox(SandboxLimits(allow_processes=True))
     threads = run_python(  # threads share the address space: they still start
         "import threading, sys\nthreading.stack_size(2**26)\nsys.setrecursionlimit(10**5)\n"
         "f = lambda n: n and 1 + f(n - 1)\nout = []\nt = threading.Thread(target=lambda: out.append(f(20000)))\n"

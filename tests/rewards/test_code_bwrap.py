@@ -208,6 +208,22 @@ def test_a_runs_memory_in_all_is_bounded_not_only_each_process(private_tmp) -> N
     assert list(private_tmp.iterdir()) == []
 
 
+def test_without_a_seccomp_table_the_run_is_held_to_one_process(private_tmp, monkeypatch) -> None:
+    """The fallback where the filter has no table for the machine: RLIMIT_NPROC=1 (threads refused too)."""
+    monkeypatch.setattr(sandbox_mod, "_seccomp_filter", lambda single_process=False: None)
+    sandbox_mod._bwrap_plan.cache_clear()
+    try:
+        limits = SandboxLimits(cpu_seconds=3, wall_seconds=10, memory_bytes=128 * 2**20)
+        result = run_python(FORK_AND_HOLD, "", limits)
+        assert result.status == OK and "seccomp" not in result.isolation, result.stderr[-500:]
+        assert result.stdout == "fork refused 11\nheld 0\n"
+        threads = run_python("import threading\nthreading.Thread(target=print).start()\n", "", limits)
+        assert threads.status == RUNTIME_ERROR and "can't start new thread" in threads.stderr
+    finally:
+        sandbox_mod._bwrap_plan.cache_clear()
+    assert list(private_tmp.iterdir()) == []
+
+
 def test_killed_verifier_takes_its_sandbox_along(tmp_path: Path, processes_with) -> None:
     """--die-with-parent: SIGKILL to the verifier mid-run ends the program and its daemon."""
     marker = f"rlvr-marker-{uuid.uuid4().hex}"

@@ -32,7 +32,10 @@ written to a private folder (mode 0700) that this client creates in /dev/shm
 for the server it starts (``--weights-dir``), and the server loads weight files
 from that folder only. For a server given by ``url``, the token comes from
 ``token_file`` or ``$RLVR_VLLM_TOKEN``, and the folder is the one the server
-reports in ``/health``.
+reports in ``/health``. The started server announces its port on a pipe it inherits
+(``--ready-fd``), never in a file another user could write first; the client refuses
+another pid, sends nothing to a connection whose far end belongs to another user
+(``ForeignServer``) and never goes through an HTTP proxy (docs/design.md §8.2).
 
 Failure handling: a server that dies (its process exits, the connection is
 refused or reset, it answers 503 because its engine died, or a request times

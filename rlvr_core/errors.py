@@ -57,11 +57,29 @@ class OutOfMemory(RuntimeError):
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate memory")
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for an out-of-memory of any origin: ``MemoryError``, ``torch.OutOfMemoryError`` (CUDA, MPS),
-    the CPU allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory") and ``OutOfMemory``."""
+#: How many links of an exception's cause/context chain ``is_out_of_memory`` follows.
+OOM_CHAIN_DEPTH = 16
+
+
+def _is_bare_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, (MemoryError, OutOfMemory)):
         return True
     if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch here
         return True
     return isinstance(exc, RuntimeError) and any(t in str(exc)[:2000].lower() for t in _OOM_TEXT)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an out-of-memory of any origin: ``MemoryError``, ``torch.OutOfMemoryError`` (CUDA, MPS),
+    the CPU allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory") and ``OutOfMemory``,
+    also when another exception wraps it: ``raise X from oom`` (``__cause__``) or an error raised while
+    handling one (``__context__``, unless ``from None`` suppressed it), up to ``OOM_CHAIN_DEPTH`` links."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen and len(seen) < OOM_CHAIN_DEPTH:
+        if _is_bare_out_of_memory(link):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ if link.__cause__ is not None else (
+            None if link.__suppress_context__ else link.__context__)
+    return False

@@ -4,8 +4,14 @@ Runs in the vLLM environment (``make vllm-cpu-env`` -> ``.venv-vllm``; on GPU a
 venv with requirements-vllm-gpu.txt), never in the training environment. The
 client is ``rlvr_core/rollout/vllm.py``, which starts this program itself:
 
-    .venv-vllm/bin/python scripts/vllm_server.py --model models/policy --port 0 \
-        --ready-file /tmp/ready.json
+    .venv-vllm/bin/python scripts/vllm_server.py --model models/policy --port 0 --ready-fd 5
+
+Readiness: once the model is loaded, the server writes one JSON line {"port", "pid",
+"start_seconds"} to the pipe whose write end it inherited as ``--ready-fd`` (what the
+client uses: no path in the shared temp folder that another user could write first), or
+to ``--ready-file``, which must lie in a folder of this user that no one else can write
+(refused otherwise); it is written under a fresh random name (``O_EXCL``, never through
+a symbolic link) and renamed into place.
 
 Authentication: every launch has a random token, given to the server in
 ``$RLVR_VLLM_TOKEN`` (removed from the environment at start, so vLLM's engine
@@ -117,6 +123,57 @@ def check_auth(header: str | None, token: str) -> tuple[int, str] | None:
     if not hmac.compare_digest(given.strip().encode(), token.encode()):
         return 403, "wrong token"
     return None
+
+
+def check_ready_file(path: str) -> None:
+    """SetupError unless ``path``'s folder belongs to this user and no one else can write it.
+
+    In a folder others can write (the shared temp folder), another user could write the ready
+    file first, with a port of their own, or plant a symbolic link where it is written.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.stat(folder)
+    except OSError as e:
+        raise SetupError(f"--ready-file {path}: {folder}: {e.strerror}") from None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise SetupError(f"--ready-file {path}: its folder {folder} must belong to this user and be writable by no "
+                         f"one else (it is {stat.filemode(st.st_mode)}, uid {st.st_uid}); use a private folder "
+                         "(`mktemp -d`) or --ready-fd")
+
+
+def check_ready_fd(fd: int) -> None:
+    """SetupError unless ``fd`` is an open pipe (the write end the launcher handed down); kept from later children."""
+    try:
+        st = os.fstat(fd)
+    except OSError as e:
+        raise SetupError(f"--ready-fd {fd}: {e.strerror}") from None
+    if not stat.S_ISFIFO(st.st_mode):
+        raise SetupError(f"--ready-fd {fd}: not a pipe")
+    os.set_inheritable(fd, False)
+
+
+def announce_ready(info: dict[str, Any], ready_fd: int | None = None, ready_file: str | None = None) -> None:
+    """Write ``info`` as one JSON line to the pipe ``ready_fd`` (then closed) and/or to ``ready_file``.
+
+    The file is written under a fresh random name in its folder (``mkstemp``: ``O_EXCL``, mode 0600,
+    so a planted symbolic link is never followed) and renamed over ``ready_file``.
+    """
+    data = (json.dumps(info) + "\n").encode()
+    if ready_fd is not None:
+        try:
+            os.write(ready_fd, data)  # one write below PIPE_BUF: the reader never sees half of it
+        finally:
+            os.close(ready_fd)
+    if ready_file is not None:
+        fd, tmp = tempfile.mkstemp(prefix=".ready-", dir=os.path.dirname(os.path.abspath(ready_file)))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, ready_file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def prepare_weights_dir(path: str | None) -> Path:
@@ -465,8 +522,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", required=True,
                     help="policy folder (save_pretrained layout: config, safetensors, tokenizer)")
     ap.add_argument("--host", default="127.0.0.1", help="loopback address to bind (only loopback is allowed)")
-    ap.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (see --ready-file)")
-    ap.add_argument("--ready-file", default=None, help="write {port, pid} here once the model is loaded")
+    ap.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (see --ready-fd)")
+    ap.add_argument("--ready-fd", type=int, default=None,
+                    help="inherited pipe to write {port, pid} to once the model is loaded (what the client uses)")
+    ap.add_argument("--ready-file", default=None,
+                    help="write {port, pid} here once the model is loaded; its folder must be private to this user")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
@@ -493,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before vLLM starts its engine processes: they must not inherit the token
         token = read_token(args.token_file)
         weights_dir = prepare_weights_dir(args.weights_dir)
+        if args.ready_fd is not None:
+            check_ready_fd(args.ready_fd)
+        if args.ready_file is not None:
+            check_ready_file(args.ready_file)
     except SetupError as e:
         print(f"[server] refusing to start: {e}", file=sys.stderr, flush=True)
         return 2
@@ -502,10 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     httpd.daemon_threads = True
     ref.append(httpd)
     port = httpd.server_address[1]
-    if args.ready_file:
-        tmp = Path(args.ready_file + ".tmp")
-        tmp.write_text(json.dumps({"port": port, "pid": os.getpid(), "start_seconds": time.perf_counter() - t0}))
-        os.replace(tmp, args.ready_file)
+    announce_ready({"port": port, "pid": os.getpid(), "start_seconds": time.perf_counter() - t0},
+                   args.ready_fd, args.ready_file)
     print(f"[server] ready on http://{args.host}:{port} after {time.perf_counter() - t0:.1f} s "
           f"(vllm {server.vllm_version}, model {args.model}, weights folder {weights_dir})",
           file=sys.stderr, flush=True)

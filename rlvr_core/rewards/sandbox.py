@@ -23,7 +23,11 @@ package ``bubblewrap``). Each run gets
 4. a seccomp filter refusing new user namespaces (``unshare``/``clone`` with
    ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS so libc falls back to ``clone``)
    and foreign syscall ABIs, so the program cannot become root of a namespace of
-   its own and mount file systems there;
+   its own and mount file systems there; unless ``allow_processes`` is set, it
+   also refuses new processes (``fork``, ``vfork``, ``clone`` without
+   ``CLONE_THREAD``: EAGAIN) while threads still start, so that ``RLIMIT_AS``
+   bounds the run's memory in all, not each of up to ``max_processes`` processes
+   (where there is no filter, ``RLIMIT_NPROC`` is 1 instead, threads included);
 5. rlimits set by ``prlimit`` before the interpreter starts: ``RLIMIT_CPU``,
    ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``,
    ``RLIMIT_CORE=0``;
@@ -137,6 +141,12 @@ class SandboxLimits:
     max_open_files:   RLIMIT_NOFILE
     max_processes:    RLIMIT_NPROC (bwrap: counted inside the run's namespace;
                       inprocess: applied only when privileges were dropped)
+    allow_processes:  bwrap: let the program start processes (up to max_processes).
+                      False (the default): ``fork``, ``vfork`` and ``clone`` without
+                      ``CLONE_THREAD`` fail with EAGAIN (seccomp; RLIMIT_NPROC=1 where
+                      there is no filter), threads still start, so the run's memory in
+                      all is one address space under memory_bytes. True: the run may
+                      hold up to max_processes x memory_bytes (docs/design.md §8.3)
     isolation:        "bwrap" (default; see the module docstring) or "inprocess"
                       (the weaker audit-hook sandbox, explicit opt-in, warns)
     network_namespace: inprocess only: run under ``unshare -n`` when that works
@@ -155,6 +165,7 @@ class SandboxLimits:
     max_disk_bytes: int = 16 * 2**20
     max_open_files: int = 64
     max_processes: int = 64
+    allow_processes: bool = False
     isolation: str = BWRAP
     network_namespace: bool = True
     drop_privileges: bool = True
@@ -210,8 +221,9 @@ class RunResult:
     pid:       host pid of the process started (bwrap, or the interpreter in-process;
                also its process group and session id)
     isolation: the layers that were active: bwrap: "bwrap", "userns", "pidns", "netns",
-               "ipcns", "utsns", "mountns", "unprivileged" and "seccomp" where the
-               filter exists for this machine; inprocess: "inprocess" plus "netns",
+               "ipcns", "utsns", "mountns", "unprivileged", "seccomp" where the
+               filter exists for this machine and "single-process" unless
+               allow_processes; inprocess: "inprocess" plus "netns",
                "unprivileged" where they worked
     sandbox_pid: host pid of the PID namespace's init (bwrap only)
     """
@@ -259,7 +271,7 @@ def check_sandbox(limits: SandboxLimits | None = None) -> tuple[str, ...]:
             stacklevel=2,
         )
         return (INPROCESS,)
-    return _bwrap_plan(limits.python, _is_root()).layers
+    return _bwrap_plan(limits.python, _is_root()).layers + (() if limits.allow_processes else ("single-process",))
 
 
 # ---------------------------------------------------------------------------------- bwrap
@@ -322,51 +334,57 @@ def _interpreter(python: str) -> tuple[str, str]:
     return lines[0], os.path.realpath(lines[1])
 
 
-def _seccomp_filter() -> bytes | None:
+def _assemble(prog: list) -> bytes:
+    """Classic BPF from (code, k, jump-if-true label, jump-if-false label) tuples and label strings."""
+    labels: dict[str, int] = {}
+    for item in prog:
+        if isinstance(item, str):
+            labels[item] = sum(1 for x in prog[: prog.index(item)] if not isinstance(x, str))
+    out = bytearray()
+    i = 0
+    for item in prog:
+        if isinstance(item, str):
+            continue
+        code, k, jt, jf = item
+        out += struct.pack("=HBBI", code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k)
+        i += 1
+    return bytes(out)
+
+
+@lru_cache(maxsize=4)
+def _seccomp_filter(single_process: bool = False) -> bytes | None:
     """A classic-BPF seccomp program: no new user namespaces, no foreign syscall ABI.
 
-    None on machines without a table here (the other layers still apply).
+    ``single_process``: also refuse new processes (``fork``, ``vfork``, ``clone`` without
+    ``CLONE_THREAD``) with EAGAIN, as RLIMIT_NPROC would; threads (which share the address
+    space, so RLIMIT_AS bounds them together) still start. None on machines without a table
+    here (the other layers still apply).
     """
-    # audit arch, clone, unshare, clone3, x32 ABI bit to refuse (x86_64 only)
+    # audit arch, clone, unshare, clone3, x32 ABI bit to refuse (x86_64 only), fork, vfork (none on aarch64)
     tables = {
-        "x86_64": (0xC000003E, 56, 272, 435, 0x40000000),
-        "aarch64": (0xC00000B7, 220, 97, 435, None),
+        "x86_64": (0xC000003E, 56, 272, 435, 0x40000000, (57, 58)),
+        "aarch64": (0xC00000B7, 220, 97, 435, None, ()),
     }
     entry = tables.get(platform.machine())
     if entry is None or sys.byteorder != "little":
         return None
-    arch, nr_clone, nr_unshare, nr_clone3, x32 = entry
+    arch, nr_clone, nr_unshare, nr_clone3, x32, forks = entry
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
     allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
-    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ERRNO | EPERM / ENOSYS
-    clone_newuser = 0x10000000
-    # (code, k, jump-if-true label, jump-if-false label); labels resolve to relative offsets
-    prog: list[tuple[int, int, str | None, str | None]] = [
-        (ld, 4, None, None),  # seccomp_data.arch
-        (jeq, arch, None, "kill"),
-        (ld, 0, None, None),  # seccomp_data.nr
-    ]
+    eperm, enosys, eagain = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 11  # SECCOMP_RET_ERRNO | errno
+    clone_newuser, clone_thread = 0x10000000, 0x00010000
+    prog: list = [(ld, 4, None, None), (jeq, arch, None, "kill"), (ld, 0, None, None)]  # arch, then nr
     if x32 is not None:
         prog.append((jge, x32, "kill", None))
-    prog += [
-        (jeq, nr_clone3, "enosys", None),
-        (jeq, nr_unshare, "flags", None),
-        (jeq, nr_clone, "flags", None),
-        (ret, allow, None, None),
-        (ld, 16, None, None),  # "flags": low 32 bits of args[0]
-        (jset, clone_newuser, "eperm", None),
-        (ret, allow, None, None),
-        (ret, eperm, None, None),  # "eperm"
-        (ret, enosys, None, None),  # "enosys"
-        (ret, kill, None, None),  # "kill"
-    ]
-    labels = {"flags": len(prog) - 6, "eperm": len(prog) - 3, "enosys": len(prog) - 2, "kill": len(prog) - 1}
-    out = bytearray()
-    for i, (code, k, jt, jf) in enumerate(prog):
-        t = labels[jt] - i - 1 if jt else 0
-        f = labels[jf] - i - 1 if jf else 0
-        out += struct.pack("=HBBI", code, t, f, k)
-    return bytes(out)
+    prog += [(jeq, nr_clone3, "enosys", None), (jeq, nr_unshare, "unshare", None), (jeq, nr_clone, "clone", None)]
+    prog += [(jeq, nr, "eagain", None) for nr in (forks if single_process else ())]
+    prog += [(ret, allow, None, None), "unshare", (ld, 16, None, None), (jset, clone_newuser, "eperm", None),
+             (ret, allow, None, None), "clone", (ld, 16, None, None), (jset, clone_newuser, "eperm", None)]
+    if single_process:
+        prog.append((jset, clone_thread, None, "eagain"))
+    prog += [(ret, allow, None, None), "eperm", (ret, eperm, None, None), "enosys", (ret, enosys, None, None),
+             "eagain", (ret, eagain, None, None), "kill", (ret, kill, None, None)]
+    return _assemble(prog)
 
 
 @lru_cache(maxsize=8)
@@ -529,7 +547,7 @@ class _BwrapFds:
         return tuple(fd for fd in (self.prog, self.info_w, self.block_r, self.seccomp) if fd >= 0)
 
 
-def _open_bwrap_fds(plan: _BwrapPlan, code: str, stdin: str) -> _BwrapFds:
+def _open_bwrap_fds(plan: _BwrapPlan, code: str, stdin: str, seccomp: bytes | None) -> _BwrapFds:
     """Seal the program, its stdin and the filter into memfds and open the info (and block) pipes."""
     own: list[int] = []
     prog_fd = _sealed_memfd("main.py", code.encode("utf-8", "surrogatepass"))
@@ -542,8 +560,8 @@ def _open_bwrap_fds(plan: _BwrapPlan, code: str, stdin: str) -> _BwrapFds:
     if plan.as_root:
         fds.block_r, fds.block_w = os.pipe()
         own.append(fds.block_r)
-    if plan.seccomp is not None:
-        fds.seccomp = _sealed_memfd("seccomp", plan.seccomp)
+    if seccomp is not None:
+        fds.seccomp = _sealed_memfd("seccomp", seccomp)
         own.append(fds.seccomp)
     return fds
 
@@ -551,6 +569,7 @@ def _open_bwrap_fds(plan: _BwrapPlan, code: str, stdin: str) -> _BwrapFds:
 def _bwrap_argv(plan: _BwrapPlan, limits: SandboxLimits, fds: _BwrapFds) -> list[str]:
     """bwrap's command line: namespaces, environment, mounts, uid setup and filter, then prlimit and the prelude."""
     cpu = max(1, math.ceil(limits.cpu_seconds))
+    nproc = 1 if not limits.allow_processes and plan.seccomp is None else int(limits.max_processes)
     argv = [
         plan.bwrap,
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -571,12 +590,12 @@ def _bwrap_argv(plan: _BwrapPlan, limits: SandboxLimits, fds: _BwrapFds) -> list
     else:
         argv += ["--uid", str(UNPRIVILEGED_UID), "--gid", str(UNPRIVILEGED_GID),
                  "--disable-userns", "--cap-drop", "ALL"]
-    if plan.seccomp is not None:
+    if fds.seccomp >= 0:
         argv += ["--seccomp", str(fds.seccomp)]
     argv += ["--", *plan.drop, plan.prlimit]
     argv += [
         f"--cpu={cpu}:{cpu + 1}", f"--as={int(limits.memory_bytes)}", f"--fsize={int(limits.max_file_bytes)}",
-        f"--nofile={int(limits.max_open_files)}", f"--nproc={int(limits.max_processes)}", "--core=0",
+        f"--nofile={int(limits.max_open_files)}", f"--nproc={nproc}", "--core=0",
         "--", plan.python, "-S", "-s", "-B", "-P", "-c", _BWRAP_PRELUDE,
     ]  # fmt: skip
     return argv
@@ -613,7 +632,8 @@ def _close_bwrap_run(proc: subprocess.Popen[bytes] | None, pidfd: int | None, fd
 
 def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimits) -> RunResult:
     """Run ``code`` once under ``plan``: start bwrap, find the sandbox's init, collect the output, end the run."""
-    fds = _open_bwrap_fds(plan, code, stdin)
+    single = not limits.allow_processes
+    fds = _open_bwrap_fds(plan, code, stdin, _seccomp_filter(single) if plan.seccomp is not None else None)
     argv = _bwrap_argv(plan, limits, fds)
     proc: subprocess.Popen[bytes] | None = None
     pidfd: int | None = None
@@ -652,7 +672,7 @@ def _bwrap_execute(plan: _BwrapPlan, code: str, stdin: str, limits: SandboxLimit
             stderr=err[-8192:].decode("utf-8", errors="replace"),
             wall_seconds=wall,
             pid=proc.pid,
-            isolation=plan.layers,
+            isolation=plan.layers + (("single-process",) if single else ()),
             sandbox_pid=child,
         )
     finally:

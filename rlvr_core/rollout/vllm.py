@@ -32,7 +32,10 @@ written to a private folder (mode 0700) that this client creates in /dev/shm
 for the server it starts (``--weights-dir``), and the server loads weight files
 from that folder only. For a server given by ``url``, the token comes from
 ``token_file`` or ``$RLVR_VLLM_TOKEN``, and the folder is the one the server
-reports in ``/health``.
+reports in ``/health``. The started server announces its port on a pipe it inherits
+(``--ready-fd``), never in a file another user could write first; the client refuses
+another pid, sends nothing to a connection whose far end belongs to another user
+(``ForeignServer``) and never goes through an HTTP proxy (docs/design.md §8.2).
 
 Failure handling: a server that dies (its process exits, the connection is
 refused or reset, it answers 503 because its engine died, or a request times
@@ -49,9 +52,12 @@ import http.client
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -84,6 +90,82 @@ class ServerUnavailable(VLLMServerError):
     """The server is not answering (dead process, refused or reset connection, time-out, dead engine)."""
 
 
+def _diag_uid(sock: socket.socket) -> int | None:
+    """Owner uid of the far end of TCP connection ``sock``, asked of the kernel by its exact address pair
+    (netlink sock_diag, a few microseconds); None where the kernel does not answer."""
+    family = sock.family
+    (lhost, lport), (rhost, rport) = sock.getsockname()[:2], sock.getpeername()[:2]
+    addr = [socket.inet_pton(family, h).ljust(16, b"\0") for h in (rhost, lhost)]
+    # inet_diag_req_v2: family, protocol, ext, pad, states; sockid: sport, dport (big-endian), src, dst, if, cookie
+    req = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + struct.pack(">HH", rport, lport) \
+        + addr[0] + addr[1] + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    msg = struct.pack("=IHHII", 16 + len(req), 20, 1, 1, 0) + req  # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as nl:  # NETLINK_SOCK_DIAG
+            nl.settimeout(1.0)
+            nl.send(msg)
+            data = nl.recv(8192)
+    except (OSError, AttributeError):
+        return None
+    length, kind = struct.unpack_from("=IH", data)
+    if kind != 20 or length < 16 + 72:  # an NLMSG_ERROR (no such socket, no sock_diag) or a short answer
+        return None
+    return struct.unpack_from("=I", data, 16 + 64)[0]  # inet_diag_msg.idiag_uid
+
+
+def peer_uid(sock: socket.socket, tries: int = 20) -> int | None:
+    """The uid that owns the far end of the loopback TCP connection ``sock``.
+
+    The far end of a connection to a listening socket is owned by whoever opened the listener. Asked
+    of the kernel by sock_diag, else read from /proc/net/tcp* (slower: tens of ms on a host with a
+    large connection table). None where neither can tell.
+    """
+    uid = _diag_uid(sock)
+    if uid is not None:
+        return uid
+    want = (f"{sock.getpeername()[1]:04X}", f"{sock.getsockname()[1]:04X}")
+    for _ in range(tries):
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as f:
+                    rows = [line.split() for line in f][1:]
+            except OSError:
+                continue
+            for row in rows:  # sl local remote st ... uid: established (01) or not yet accepted (03)
+                if (row[1].rsplit(":", 1)[1], row[2].rsplit(":", 1)[1]) == want and row[3] in ("01", "03"):
+                    return int(row[7])
+        time.sleep(0.002)
+    return None
+
+
+class ForeignServer(VLLMServerError):
+    """The port of the server this client started is held by another user's process; no token was sent."""
+
+
+class _OwnServerConnection(http.client.HTTPConnection):
+    """A connection that, before anything is sent, checks that the listening end belongs to this user."""
+
+    def connect(self) -> None:
+        super().connect()
+        uid = peer_uid(self.sock)
+        if uid is not None and uid != os.getuid():
+            self.sock.close()
+            raise ForeignServer(f"127.0.0.1:{self.port} is held by uid {uid}, not by this user's vLLM server "
+                                "(another user took the port?); nothing was sent to it")
+
+
+class _OwnServerHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_OwnServerConnection, req)
+
+
+#: Every request goes straight to the loopback server: openers without proxies, so that ``$http_proxy``
+#: (urllib honours it, also for 127.0.0.1 unless ``$no_proxy`` says otherwise) never receives the token.
+#: A server this client started must also answer from a socket of this user (``_OwnServerConnection``).
+_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_OWN_SERVER_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _OwnServerHandler)
+
+
 def round_seed(seed: int, call: int, prompt_id: int) -> int:
     """Sampling seed of prompt ``prompt_id`` in generate call ``call`` of an engine seeded ``seed``.
 
@@ -101,6 +183,43 @@ def _is_loopback(host: str) -> bool:
                    for info in socket.getaddrinfo(host, None))
     except socket.gaierror:
         return False
+
+
+def _proc_paths(pid: str) -> list[str]:
+    """Files process ``pid`` maps or holds open, as /proc reports them (deleted ones left out)."""
+    paths: list[str] = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6:
+                paths.append(parts[5].rstrip("\n"))
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return [p for p in paths if not p.endswith(" (deleted)")]
+
+
+def group_shm_files(pgid: int) -> set[str]:
+    """Files directly in /dev/shm that the processes of group ``pgid`` map or hold open (empty without /proc).
+
+    Read from the kernel, never from what a server says, so that a server answering in another's
+    place cannot make the client remove a file of its choosing.
+    """
+    found: set[str] = set()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:  # fields after comm: state ppid pgrp
+                    continue
+            paths = _proc_paths(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+        found |= {p for p in paths if p.startswith("/dev/shm/") and "/" not in p[len("/dev/shm/"):]}
+    return found
 
 
 def _read_token_file(path: str | os.PathLike) -> str:
@@ -323,9 +442,9 @@ class VLLMEngine(RolloutEngine):
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------- server
-    def _server_command(self, ready_file: Path) -> list[str]:
+    def _server_command(self, ready_fd: int) -> list[str]:
         cmd = [str(self.server_python), str(self.server_script), "--model", str(self.policy_dir), "--host", "127.0.0.1",
-               "--port", "0", "--ready-file", str(ready_file), "--dtype", self.dtype,
+               "--port", "0", "--ready-fd", str(ready_fd), "--dtype", self.dtype,
                "--max-model-len", str(self.max_model_len), "--seed", str(self.seed),
                "--weights-dir", str(self._weights_folder)]
         if self.gpu_memory_utilization is not None:
@@ -353,7 +472,12 @@ class VLLMEngine(RolloutEngine):
         return text[-chars:]
 
     def _start_server(self) -> None:
-        """Start the server program and wait until it answers; VLLMServerError with its log tail otherwise."""
+        """Start the server program and wait until it answers; VLLMServerError with its log tail otherwise.
+
+        The handshake (docs/design.md §8.2): the server inherits the write end of a pipe (``--ready-fd``)
+        and writes ``{"port", "pid"}`` to it once loaded. No path in the shared temp folder is involved,
+        so no other user can answer in its place; the pid must be the process started here.
+        """
         if not self.server_python.exists():
             raise VLLMServerError(
                 f"the vLLM server environment is missing: {self.server_python} does not exist. Build it with "
@@ -364,10 +488,6 @@ class VLLMEngine(RolloutEngine):
             os.close(fd)
             self.log_path = Path(name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, ready = tempfile.mkstemp(prefix="rlvr-vllm-ready-", suffix=".json")
-        os.close(fd)
-        ready_file = Path(ready)
-        ready_file.unlink()
         if self._weights_folder is None:  # private (0700), kept across restarts, removed on close
             self.weights_dir.mkdir(parents=True, exist_ok=True)
             self._weights_folder = Path(tempfile.mkdtemp(prefix="rlvr-vllm-", dir=self.weights_dir)).resolve()
@@ -376,41 +496,67 @@ class VLLMEngine(RolloutEngine):
         self._log_file = open(self.log_path, "ab")
         self._log_file.write(f"\n=== starting server at {time.strftime('%H:%M:%S')} ===\n".encode())
         self._log_file.flush()
-        # A session of its own: the server and the engine process vLLM forks from it are one
-        # process group, killed together on restart or close.
         self._shm_noted = False
-        self._proc = subprocess.Popen(self._server_command(ready_file), stdin=subprocess.DEVNULL,
-                                      stdout=self._log_file, stderr=subprocess.STDOUT,
-                                      env=self._server_environment(), start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
+        ready_r, ready_w = os.pipe()
+        try:  # a session of its own: the server and vLLM's engine processes are one group, killed together
+            self._proc = subprocess.Popen(self._server_command(ready_w), stdin=subprocess.DEVNULL,
+                                          stdout=self._log_file, stderr=subprocess.STDOUT, pass_fds=(ready_w,),
+                                          env=self._server_environment(), start_new_session=True)
+        finally:
+            os.close(ready_w)  # only the server holds the write end now: EOF when it exits
         try:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    raise VLLMServerError(f"the vLLM server exited with code {self._proc.returncode} while starting; "
-                                          f"log {self.log_path}:\n{self._log_tail()}")
-                if ready_file.exists():
+            port = self._await_ready(ready_r)
+        finally:
+            os.close(ready_r)
+        self.url = f"http://127.0.0.1:{port}"
+        self._get("/health", timeout=30.0)
+        self._note_shm()
+
+    def _await_ready(self, ready_r: int) -> int:
+        """The port the started server announces on its ready pipe; VLLMServerError if it exits or times out."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        buf = b""
+        while time.monotonic() < deadline and b"\n" not in buf:
+            if select.select([ready_r], [], [], 0.2)[0]:
+                chunk = os.read(ready_r, 4096)
+                buf += chunk
+                if not chunk and b"\n" not in buf:  # EOF: the server closed the pipe without announcing
                     try:
-                        info = json.loads(ready_file.read_text())
-                    except ValueError:
-                        info = None  # written but not yet complete
-                    if info is not None:
-                        self.url = f"http://127.0.0.1:{int(info['port'])}"
-                        self._note_shm(self._get("/health", timeout=30.0))
-                        return
-                time.sleep(0.2)
+                        self._proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        self._kill_server()
+                        raise VLLMServerError("the vLLM server closed its ready pipe without announcing a port; "
+                                              f"log {self.log_path}:\n{self._log_tail()}") from None
+            if self._proc.poll() is not None and b"\n" not in buf:
+                raise VLLMServerError(f"the vLLM server exited with code {self._proc.returncode} while starting; "
+                                      f"log {self.log_path}:\n{self._log_tail()}")
+        if b"\n" not in buf:
             self._kill_server()
             raise VLLMServerError("the vLLM server did not become ready "
                                   f"within start_timeout={self.start_timeout:.0f} s; "
                                   f"log {self.log_path}:\n{self._log_tail()}")
-        finally:
-            ready_file.unlink(missing_ok=True)
+        try:
+            info = json.loads(buf.split(b"\n", 1)[0])
+            port, pid = int(info["port"]), int(info["pid"])
+        except (ValueError, KeyError, TypeError) as e:
+            self._kill_server()
+            raise VLLMServerError(f"the vLLM server announced {buf[:200]!r} on its ready pipe: {e}") from None
+        if pid != self._proc.pid or not 0 < port < 65536:
+            started = self._proc.pid
+            self._kill_server()
+            raise VLLMServerError(f"the vLLM server announced pid {pid} and port {port}; it was started as pid "
+                                  f"{started}")
+        return port
 
-    def _note_shm(self, health: Mapping[str, Any]) -> None:
-        """Remember the shared-memory files the server reports, to remove them if it is killed."""
-        for name in health.get("shm_files") or []:
-            if (isinstance(name, str) and name.startswith("/dev/shm/") and "/" not in name[len("/dev/shm/"):]
-                    and not Path(name).name.startswith("rlvr-vllm-")):  # never our own weight files
-                self._server_shm.add(name)
+    def _note_shm(self) -> None:
+        """Remember the shared-memory files the server's processes hold (read from /proc, not asked of the server).
+
+        They are removed if the server is killed; our own weight files (in a sub-folder) are never among them.
+        """
+        if self._proc is not None:
+            self._server_shm |= {name for name in group_shm_files(self._proc.pid)
+                                 if not Path(name).name.startswith("rlvr-vllm-")}
 
     def _kill_server(self) -> None:
         proc, self._proc = self._proc, None
@@ -437,7 +583,12 @@ class VLLMEngine(RolloutEngine):
             self._log_file = None
         # a killed vLLM leaves its message-queue segments behind (hundreds of MB of RAM)
         for name in self._server_shm:
-            Path(name).unlink(missing_ok=True)
+            try:
+                st = os.lstat(name)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                    os.unlink(name)
+            except OSError:
+                pass
         self._server_shm.clear()
 
     def _ensure_server(self) -> None:
@@ -492,7 +643,8 @@ class VLLMEngine(RolloutEngine):
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Bearer {self._token}"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            opener = _LOOPBACK_OPENER if self.external else _OWN_SERVER_OPENER
+            with opener.open(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
             try:
@@ -569,7 +721,7 @@ class VLLMEngine(RolloutEngine):
         }
         out = self._call("/generate", body)
         if not self.external and not self._shm_noted:
-            self._note_shm(self.health())  # segments created lazily by the first round
+            self._note_shm()  # segments created lazily by the first round
             self._shm_noted = True
         return self._rollouts(items, out)
 
@@ -744,4 +896,5 @@ class VLLMEngine(RolloutEngine):
             pass
 
 
-__all__ = ["VLLMEngine", "VLLMServerError", "ServerUnavailable", "round_seed", "SERVER_SCRIPT", "DEFAULT_SERVER_PYTHON"]
+__all__ = ["VLLMEngine", "VLLMServerError", "ServerUnavailable", "ForeignServer", "round_seed", "SERVER_SCRIPT",
+           "DEFAULT_SERVER_PYTHON"]

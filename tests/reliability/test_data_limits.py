@@ -125,6 +125,50 @@ class _Engine(RolloutEngine):
         self.state = dict(state)
 
 
+def _chained(inner: BaseException, how: str, depth: int = 1) -> BaseException:
+    """``inner`` wrapped ``depth`` times in RuntimeErrors, by ``raise ... from`` or inside ``except``."""
+    exc = inner
+    for i in range(depth):
+        try:
+            try:
+                raise exc
+            except BaseException as e:
+                if how == "cause":
+                    raise RuntimeError(f"worker {i} failed") from e
+                if how == "suppressed":
+                    raise RuntimeError(f"worker {i} failed") from None
+                raise RuntimeError(f"worker {i} failed")  # noqa: B904 - the implicit __context__ is the point
+        except RuntimeError as outer:
+            exc = outer
+    return exc
+
+
+@pytest.mark.parametrize("exc, oom", [
+    (_chained(MemoryError(), "cause"), True),
+    (_chained(torch.OutOfMemoryError("CUDA out of memory"), "context"), True),
+    (_chained(OutOfMemory("x"), "cause", depth=5), True),
+    (_chained(RuntimeError("connection reset by peer"), "cause"), False),
+    (_chained(MemoryError(), "suppressed"), False),  # `from None`: the author says it is not the story
+    (_chained(MemoryError(), "cause", depth=40), False),  # the walk is bounded (OOM_CHAIN_DEPTH)
+])
+def test_an_out_of_memory_inside_another_error_is_recognised(exc: BaseException, oom: bool) -> None:
+    assert is_out_of_memory(exc) is oom
+
+
+def test_an_exception_chain_with_a_cycle_ends() -> None:
+    a, b = RuntimeError("a"), RuntimeError("b")
+    a.__cause__, b.__cause__ = b, a
+    assert is_out_of_memory(a) is False
+
+
+@pytest.mark.parametrize("how", ["cause", "context"])
+def test_a_wrapped_out_of_memory_is_not_retried(how: str) -> None:
+    wrapped = _Engine(_chained(MemoryError("no room"), how))
+    with pytest.raises(RuntimeError, match="worker 0 failed"):
+        generate_with_retry(wrapped, {0: 4}, retries=3, retry_delay_s=0.0)
+    assert wrapped.calls == 1 and wrapped.state == {"calls": 0}
+
+
 def test_out_of_memory_is_not_retried_but_other_faults_are() -> None:
     oom = _Engine(MemoryError("no room"))
     t0 = time.monotonic()

@@ -39,7 +39,9 @@ from rlvr_core.rewards.sandbox import (  # noqa: E402
     run_python,
 )
 
-LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20)
+# allow_processes: the hostile programs below must meet the deeper layers (namespaces, daemons, limits),
+# not only the default single-process rule (test_a_runs_memory_in_all_is_bounded_not_only_each_process)
+LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, allow_processes=True)
 WALL_BOUND = LIMITS.wall_seconds + 1.5  # the wall limit plus slack for a loaded 2-core machine
 ONE_TEST = {"tests": [{"input": "1 2\n", "output": "3\n"}]}
 SECRET_KEY = "RLVR_TEST_SECRET"
@@ -156,9 +158,69 @@ def test_threads_and_processes_of_ordinary_programs_work(private_tmp) -> None:
         "with multiprocessing.Pool(2) as p:\n    m = p.map(abs, [-1, -2, 3])\n"
         "print(out, s, m, time.strftime('%Y', time.gmtime(0)))\n"
     )
-    result = run_python(code, "", SandboxLimits(cpu_seconds=2, wall_seconds=10))
+    result = run_python(code, "", SandboxLimits(cpu_seconds=2, wall_seconds=10, allow_processes=True))
     assert result.status == OK, result.stderr[-500:]
     assert result.stdout == "[1] 285 [1, 2, 3] 1970\n"
+    assert "single-process" not in result.isolation
+    assert list(private_tmp.iterdir()) == []
+
+
+# Four children that each touch MIB MiB and hold it at the same time; prints how many held it.
+FORK_AND_HOLD = """
+import os, time
+MIB = 80
+r, w = os.pipe()
+try:
+    for _ in range(4):
+        if os.fork() == 0:
+            try:
+                b = bytearray(MIB * 2**20)
+                b[::4096] = b"x" * (len(b) // 4096)
+                os.write(w, b"1")
+                time.sleep(2)
+            finally:
+                os._exit(0)
+except OSError as e:
+    print("fork refused", e.errno)
+os.close(w)
+held = b""
+while chunk := os.read(r, 16):
+    held += chunk
+print("held", len(held))
+"""
+
+
+def test_a_runs_memory_in_all_is_bounded_not_only_each_process(private_tmp) -> None:
+    """Per-process RLIMIT_AS let 4 forked children hold 4 x 80 MiB against memory_bytes = 128 MiB."""
+    limits = SandboxLimits(cpu_seconds=3, wall_seconds=10, memory_bytes=128 * 2**20)
+    result = run_python(FORK_AND_HOLD, "", limits)
+    assert result.status == OK, result.stderr[-500:]
+    held = int(result.stdout.split("held ")[1])
+    assert held * 80 <= 128, result.stdout  # the run's total stays under memory_bytes
+    assert result.stdout.startswith("fork refused 11\n") and "single-process" in result.isolation
+    assert "single-process" in sandbox_mod.check_sandbox(limits)
+    assert "single-process" not in sandbox_mod.check_sandbox(SandboxLimits(allow_processes=True))
+    threads = run_python(  # threads share the address space: they still start
+        "import threading, sys\nthreading.stack_size(2**26)\nsys.setrecursionlimit(10**5)\n"
+        "f = lambda n: n and 1 + f(n - 1)\nout = []\nt = threading.Thread(target=lambda: out.append(f(20000)))\n"
+        "t.start()\nt.join()\nprint(out)\n", "", limits)
+    assert threads.status == OK and threads.stdout == "[20000]\n", threads.stderr[-500:]
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_without_a_seccomp_table_the_run_is_held_to_one_process(private_tmp, monkeypatch) -> None:
+    """The fallback where the filter has no table for the machine: RLIMIT_NPROC=1 (threads refused too)."""
+    monkeypatch.setattr(sandbox_mod, "_seccomp_filter", lambda single_process=False: None)
+    sandbox_mod._bwrap_plan.cache_clear()
+    try:
+        limits = SandboxLimits(cpu_seconds=3, wall_seconds=10, memory_bytes=128 * 2**20)
+        result = run_python(FORK_AND_HOLD, "", limits)
+        assert result.status == OK and "seccomp" not in result.isolation, result.stderr[-500:]
+        assert result.stdout == "fork refused 11\nheld 0\n"
+        threads = run_python("import threading\nthreading.Thread(target=print).start()\n", "", limits)
+        assert threads.status == RUNTIME_ERROR and "can't start new thread" in threads.stderr
+    finally:
+        sandbox_mod._bwrap_plan.cache_clear()
     assert list(private_tmp.iterdir()) == []
 
 
@@ -174,7 +236,8 @@ def test_killed_verifier_takes_its_sandbox_along(tmp_path: Path, processes_with)
     (tmp_path / "program.py").write_text(program)
     driver = (
         "import sys\nfrom rlvr_core.rewards.sandbox import SandboxLimits, run_python\n"
-        "run_python(open(sys.argv[1]).read(), '', SandboxLimits(cpu_seconds=30, wall_seconds=60))\n"
+        "run_python(open(sys.argv[1]).read(), '', SandboxLimits(cpu_seconds=30, wall_seconds=60,\n"
+        "                                                  allow_processes=True))\n"
     )
     root = Path(sandbox_mod.__file__).parents[2]
     verifier = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path / "program.py")],

@@ -22,8 +22,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,10 +133,13 @@ class FakeState:
 
     def health(self) -> dict[str, Any]:
         shm = os.environ.get("FAKE_SHM_PREFIX")
-        if shm:  # a stand-in for vLLM's message-queue segments, one per server process
+        if shm:  # a stand-in for vLLM's message-queue segments, one per server process, held open like them
             shm = f"{shm}-{os.getpid()}"
-            Path(shm).touch()
-        return {"shm_files": [shm] if shm else [], "status": "ok", "model": self.model,
+            if not hasattr(self, "shm_file"):
+                self.shm_file = open(shm, "ab")
+        claimed = [shm] if shm else []
+        claimed += [os.environ["FAKE_SHM_CLAIM"]] if os.environ.get("FAKE_SHM_CLAIM") else []  # not its own
+        return {"shm_files": claimed, "status": "ok", "model": self.model,
                 "weights_version": self.weights_version, "digest": self.digest,
                 "sleeping": self.sleeping, "busy": False, "pid": os.getpid(), "engine_pids": [], "vllm": "fake",
                 "generate_calls": self.generate_calls, "weights_dir": str(self.weights_dir)}
@@ -198,7 +203,8 @@ def _serve_main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--ready-file", default=None)
+    ap.add_argument("--ready-fd", type=int, default=None)
+    ap.add_argument("--ready-file", default=None)  # what older clients passed (the hijack test runs against it)
     ap.add_argument("--weights-dir", default=None)
     args, _ = ap.parse_known_args()
     if os.environ.get("FAKE_FAIL_START"):
@@ -207,9 +213,14 @@ def _serve_main() -> None:
     with open(os.environ.get("FAKE_ARGV_LOG", os.devnull), "a") as f:
         f.write(json.dumps(sys.argv[1:]) + "\n")
     state = FakeState(args.model, server_mod.read_token(None), args.weights_dir)
+    time.sleep(float(os.environ.get("FAKE_START_DELAY", "0")))  # vLLM takes seconds to load
     httpd = fake_httpd(state, args.port)
-    if args.ready_file:
-        Path(args.ready_file + ".tmp").write_text(json.dumps({"port": httpd.server_address[1], "pid": os.getpid()}))
+    info = {"port": httpd.server_address[1], "pid": int(os.environ.get("FAKE_READY_PID", os.getpid()))}
+    if args.ready_fd is not None:
+        server_mod.check_ready_fd(args.ready_fd)
+        server_mod.announce_ready(info, args.ready_fd)
+    elif args.ready_file:
+        Path(args.ready_file + ".tmp").write_text(json.dumps(info))
         os.replace(args.ready_file + ".tmp", args.ready_file)
     httpd.serve_forever(poll_interval=0.05)
 
@@ -423,7 +434,9 @@ def test_a_killed_servers_shared_memory_is_removed(policy, tmp_path):
     prefix = f"/dev/shm/rlvr-test-fake-{os.getpid()}"
     if not Path("/dev/shm").is_dir():
         pytest.skip("no /dev/shm")
-    eng = _owned(policy, tmp_path, server_env={"FAKE_SHM_PREFIX": prefix})
+    victim = Path(f"/dev/shm/rlvr-test-victim-{os.getpid()}")  # a file of ours the server never opened
+    victim.write_text("keep")
+    eng = _owned(policy, tmp_path, server_env={"FAKE_SHM_PREFIX": prefix, "FAKE_SHM_CLAIM": str(victim)})
     try:
         pid0 = eng.health()["pid"]
         first = Path(f"{prefix}-{pid0}")
@@ -435,9 +448,202 @@ def test_a_killed_servers_shared_memory_is_removed(policy, tmp_path):
         second = Path(f"{prefix}-{eng.health()['pid']}")
         assert not first.exists() and second.exists()  # the dead server's segment is gone
         assert list((tmp_path / "shm").glob("rlvr-vllm-*/*.safetensors"))  # our weight file is never taken for theirs
+        assert victim.read_text() == "keep"  # named in /health, but held by no process of the server: kept
     finally:
         eng.close()
+        victim.unlink(missing_ok=True)
     assert not second.exists()
+
+
+class _Recorder(ThreadingHTTPServer):
+    """A listener standing in for another user's server (or proxy): records every request line and header."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str | None]] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                recorder.seen.append((self.command, self.path, self.headers.get("Authorization")))
+                data = json.dumps({"status": "ok", "shm_files": [], "results": []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer  # noqa: N815
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def _plant_ready_files(port: int, stop: threading.Event, planted: list[str]) -> None:
+    """Another user's move: read the fake server's --ready-file from /proc/PID/cmdline and answer first."""
+    while not stop.is_set():
+        for proc in Path("/proc").iterdir():
+            try:
+                argv = (proc / "cmdline").read_bytes().decode().split("\0")
+            except OSError:
+                continue
+            if str(THIS) in argv and "--ready-file" in argv:
+                ready = argv[argv.index("--ready-file") + 1]
+                if ready not in planted:
+                    Path(ready).write_text(json.dumps({"port": port, "pid": int(proc.name)}))
+                    if os.getuid() == 0:
+                        os.chown(ready, 65534, 65534)  # as uid 65534 would have written it
+                    planted.append(ready)
+        time.sleep(0.05)
+
+
+def test_another_user_cannot_answer_the_servers_launch(policy, tmp_path):
+    attacker = _Recorder()
+    stop, planted = threading.Event(), []
+    spy = threading.Thread(target=_plant_ready_files, args=(attacker.server_address[1], stop, planted), daemon=True)
+    spy.start()
+    try:
+        eng = _owned(policy, tmp_path, server_env={"FAKE_START_DELAY": "1.5"})
+        try:
+            assert eng.health()["pid"] == eng._proc.pid and len(eng.generate({0: 2})) == 2
+        finally:
+            eng.close()
+    finally:
+        stop.set()
+        spy.join()
+        attacker.close()
+    assert planted == [] and attacker.seen == []  # no path to write first, and the token never reached it
+
+
+STUB_VLLM = {  # just enough of vllm for scripts/vllm_server.py's start-up: LLM, SamplingParams, TokensPrompt
+    "vllm/__init__.py": "__version__ = 'stub'\n"
+                        "class LLM:\n"
+                        "    def __init__(self, **kw):\n        self.kw = kw\n"
+                        "    def generate(self, *a, **kw):\n        return []\n"
+                        "    def reset_prefix_cache(self):\n        pass\n"
+                        "class SamplingParams:\n    def __init__(self, **kw):\n        self.kw = kw\n",
+    "vllm/inputs.py": "def TokensPrompt(**kw):\n    return kw\n",
+}
+
+
+def test_the_real_server_program_announces_itself_on_the_ready_pipe(policy, tmp_path):
+    """scripts/vllm_server.py itself (over a stub vllm) through the handshake, /health and /shutdown."""
+    for name, text in STUB_VLLM.items():
+        (tmp_path / "stub" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "stub" / name).write_text(text)
+    eng = _owned(policy, tmp_path, server_script=server_mod.__file__, server_env={"PYTHONPATH": str(tmp_path / "stub")})
+    try:
+        health = eng.health()
+        assert health["pid"] == eng._proc.pid and health["vllm"] == "stub"
+        assert health["weights_dir"] == str(eng._weights_folder)
+        cmdline = Path(f"/proc/{eng._proc.pid}/cmdline").read_bytes().decode().split("\0")
+        assert "--ready-fd" in cmdline and "--ready-file" not in cmdline  # no path another user could write
+    finally:
+        eng.close()
+    assert eng._proc is None and "ready on http://127.0.0.1" in (tmp_path / "server.log").read_text()
+
+
+PORT_SQUATTER = """
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(4)
+print("listening", flush=True)
+c, _ = s.accept()
+c.settimeout(2)
+try:
+    print(repr(c.recv(65536)), flush=True)
+except OSError:
+    print("nothing", flush=True)
+"""
+
+
+def test_a_port_taken_over_by_another_user_gets_no_token(policy, tmp_path):
+    """The started server dies; uid 65534 binds its port before the client notices: nothing is sent to it."""
+    python = "/usr/bin/python3"  # one that uid 65534 can run
+    if os.geteuid() != 0 or not os.access(python, os.X_OK):
+        pytest.skip("needs root (to listen as a second user, uid 65534) and /usr/bin/python3")
+    eng = _owned(policy, tmp_path)
+    squatter = None
+    try:
+        port = int(eng.url.rsplit(":", 1)[1])
+        os.killpg(eng._proc.pid, signal.SIGKILL)
+        eng._proc.wait(timeout=10)
+        squatter = subprocess.Popen([python, "-S", "-c", PORT_SQUATTER, str(port)], user=65534, group=65534,
+                                    stdout=subprocess.PIPE, text=True, cwd="/")
+        assert squatter.stdout.readline() == "listening\n"
+        with pytest.raises(VLLMServerError, match=f"127.0.0.1:{port} is held by uid 65534"):
+            eng.health()  # a request that does not look at the process first
+        assert squatter.stdout.readline() == "b''\n"  # connected, then closed: no request, no token
+        assert len(eng.generate({0: 2})) == 2 and eng.restarts == 1  # generate notices the death and restarts
+    finally:
+        eng.close()
+        if squatter is not None:
+            squatter.kill()
+            squatter.wait()
+            squatter.stdout.close()
+
+
+def test_peer_uid_names_the_listeners_owner_by_sock_diag_and_by_proc(monkeypatch):
+    from rlvr_core.rollout import vllm as vllm_mod
+
+    python = "/usr/bin/python3"
+    if os.geteuid() != 0 or not os.access(python, os.X_OK):
+        pytest.skip("needs root (to listen as a second user, uid 65534) and /usr/bin/python3")
+    listener = subprocess.Popen([python, "-S", "-c", "import socket, time\ns = socket.socket()\n"
+                                 "s.bind(('127.0.0.1', 0))\ns.listen(8)\nprint(s.getsockname()[1], flush=True)\n"
+                                 "time.sleep(30)\n"],
+                                user=65534, group=65534, stdout=subprocess.PIPE, text=True, cwd="/")
+    mine = socket.create_server(("127.0.0.1", 0))
+    try:
+        theirs = int(listener.stdout.readline())
+        for port, uid in ((theirs, 65534), (mine.getsockname()[1], os.getuid())):
+            with socket.create_connection(("127.0.0.1", port)) as c:  # still in the accept queue: not accepted
+                assert vllm_mod._diag_uid(c) == uid and vllm_mod.peer_uid(c) == uid
+                monkeypatch.setattr(vllm_mod, "_diag_uid", lambda sock: None)  # the /proc/net/tcp path
+                assert vllm_mod.peer_uid(c) == uid
+                monkeypatch.undo()
+    finally:
+        mine.close()
+        listener.kill()
+        listener.wait()
+        listener.stdout.close()
+
+
+def test_a_ready_announcement_with_another_pid_is_refused(policy, tmp_path):
+    with pytest.raises(VLLMServerError, match="announced pid 1 and port"):
+        _owned(policy, tmp_path, server_env={"FAKE_READY_PID": "1"})
+
+
+def test_the_server_writes_a_ready_file_only_in_a_private_folder_and_never_through_a_link(tmp_path):
+    shared = Path(tempfile.gettempdir())
+    assert shared.stat().st_mode & 0o002  # the shared temp folder: anyone can write there
+    with pytest.raises(server_mod.SetupError, match="writable by no one else"):
+        server_mod.check_ready_file(str(shared / "ready.json"))
+    folder = tmp_path / "private"
+    folder.mkdir(mode=0o700)
+    server_mod.check_ready_file(str(folder / "ready.json"))
+    victim = tmp_path / "victim"
+    victim.write_text("root's file")
+    (folder / "ready.json.tmp").symlink_to(victim)  # planted where the server used to write first
+    server_mod.announce_ready({"port": 1234, "pid": 5}, ready_file=str(folder / "ready.json"))
+    assert victim.read_text() == "root's file"
+    assert json.loads((folder / "ready.json").read_text()) == {"port": 1234, "pid": 5}
+    assert not (folder / "ready.json").is_symlink() and (folder / "ready.json").stat().st_mode & 0o077 == 0
+    r, w = os.pipe()
+    server_mod.check_ready_fd(w)
+    server_mod.announce_ready({"port": 1, "pid": 2}, ready_fd=w)
+    assert json.loads(os.read(r, 100)) == {"port": 1, "pid": 2} and os.read(r, 100) == b""  # written, then closed
+    os.close(r)
+    with pytest.raises(server_mod.SetupError, match="not a pipe"):
+        server_mod.check_ready_fd(os.open(victim, os.O_RDONLY))
 
 
 @pytest.mark.parametrize("fault", ["ENGINE_DEAD_ON_GENERATE", "HANG_ON_GENERATE"])
@@ -629,6 +835,27 @@ def test_the_client_sends_its_token_and_reports_a_refusal(policy, inproc, monkey
     monkeypatch.delenv("RLVR_VLLM_TOKEN")
     with pytest.raises(ConfigError, match="needs its token"):
         VLLMEngine(model, tok, PROMPTS, url=url)
+
+
+def test_the_token_never_goes_to_an_http_proxy(policy, inproc, tmp_path, monkeypatch):
+    model, tok, _ = policy
+    proxy = _Recorder()
+    try:
+        for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.server_address[1]}")
+        for name in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        _, url = inproc
+        eng = VLLMEngine(model, tok, PROMPTS, url=url)
+        assert len(eng.generate({0: 2})) == 2 and eng.health()["status"] == "ok"
+        owned = _owned(policy, tmp_path)
+        try:
+            assert len(owned.generate({1: 1})) == 1
+        finally:
+            owned.close()
+    finally:
+        proxy.close()
+    assert proxy.seen == []
 
 
 def test_token_file_must_be_owner_only(policy, inproc, tmp_path, monkeypatch):

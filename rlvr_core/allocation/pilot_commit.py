@@ -115,18 +115,17 @@ class PilotCommitAllocator(Allocator):
 
     def _pilot_prompts(self, n: int) -> np.ndarray:
         """Up to n fresh prompts that are neither evicted nor waiting in the buffer."""
-        out: list[int] = []
+        out: dict[int, None] = {}  # ordered, and a set for the membership test
         for _ in range(4):
             if len(out) >= n:
                 break
-            cand = self._fresh(n - len(out))
-            if len(cand) == 0:
+            cand = self._fresh(n - len(out)).tolist()
+            if not cand:
                 break
-            bad = np.fromiter((q in self.evicted or q in self.survivors or q in out for q in cand.tolist()),
-                              bool, len(cand))
-            self._counters["skipped"] += sum(q in self.evicted for q in cand.tolist())
-            out.extend(cand[~bad].tolist())
-        return np.asarray(out, np.int64)
+            evicted = [q in self.evicted for q in cand]
+            self._counters["skipped"] += sum(evicted)
+            out.update((q, None) for q, ev in zip(cand, evicted) if not ev and q not in self.survivors and q not in out)
+        return np.asarray(list(out), np.int64)
 
     def _commit_requests(self) -> dict[int, int]:
         p, led = self.params, self.ledger
@@ -173,12 +172,12 @@ class PilotCommitAllocator(Allocator):
         self._counters["deferred"] += int((rate < p.lower).sum())
         self._counters["too_easy"] += int((rate > 1.0 - p.upper).sum())
         self._counters["abandoned"] += int((~keep).sum())
-        for q, kept, sd, r in zip(led.prompt[piloted].tolist(), keep.tolist(), std.tolist(), rate.tolist()):
-            if kept:
-                self.survivors[q] = (self.step, float(sd))
-            if p.exclude is not None and r >= p.exclude:
-                self.evicted.add(q)
-                self._counters["evicted"] += 1
+        prompts = led.prompt[piloted]
+        self.survivors.update((q, (self.step, sd)) for q, sd in zip(prompts[keep].tolist(), std[keep].tolist()))
+        if p.exclude is not None:
+            gone = prompts[rate >= p.exclude].tolist()
+            self.evicted.update(gone)
+            self._counters["evicted"] += len(gone)
 
     def _batch_rows(self, rows: Rollouts, row_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.flatnonzero(np.isin(row_slot, self.committed_slots))

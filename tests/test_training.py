@@ -192,3 +192,21 @@ def test_ar3po_reuse_is_counted_apart_and_its_buffer_survives_resume(setup, tmp_
                     run_dir=tmp_path / "split")
     assert resumed.resumed_from == 2
     assert _strip(resumed.metrics) == _strip(full.metrics)
+
+
+@pytest.mark.parametrize("allocator", ["pilot-commit", "reinforce-ada"])
+def test_published_baselines_train_on_the_tiny_policy(setup, tmp_path, allocator):
+    root, ds = setup
+    res = train(_cfg(allocator=allocator, steps=2, eval_every=0, checkpoint_every=2), policy_dir=root / "policy",
+                train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
+    steps = res.metrics[1:]
+    assert [r["step"] for r in steps] == [1, 2]
+    log = read_log(tmp_path / "r" / "rollouts.parquet")
+    assert log["rollouts"].sum() == steps[-1]["cum_rollouts"] and log["tokens"].sum() == steps[-1]["cum_tokens"]
+    for r in steps:
+        assert 0 < r["rollouts"] and r["groups"] <= 8 and r["reused_rollouts"] == 0
+        assert r["trained_sequences"] <= r["rollouts"]
+    if allocator == "pilot-commit":  # every group of the batch is a committed prompt's
+        assert all(r["committed"] == r["groups"] for r in steps)
+    state = read_state(tmp_path / "r" / "checkpoints" / "step_000002")["allocator"]
+    assert state["name"] == allocator

@@ -210,4 +210,3 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
     assert calls == {"splits": 1, "fit": 0}
     T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "b")
     assert calls == {"splits": 2, "fit": 2}
-

@@ -37,6 +37,7 @@ Departures from the source:
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,7 +133,7 @@ class PilotCommitAllocator(Allocator):
         need = p.batch_size - len(self.committed_slots)
         if need <= 0 or not self.survivors:
             return {}
-        order = sorted(self.survivors.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))[:need]
+        order = heapq.nsmallest(need, self.survivors.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))
         req = {}
         for q, _ in order:
             del self.survivors[q]

@@ -78,6 +78,12 @@ VARIANTS = (
     Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection"),
     Variant("sara[floor]", "sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0),
                                     "max_rounds": 8}, "the screening floor's stop rule, empirical-Bayes prior"),
+    Variant("pilot-commit", "pilot-commit", {},
+            "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B"),
+    Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass"),
+    Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone"),
+    Variant("reinforce-ada", "reinforce-ada", {},
+            "rounds of k until k/2 passes and k/2 fails (at most 4); groups of k"),
 )
 
 
@@ -93,6 +99,8 @@ def run_one(variant: Variant, scenario: str, k: int, seed: int, steps: int, batc
         engine.update_weights()
         for key in ("rollouts", "tokens", "effective_groups", "useful_rollouts", "rounds", "hit_cap"):
             tot[key] = tot.get(key, 0) + getattr(st, key)
+        # a reused completion (ar3po) sits in an effective group but was not generated: not a useful rollout
+        tot["useful_rollouts"] -= st.extra.get("reused_rollouts", 0)
     eff = max(tot["effective_groups"], 1)
     return {
         "allocator": variant.label, "scenario": scenario, "k": k, "seed": seed,

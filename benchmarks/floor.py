@@ -5,7 +5,9 @@
 For a population of pass rates the floor (rlvr_core/allocation/floor.py) is the fewest rollouts per
 effective group that any allocator deciding from a prompt's own rewards can spend, even one that knows the
 population exactly. Below it only information about a prompt before its first rollout helps: a recurring
-prompt's history (sara[carry], sara+dps, greso) or its features (the contextual prior).
+prompt's history (sara[carry], sara+dps, greso, pilot-commit's eviction) or its features (the contextual prior).
+AR3PO is outside the floor's class: its groups stop at the first correct response (smaller than k), and its
+response reuse is signal that costs no rollout of the step.
 
 Writes under benchmarks/results/:
 - allocation_floor.json  the static scenarios (k = 8 and 16) beside the allocation benchmark's measured
@@ -33,8 +35,13 @@ from rlvr_core.rollout.simulated import REPLAY_FILE, SCENARIOS, ReplayLog
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STATIC = ("early", "late", "ushape", "uniform")
-# allocators of the allocation benchmark that carry a prompt's history across steps (the floor does not bind them)
-HISTORY = ("sara[carry]", "sara+dps", "greso")
+# allocators of the allocation benchmark that carry a prompt's history across steps (the floor does not bind them):
+# ar3po reuses an earlier step's correct completion, pilot-commit evicts prompts its pilot found solved
+HISTORY = ("sara[carry]", "sara+dps", "greso", "pilot-commit")
+# allocators whose effective groups are smaller than k (ar3po stops a prompt at its first correct response): an
+# effective group of theirs is not the floor's unit (a full group of k), so neither best column lists them;
+# ar3po's response reuse is besides outside the floor's class (signal that costs no rollout of the step)
+SMALL_GROUPS = ("ar3po", "ar3po[no-reuse]")
 TARGET_OVER_K = 1.4  # the allocation issue's simulator target
 K = 8  # the group size of the replay log's run and of the training study's regimes (params.yaml train.k)
 
@@ -52,7 +59,8 @@ def static_rows(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for k in (8, 16):
             beta = SCENARIOS[sc].beta
             row = {"scenario": sc, "beta": list(beta), **_row(screening_floor(k, beta=beta))}
-            cells = [r for r in measured if r["scenario"] == sc and r["k"] == k and r["allocator"] != "oracle"]
+            cells = [r for r in measured if r["scenario"] == sc and r["k"] == k
+                     and r["allocator"] not in ("oracle", *SMALL_GROUPS)]
             for key, pick in (("best_without_history", [r for r in cells if r["allocator"] not in HISTORY]),
                               ("best_with_history", [r for r in cells if r["allocator"] in HISTORY])):
                 if pick:
@@ -110,6 +118,9 @@ def markdown(static: list[dict[str, Any]], replay_sum: dict[str, Any], study: li
         "prompt after the given number of identical rewards. Measured: benchmarks/results/allocation.json",
         f"(mean over seeds). Allocators with a prompt's history across steps ({', '.join(HISTORY)}) can go below",
         "the floor, because the simulated pool of 4,096 prompts recurs; no prompt recurred in the real runs.",
+        "ar3po is left out of both columns: it stops a prompt at its first correct response, so its effective",
+        "groups are smaller than k and not the floor's unit, and its response reuse (a completion from an earlier",
+        "step) is signal that costs no rollout, outside the floor's class.",
         "",
         "| scenario | k | floor / k | filter / k | most a no-history allocator saves over the filter "
         "| abandon after (fails, passes) | best without history | best with history |",
@@ -192,7 +203,8 @@ def write(results: Path, study_out: Path | None = None, replay: Path = REPLAY_FI
     rsum = summary(steps)
     study = study_rows(study_out or results, rsum["floor_over_k"]["mean"])
     result = {"static": static, "replay": {"source": replay.name, "k": K, "summary": rsum, "steps": steps},
-              "study_equal_batch": study, "history_allocators": list(HISTORY)}
+              "study_equal_batch": study, "history_allocators": list(HISTORY),
+              "small_group_allocators": list(SMALL_GROUPS)}
     results.mkdir(parents=True, exist_ok=True)
     (results / "allocation_floor.json").write_text(json.dumps(result, indent=1) + "\n")
     (results / "allocation_floor.md").write_text(markdown(static, rsum, study))

@@ -591,6 +591,8 @@ def step_record(step: int, stats: Any, batch: Any, upd: Mapping[str, float], sco
         "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
         "allocate_s": allocate_s, "update_s": update_s, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
         "trained_tokens": upd.get("n_tokens", 0.0), "trained_sequences": upd.get("n_sequences", 0.0),
+        # completions an allocator reused from earlier steps (ar3po): in "tokens", not in "rollouts"
+        "reused_rollouts": stats.extra.get("reused_rollouts", 0), "reused_tokens": stats.extra.get("reused_tokens", 0),
     }
 
 

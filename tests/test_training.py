@@ -84,6 +84,50 @@ def test_step_metrics_account_rollouts_and_tokens(setup, tmp_path):
     assert len(list((tmp_path / "r" / "checkpoints").glob("step_*"))) == 1  # keep_last
 
 
+def test_ar3po_reuse_is_counted_apart_and_its_buffer_survives_resume(setup, tmp_path):
+    """A pool of 8 prompts recurs every step, so AR3PO's buffer of correct completions fills and is reused. The
+    record counts reused completions apart: rollouts (and cum_rollouts) new ones only, tokens both; the buffer is
+    in the checkpoint, and a run resumed from step 2 makes the uninterrupted run's steps 3 and 4."""
+    root, ds = setup
+    rows = ds["train"].select(range(8))
+    cfg = dict(allocator="ar3po", steps=4, eval_every=2, checkpoint_every=2)
+    full = train(_cfg(**cfg), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
+                 run_dir=tmp_path / "full")
+    steps = full.metrics[1:]
+    assert sum(r["reused_rollouts"] for r in steps) > 0
+    log = read_log(tmp_path / "full" / "rollouts.parquet")
+    assert log["rollouts"].sum() == steps[-1]["cum_rollouts"] == sum(r["rollouts"] for r in steps)
+    assert log["tokens"].sum() + sum(r["reused_tokens"] for r in steps) == steps[-1]["cum_tokens"]
+    for r in steps:
+        assert r["trained_sequences"] <= r["rollouts"] + r["reused_rollouts"]
+    buffer = read_state(tmp_path / "full" / "checkpoints" / "step_000002")["allocator"]["extra"]["buffer"]
+    assert buffer and all(row.reward[0] > 0.5 for _, row in buffer)
+    train(_cfg(**{**cfg, "steps": 2}), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
+          run_dir=tmp_path / "split")
+    resumed = train(_cfg(**cfg), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
+                    run_dir=tmp_path / "split")
+    assert resumed.resumed_from == 2
+    assert _strip(resumed.metrics) == _strip(full.metrics)
+
+
+@pytest.mark.parametrize("allocator", ["pilot-commit", "reinforce-ada"])
+def test_published_baselines_train_on_the_tiny_policy(setup, tmp_path, allocator):
+    root, ds = setup
+    res = train(_cfg(allocator=allocator, steps=2, eval_every=0, checkpoint_every=2), policy_dir=root / "policy",
+                train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
+    steps = res.metrics[1:]
+    assert [r["step"] for r in steps] == [1, 2]
+    log = read_log(tmp_path / "r" / "rollouts.parquet")
+    assert log["rollouts"].sum() == steps[-1]["cum_rollouts"] and log["tokens"].sum() == steps[-1]["cum_tokens"]
+    for r in steps:
+        assert 0 < r["rollouts"] and r["groups"] <= 8 and r["reused_rollouts"] == 0
+        assert r["trained_sequences"] <= r["rollouts"]
+    if allocator == "pilot-commit":  # every group of the batch is a committed prompt's
+        assert all(r["committed"] == r["groups"] for r in steps)
+    state = read_state(tmp_path / "r" / "checkpoints" / "step_000002")["allocator"]
+    assert state["name"] == allocator
+
+
 def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
     root, ds = setup
     res = train(_cfg(allocator="sara", steps=3, checkpoint_every=2), policy_dir=root / "policy",

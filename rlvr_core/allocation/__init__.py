@@ -1,9 +1,10 @@
 """Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
 
-Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps.
+Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada.
 """
 
-from rlvr_core.allocation import dapo, greso, pods, sara, uniform, vigor  # noqa: F401  (registration)
+# registration
+from rlvr_core.allocation import ar3po, dapo, greso, pilot_commit, pods, reinforce_ada, sara, uniform, vigor  # noqa: F401
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import p_effective
 from rlvr_core.allocation.loop import run_allocation_step

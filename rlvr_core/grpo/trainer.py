@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterator
 
@@ -256,6 +257,8 @@ class GRPOTrainer:
         the update and checks that trainer and engine score tokens alike),
         grad_norm (before clipping), n_sequences, n_tokens,
         updates, skipped (1: nothing to train on), nonfinite (1: update dropped),
+        reused_sequences (rows an allocator reused from an earlier step, their ratio taken against the current
+        policy: ``_rescore_reused``),
         seconds, and the advantage estimator's metrics prefixed ``adv/``.
         Token metrics are token-weighted means over the whole (global) batch,
         averaged over the epochs that were applied.
@@ -352,6 +355,26 @@ class GRPOTrainer:
             tot.ratio_max = max(tot.ratio_max, m["ratio_max"])
         return tot
 
+    @torch.no_grad()
+    def _rescore_reused(self, local: PolicyBatch, train_batch: TrainBatch) -> int:
+        """Give rows whose payload says ``reused`` (a completion an allocator kept from an earlier step, AR3PO's
+        response reuse) the current policy's log-probs as their old log-probs, so their importance ratio starts
+        at 1: the sampling policy that scored them is gone. This is what a trainer that recomputes every old
+        log-prob before the update (verl, the sources' trainer) does for them. Returns how many rows of the whole
+        batch are reused."""
+        payload = train_batch.rollouts.payload
+        reused = np.fromiter((isinstance(p, Mapping) and bool(p.get("reused")) for p in payload), bool, len(payload))
+        if not reused.any():
+            return 0
+        sel = np.flatnonzero(reused[local.row.cpu().numpy()])
+        for idx in _chunks(len(sel), self.config.micro_batch):
+            rows = sel[idx]
+            mb = local.select(rows, trim=False).to(self.device)
+            lp, _ = self._forward(self.model, mb, False)
+            fresh = (lp * mb.completion_mask).to(local.old_logprobs.device, local.old_logprobs.dtype)
+            local.old_logprobs[torch.as_tensor(rows)] = fresh
+        return int(reused.sum())
+
     def _reduce(self, values: list[float], grads: bool) -> tuple[list[float], list[torch.Tensor] | None]:
         """Sum ``values`` (float64) and, with ``grads``, every parameter's gradient over ranks.
 
@@ -415,7 +438,7 @@ class GRPOTrainer:
             "loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "grad_norm": 0.0,
             **{k: 0.0 for k in _TOKEN_METRICS if k != "kl_ref"},
             "ratio_max": 0.0, "n_sequences": float(len(batch)), "n_tokens": n_tokens,
-            "updates": 0.0, "skipped": 0.0, "nonfinite": 0.0,
+            "updates": 0.0, "skipped": 0.0, "nonfinite": 0.0, "reused_sequences": 0.0,
         }
         out.update(adv_metrics)
         if len(batch) == 0 or normaliser <= 0:
@@ -426,6 +449,7 @@ class GRPOTrainer:
         local = batch.select(shard_rows(len(batch), self.rank, self.world))
         was_training = self.model.training
         self.model.eval()
+        out["reused_sequences"] = float(self._rescore_reused(local, train_batch))
         epochs = c.epochs if update else 1
         sums = {k: 0.0 for k in ("loss", "pg_loss", "grad_norm", *_TOKEN_METRICS)}
         done = 0

@@ -11,7 +11,8 @@ from rlvr_core.rollout.simulated import SimulatedEngine
 NAMES = ALLOCATORS.names()
 EXTRA = {"sara": [{}, {"mode": "rollouts"}, {"prior": "carry+eb"}, {"prior": "context"},
                   {"prior": "carry+context", "mode": "rollouts"}, {"prior": "eb", "stop_rule": "floor"}],
-         "sara+dps": [{}, {"prior": "carry+context"}, {"prior": "carry+context", "stop_rule": "floor"}]}
+         "sara+dps": [{}, {"prior": "carry+context"}, {"prior": "carry+context", "stop_rule": "floor"}],
+         "reinforce-ada": [{}, {"rule": "positive"}], "ar3po": [{}, {"reuse": False}]}
 CASES = [(n, kw) for n in NAMES for kw in EXTRA.get(n, [{}])]
 # every source carries per-prompt context keys (what the training loop gives); allocators without a
 # contextual prior ignore them
@@ -26,7 +27,8 @@ def build(name, kw, seed=0, scenario="ushape"):
 
 
 def test_every_design_allocator_is_registered():
-    assert set(NAMES) >= {"grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps"}
+    assert set(NAMES) >= {"grpo", "dapo", "sara", "vigor", "pods", "greso", "sara+dps", "pilot-commit", "ar3po",
+                          "reinforce-ada"}
 
 
 @pytest.mark.parametrize("name,kw", CASES)

@@ -32,6 +32,13 @@ def test_unknown_allocator_lists_valid_names():
     ("pods", {"n_generate": 4}, "n_generate"),
     ("greso", {"p_explore": 0.0}, "p_explore"),
     ("grpo", {"batch_size": 0}, "batch_size"),
+    ("pilot-commit", {"n_pilot": 8}, "n_pilot"),
+    ("pilot-commit", {"lower": 0.9}, "lower"),
+    ("pilot-commit", {"max_off_steps": -1}, "max_off_steps"),
+    ("ar3po", {"stage_size": 0}, "stage_size"),
+    ("ar3po", {"buffer_prompts": 0}, "buffer_prompts"),
+    ("reinforce-ada", {"rule": "pos"}, "rule"),
+    ("reinforce-ada", {"max_rounds": 0}, "max_rounds"),
 ])
 def test_impossible_parameters_name_the_field(name, kw, field):
     with pytest.raises(ConfigError) as e:
@@ -42,6 +49,21 @@ def test_impossible_parameters_name_the_field(name, kw, field):
 def test_unknown_parameter_suggests_closest():
     with pytest.raises(ConfigError, match="did you mean 'tau_low'"):
         make_allocator("sara", tau_lo=0.3)
+
+
+@pytest.mark.parametrize("name,bad,good", [("pilot-commit", "n_pilots", "n_pilot"),
+                                           ("ar3po", "stage_sise", "stage_size"),
+                                           ("reinforce-ada", "max_round", "max_rounds")])
+def test_unknown_parameter_of_the_published_baselines_suggests_closest(name, bad, good):
+    with pytest.raises(ConfigError, match=f"did you mean '{good}'"):
+        make_allocator(name, **{bad: 1})
+
+
+def test_a_misspelt_published_baseline_suggests_its_name():
+    with pytest.raises(UnknownNameError, match="did you mean 'pilot-commit'"):
+        make_allocator("pilot_commit")
+    with pytest.raises(UnknownNameError, match="did you mean 'reinforce-ada'"):
+        make_allocator("reinforce_ada")
 
 
 @pytest.mark.parametrize("name", ["sara", "sara+dps"])

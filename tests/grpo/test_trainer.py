@@ -348,3 +348,38 @@ def test_prompt_group_weight_gives_every_trained_group_the_same_weight():
     ratio = (weighted.advantages / plain.advantages).numpy()
     big = (weighted.group_id == 0).numpy()
     assert np.allclose(ratio[big], 3.5 / 8) and np.allclose(ratio[~big], 3.5 / 2)
+
+
+def mark_reused(batch: TrainBatch, rows) -> TrainBatch:
+    payload = [dict(p, reused=True) if i in set(rows) else p for i, p in enumerate(batch.rollouts.payload)]
+    ro = batch.rollouts
+    return TrainBatch(Rollouts(ro.prompt_id, ro.reward, ro.tokens, payload), batch.group_id, batch.effective)
+
+
+def test_reused_rows_take_their_ratio_against_the_current_policy():
+    """AR3PO's reused completions carry log-probs of an earlier policy; the trainer replaces them by the current
+    policy's, so the loss equals that of the same completions scored now (docs/design.md §4.12)."""
+    sizes = [4, 3]
+    stale = make_batch(tiny_model(seed=7), sizes, seed=2, rewards=[1, 0, 0, 1, 0, 1, 1])
+    fresh = make_batch(tiny_model(seed=0), sizes, seed=2, rewards=[1, 0, 0, 1, 0, 1, 1])
+    cfg = TrainerConfig(lr=1e-2, micro_batch=2)
+    plain = GRPOTrainer(tiny_model(seed=0), cfg, pad_id=PAD).evaluate(stale)
+    assert plain["old_logprob_abs_diff"] > 1e-2 and plain["reused_sequences"] == 0
+    reused = mark_reused(stale, range(7))
+    m = GRPOTrainer(tiny_model(seed=0), cfg, pad_id=PAD).evaluate(reused)
+    assert m["reused_sequences"] == 7
+    assert m["old_logprob_abs_diff"] < 1e-5 and m["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    now = GRPOTrainer(tiny_model(seed=0), cfg, pad_id=PAD).evaluate(fresh)
+    assert m["loss"] == pytest.approx(now["loss"], abs=1e-6)
+    assert m["approx_kl"] == pytest.approx(now["approx_kl"], abs=1e-7)
+    assert plain["loss"] != pytest.approx(now["loss"], abs=1e-6)  # the stale ratio would change the loss
+
+
+def test_only_the_reused_rows_are_rescored():
+    sizes = [4, 3]
+    stale = make_batch(tiny_model(seed=7), sizes, seed=2, rewards=[1, 0, 0, 1, 0, 1, 1])
+    one = mark_reused(stale, [3])
+    m = GRPOTrainer(tiny_model(seed=0), TrainerConfig(), pad_id=PAD).evaluate(one)
+    full = GRPOTrainer(tiny_model(seed=0), TrainerConfig(), pad_id=PAD).evaluate(stale)
+    assert m["reused_sequences"] == 1
+    assert 0 < m["old_logprob_abs_diff"] < full["old_logprob_abs_diff"]

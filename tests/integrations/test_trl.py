@@ -109,6 +109,53 @@ def test_allocators_train_and_log_their_counters(tmp_path, model_dir, dataset, a
         assert max(h["rounds"] for h in hist) > 1 and all(h["rollouts"] <= 8 for h in hist)
 
 
+def test_pilot_commit_trains_on_the_prompts_its_pilot_found_informative(tmp_path, model_dir, dataset):
+    """k = 4, so pilots of 2: a 0.5 prompt's pilot is [1, 0] and survives; 0 prompts are deferred, 1 prompts
+    skipped and evicted (never drawn again); survivors beyond the 2 a step needs are committed in the next."""
+    reward = ScriptedReward()
+    tr = AllocatedGRPOTrainer(model=model_dir, reward_funcs=[reward], args=grpo_config(tmp_path, max_steps=3),
+                              train_dataset=dataset, allocator="pilot-commit")
+    batches = spy_batches(tr)
+    tr.train()
+    hist, scored = tr.allocation_history, by_step(reward.rows)
+    assert len(hist) == 3
+    evicted: set[str] = set()
+    for step, (h, out) in enumerate(zip(hist, batches)):
+        counts = Counter(scored[step])
+        assert not evicted & set(counts)  # an evicted prompt is never piloted again
+        evicted |= {q for q in counts if PASS[q] == 1.0}
+        # only informative prompts train: every committed group is a 0.5 prompt's, hence mixed
+        assert h["committed"] == 2 and h["groups"] == 2 and h["effective_groups"] == 2
+        own = {q for q, n in counts.items() if n == 4}  # pilot 2 + commit 2 in this step
+        assert all(PASS[q] == 0.5 for q in own) and len(own) + h["carried"] == 2
+        assert all(n == 2 for q, n in counts.items() if PASS[q] != 0.5)  # the others: pilot only
+        # a survivor carried from an earlier step trains on its commit (2) only
+        assert int((out["completion_mask"].sum(1) > 0).sum()) == h["useful_rollouts"] == 4 * len(own) + 2 * h["carried"]
+    assert evicted and sum(h["carried"] for h in hist) > 0
+
+
+def test_reinforce_ada_samples_until_a_pass_and_a_fail(tmp_path, model_dir, dataset):
+    """k = 4, rounds of 4: a 0.5 prompt has 2 passes and 2 fails after one round and stops; a 0 or 1 prompt
+    never meets the rule and runs all 4 rounds; every prompt trains on a group of 4."""
+    reward = ScriptedReward()
+    tr = AllocatedGRPOTrainer(model=model_dir, reward_funcs=[reward], args=grpo_config(tmp_path, max_steps=2),
+                              train_dataset=dataset, allocator="reinforce-ada")
+    batches = spy_batches(tr)
+    tr.train()
+    hist, scored = tr.allocation_history, by_step(reward.rows)
+    for step, (h, out) in enumerate(zip(hist, batches)):
+        counts = Counter(scored[step])
+        assert len(counts) == 2 and h["groups"] == 2
+        assert all(n == (4 if PASS[q] == 0.5 else 16) for q, n in counts.items())
+        assert h["effective_groups"] == sum(PASS[q] == 0.5 for q in counts)
+        assert int((out["completion_mask"].sum(1) > 0).sum()) == 8
+
+
+def test_ar3po_reuse_is_refused_inside_trl(tmp_path, dataset):
+    with pytest.raises(ConfigError, match="reuse"):
+        AllocatedGRPOTrainer(model="unused", args=grpo_config(tmp_path), train_dataset=dataset, allocator="ar3po")
+
+
 def test_grpo_allocator_matches_plain_grpotrainer(tmp_path, model_dir, dataset):
     runs = {}
     for name in ("plain", "grpo"):

@@ -100,15 +100,22 @@ VARIANTS: dict[str, tuple] = {
     # population it prices effective groups by
     "sara[floor]": ("sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
     "sara+dps[context+floor]": ("sara+dps", {"prior": "carry+context", "stop_rule": "floor"}),
+    # the strongest published allocators (docs/design.md §4.11-§4.13), at their defaults
+    "pilot-commit": ("pilot-commit", {}),
+    "reinforce-ada": ("reinforce-ada", {}),
+    "reinforce-ada[pos]": ("reinforce-ada", {"rule": "positive"}),
+    "ar3po": ("ar3po", {}),
+    "ar3po[no-reuse]": ("ar3po", {"reuse": False}),
 }
 # The allocators of the pool regimes and of the matched-updates protocols (the measurement issue's list)
-MATCHED = ("dapo", "greso", "sara", "sara[carry]", "sara+dps", "sara+dps[context]")
+MATCHED = ("dapo", "greso", "sara", "sara[carry]", "sara+dps", "sara+dps[context]", "pilot-commit", "reinforce-ada")
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),
     "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]",  # in this order: value first
-                    "sara+dps[context]", "sara[floor]", "sara+dps[context+floor]"),
+                    "sara+dps[context]", "sara[floor]", "sara+dps[context+floor]", "pilot-commit", "reinforce-ada"),
+    # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]", "vigor[screen]", "vigor[prompt]",
-                       "vigor[screen+prompt]"),
+                       "vigor[screen+prompt]", "ar3po", "ar3po[no-reuse]"),
     # sara+dps[context] joined after the equal-batch study named it our strongest candidate (training_candidates.md)
     "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]",
               "sara+dps[context]"),
@@ -119,6 +126,9 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
     "matched-updates": ("grpo",),
     "matched-updates-small": MATCHED,
 }
+# added after the step-grid regimes' warm starts were lost (check_policy refuses new runs there): these run on the
+# pool and warm-start regimes only
+STEP_GRID_EXCLUDE = frozenset({"pilot-commit", "reinforce-ada", "reinforce-ada[pos]", "ar3po", "ar3po[no-reuse]"})
 # cells that hold the runs of another protocol too: (protocol, [(protocol of the runs, allocators or None: all)])
 SHARED: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
     "equal-rollouts": (("reference", ("grpo",)),),
@@ -562,6 +572,8 @@ def _labels(protocol: str, quick: bool, variants: Sequence[str] | None = None, r
     labels = PROTOCOLS[protocol]
     if protocol == "equal-batch" and regime not in R.STEP_GRID_REGIMES:
         labels = MATCHED  # the new regimes (pool, warm-start variants) run the measurement issue's list
+    if regime in R.STEP_GRID_REGIMES:
+        labels = tuple(lab for lab in labels if lab not in STEP_GRID_EXCLUDE)
     if variants:
         unknown = sorted(set(variants) - set(labels))
         if unknown:
@@ -759,11 +771,9 @@ def against_baseline(cells: Mapping[tuple[str, str, str], Sequence[Mapping[str, 
 
 def expected_runs(regime: str, protocol: str, seeds: int = 5) -> int:
     """Runs of the full plan of a (regime, protocol), reference included (tuned: grid plus the chosen points)."""
-    n = len(PROTOCOLS[protocol]) * seeds
+    n = len(_labels(protocol, False, regime=regime)) * seeds
     if protocol == "tuned":
         n += len(PROTOCOLS[protocol]) * len(GRID) * len(GRID_SEEDS)
-    if protocol == "equal-batch" and regime not in R.STEP_GRID_REGIMES:
-        n = len(MATCHED) * seeds  # the new regimes run the measurement issue's list
     return n + (0 if protocol in ("reference", "equal-rollouts") else seeds)
 
 

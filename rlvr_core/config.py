@@ -10,7 +10,8 @@ finite (NaN and infinities are refused everywhere). Range checks follow in each
 section's ``__post_init__``. params.yaml is read with ``read_yaml``: aliases that
 would expand past ``MAX_YAML_NODES`` nodes are refused while composing, before
 anything is built, and exponent floats as people type them (``5e-5``, ``1E-4``)
-are numbers, as in YAML 1.2. Messages show values through ``short_repr``.
+are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused
+with the line they are on. Messages show values through ``short_repr``.
 
 One source of defaults: every dataclass default equals the project's params.yaml
 value (tests/pipeline/test_params_defaults.py), so a key a file leaves out means
@@ -38,6 +39,8 @@ from rlvr_core.models.warmstart import WarmStartConfig
 # the most nodes a params file or a --set value may expand to (aliases counted each time they are used);
 # params.yaml has a few hundred
 MAX_YAML_NODES = 20_000
+# the most digits of an int in a params file: past 309 digits an int no longer fits a float
+MAX_INT_DIGITS = 309
 # longest completion a run may ask for: Qwen2.5's context is 32,768 tokens, and the engines reserve
 # batch_size * k * max_new_tokens token slots up front (1e9 tokens asked for 160 GB)
 MAX_NEW_TOKENS = 32_768
@@ -67,8 +70,16 @@ def _is_real(x: Any) -> bool:
 # ----------------------------------------------------------------------------- reading YAML
 
 
-class _ExpandsTooFar(yaml.YAMLError):
+class _Refused(yaml.YAMLError):
+    """A params file that parses but is refused; the message says where and why."""
+
+
+class _ExpandsTooFar(_Refused):
     pass
+
+
+def _at(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
 
 
 class ParamsLoader(yaml.SafeLoader):
@@ -78,6 +89,21 @@ class ParamsLoader(yaml.SafeLoader):
         node = super().compose_document()
         _count_nodes(node, {})
         return node
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An int, refused when it is past a float's range (Python refuses 4,301+ digit ints with a
+        ValueError, and no params number can be that large)."""
+        digits = str(node.value).replace("_", "").lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS:
+            raise _Refused(f"the number at {_at(node)} is {len(digits):,} digits long; a params number must fit "
+                           f"a float (at most {MAX_INT_DIGITS} digits)")
+        value = super().construct_yaml_int(node)
+        if abs(value) >= 2 ** 1024:
+            raise _Refused(f"the number at {_at(node)} is past a float's range (about 1.8e308)")
+        return value
+
+
+ParamsLoader.add_constructor("tag:yaml.org,2002:int", ParamsLoader.construct_yaml_int)
 
 
 # YAML 1.1 (PyYAML) wants a dot and a signed exponent (5.0e-5); people type 5e-5, 1E-4, 1e5
@@ -109,9 +135,9 @@ def read_yaml(text: str, where: str) -> Any:
     """Parse ``text`` with ``ParamsLoader``; ConfigError naming ``where`` on bad or oversized YAML."""
     try:
         return yaml.load(text, Loader=ParamsLoader)  # a SafeLoader subclass
-    except _ExpandsTooFar as e:
+    except _Refused as e:
         raise ConfigError(f"{where}: {e}") from None
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, ValueError, OverflowError) as e:  # ValueError: e.g. a date 2001-13-01, !!int 12x
         why = " ".join(str(e).split())
         raise ConfigError(f"{where}: not valid YAML ({why if len(why) <= 300 else why[:297] + '...'})") from None
     except RecursionError:

@@ -1,0 +1,49 @@
+"""params.yaml and --set values that parse but would mislead or crash are refused with a ConfigError that
+says where: ints past Python's digit limit, duplicate keys, YAML 1.1 octals, non-finite nested values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlvr_core.config import load_params, parse_set
+from rlvr_core.errors import ConfigError
+
+PARAMS = """\
+prepare: {task: arithmetic, n_train: 300, n_test: 40, seed: 0}
+train:
+  allocator: sara
+  allocators: [sara]
+  k: 4
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("number", ["1" * 5001, "-" + "7" * 4301, "0x" + "f" * 5000, "9" * 310])
+def test_a_huge_int_is_a_config_error_not_a_traceback(tmp_path: Path, number: str) -> None:
+    """A 5,001-digit int hit Python's 4,300-digit limit: a raw ValueError out of load_params and --set."""
+    path = _write(tmp_path, PARAMS + f"  seed: {number}\n")
+    with pytest.raises(ConfigError, match=r"params\.yaml: the number at line 6, column 9 (is [\d,]+ digits long"
+                                          r"|is past a float's range)") as err:
+        load_params(path)
+    assert len(str(err.value)) < 300
+    with pytest.raises(ConfigError, match=r"train\.seed \(from --set .*\): the number at line 1, column 1"):
+        parse_set([f"seed={number}"], path)
+
+
+def test_ints_within_range_still_read(tmp_path: Path) -> None:
+    assert load_params(_write(tmp_path, PARAMS + "  seed: 1_234\n")).train.seed == 1234
+    assert parse_set(["seed=" + "9" * 300, "k=0x10"], "params.yaml") == {"seed": int("9" * 300), "k": 16}
+
+
+def test_other_values_yaml_cannot_build_are_config_errors(tmp_path: Path) -> None:
+    """PyYAML raises ValueError on a date with month 13 and on a bad explicit tag."""
+    for value in ("2001-13-01", "!!int 12x", "!!float x"):
+        with pytest.raises(ConfigError, match=r"params\.yaml: not valid YAML"):
+            load_params(_write(tmp_path, PARAMS + f"  seed: {value}\n"))

@@ -103,6 +103,20 @@ class ParamsLoader(yaml.SafeLoader):
         return value
 
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping, refused when it gives a key twice (YAML would keep the last one silently)."""
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _Refused(f"the key {short_repr(key, 80)} is given twice, at {_at(seen[key])} and "
+                               f"{_at(key_node)} (YAML would keep the last one silently); give it once")
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 ParamsLoader.add_constructor("tag:yaml.org,2002:int", ParamsLoader.construct_yaml_int)
 
 

@@ -47,3 +47,21 @@ def test_other_values_yaml_cannot_build_are_config_errors(tmp_path: Path) -> Non
     for value in ("2001-13-01", "!!int 12x", "!!float x"):
         with pytest.raises(ConfigError, match=r"params\.yaml: not valid YAML"):
             load_params(_write(tmp_path, PARAMS + f"  seed: {value}\n"))
+
+
+def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """``lr`` twice: the last one used to win silently."""
+    path = _write(tmp_path, PARAMS + "  lr: 1.0e-5\n  seed: 3\n  lr: 0.5\n")
+    with pytest.raises(ConfigError, match=r"params\.yaml: the key 'lr' is given twice, at line 6, column 3 and "
+                                          r"line 8, column 3 .*give it once"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=r"the key 'seed' is given twice"):
+        load_params(_write(tmp_path, "prepare: {task: arithmetic, seed: 1, seed: 2}\ntrain: {}\n"))
+    with pytest.raises(ConfigError, match=r"the key 'train' is given twice"):
+        load_params(_write(tmp_path, PARAMS + "train: {}\n"))
+    # a merge key (<<) may still be overridden by an explicit key: that is what merges are for
+    merged = PARAMS + "evaluate: {<<: {k: 4, temperature: 0.5}, k: 8}\n"
+    assert load_params(_write(tmp_path, merged)).evaluate.k == 8
+    assert parse_set(["allocator_params={sara: {prior: {<<: {a0: 1.0}, a0: 2.0}}}"], "p") == {
+        "allocator_params": {"sara": {"prior": {"a0": 2.0}}}}
+

@@ -11,7 +11,8 @@ section's ``__post_init__``. params.yaml is read with ``read_yaml``: aliases tha
 would expand past ``MAX_YAML_NODES`` nodes are refused while composing, before
 anything is built, and exponent floats as people type them (``5e-5``, ``1E-4``)
 are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused
-with the line they are on. Messages show values through ``short_repr``.
+with the line they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as
+octal 8, ``1:30`` as 90, and a key given twice. Messages show values through ``short_repr``.
 
 One source of defaults: every dataclass default equals the project's params.yaml
 value (tests/pipeline/test_params_defaults.py), so a key a file leaves out means
@@ -98,6 +99,13 @@ class ParamsLoader(yaml.SafeLoader):
             raise _Refused(f"the number at {_at(node)} is {len(digits):,} digits long; a params number must fit "
                            f"a float (at most {MAX_INT_DIGITS} digits)")
         value = super().construct_yaml_int(node)
+        if ":" in digits:
+            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a colon as base 60); "
+                           f"write {value} or quote the value")
+        if digits[:2] not in ("0x", "0b") and len(digits) > 1 and digits[0] == "0":
+            meant = int(str(node.value).replace("_", ""), 10)
+            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a leading 0 as octal); "
+                           f"write {meant}, or {value} if octal was meant")
         if abs(value) >= 2 ** 1024:
             raise _Refused(f"the number at {_at(node)} is past a float's range (about 1.8e308)")
         return value

@@ -65,3 +65,16 @@ def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
     assert parse_set(["allocator_params={sara: {prior: {<<: {a0: 1.0}, a0: 2.0}}}"], "p") == {
         "allocator_params": {"sara": {"prior": {"a0": 2.0}}}}
 
+
+@pytest.mark.parametrize("typed, reads, meant", [("010", 8, 10), ("0_17", 15, 17), ("+012", 10, 12)])
+def test_a_leading_zero_is_not_read_as_octal(tmp_path: Path, typed: str, reads: int, meant: int) -> None:
+    """``seed: 010`` was seed 8 (YAML 1.1 octal)."""
+    with pytest.raises(ConfigError, match=rf"{typed.replace('+', '[+]')} at line 6, column 9 reads as {reads} "
+                                          rf"\(YAML 1\.1 reads a leading 0 as octal\); write {meant}, or {reads}"):
+        load_params(_write(tmp_path, PARAMS + f"  seed: {typed}\n"))
+    with pytest.raises(ConfigError, match=rf"train\.seed \(from --set .*\): {typed.replace('+', '[+]')} at line 1"):
+        parse_set([f"seed={typed}"], "params.yaml")
+    with pytest.raises(ConfigError, match=r"1:30 at line 1, column 1 reads as 90 \(YAML 1\.1 reads a colon"):
+        parse_set(["seed=1:30"], "params.yaml")
+    assert parse_set(["seed=0", "lr=0.010", "k='010'", "top_p=0x10"], "p") == {
+        "seed": 0, "lr": 0.01, "k": "010", "top_p": 16}

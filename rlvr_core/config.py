@@ -185,11 +185,34 @@ def parse_set(items: typing.Sequence[str], params_file: str | Path, section: str
 # ----------------------------------------------------------------------------- checking fields against their types
 
 
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int past a float's range
+        return False
+
+
+def _non_finite(value: Any, key: str) -> tuple[str, Any, str] | None:
+    """(key.path, value, "a finite number") for the first NaN, infinity or float-overflowing int anywhere
+    in ``value`` (mappings and lists walked without recursion), else None."""
+    todo = [(key, value)]
+    while todo:
+        path, v = todo.pop()
+        if _is_real(v) and not _finite(v):
+            return path, v, "a finite number"
+        if isinstance(v, Mapping):
+            todo.extend((f"{path}.{k}", x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, (list, tuple)):
+            todo.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
 def _need(value: Any, hint: Any, key: str) -> tuple[str, Any, str] | None:
-    """None when ``value`` fits ``hint``, else (key or key.subkey, offending value, what is needed)."""
+    """None when ``value`` fits ``hint``, else (key or key.subkey, offending value, what is needed).
+    A value typed ``Any`` (e.g. an allocator's parameters) may hold anything but a non-finite number."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
-        return None
+        return _non_finite(value, key)
     if origin in (Union, types.UnionType):
         nullable = type(None) in args
         if value is None and nullable:
@@ -206,7 +229,7 @@ def _need(value: Any, hint: Any, key: str) -> tuple[str, Any, str] | None:
     if hint is float:
         if not _is_real(value):
             return key, value, "a number"
-        return None if math.isfinite(value) else (key, value, "a finite number")
+        return None if _finite(value) else (key, value, "a finite number")
     if hint is str:
         return None if isinstance(value, str) else (key, value, "a string")
     if origin is tuple:

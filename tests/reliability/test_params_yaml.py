@@ -3,11 +3,13 @@ says where: ints past Python's digit limit, duplicate keys, YAML 1.1 octals, non
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
-from rlvr_core.config import load_params, parse_set
+from rlvr_core.allocation.posterior import PriorConfig
+from rlvr_core.config import TrainConfig, load_params, parse_set
 from rlvr_core.errors import ConfigError
 
 PARAMS = """\
@@ -78,3 +80,33 @@ def test_a_leading_zero_is_not_read_as_octal(tmp_path: Path, typed: str, reads: 
         parse_set(["seed=1:30"], "params.yaml")
     assert parse_set(["seed=0", "lr=0.010", "k='010'", "top_p=0x10"], "p") == {
         "seed": 0, "lr": 0.01, "k": "010", "top_p": 16}
+
+
+@pytest.mark.parametrize("value, path, shown", [
+    ("{sara: {prior: {kind: uniform, a0: 1e999}}}", r"allocator_params\.sara\.prior\.a0", "inf"),
+    ("{sara: {prior: {kind: carry, decay: .nan}}}", r"allocator_params\.sara\.prior\.decay", "nan"),
+    ("{dapo: {max_gen_batches: 4, extra: [1, -.inf]}}", r"allocator_params\.dapo\.extra\[1\]", "-inf"),
+])
+def test_a_non_finite_number_anywhere_in_the_params_tree_is_refused(tmp_path: Path, value: str, path: str,
+                                                                     shown: str) -> None:
+    """inf inside allocator_params passed load_params, TrainConfig and preflight, then crashed mid-step
+    (ValueError: cannot convert float NaN to integer)."""
+    params = _write(tmp_path, PARAMS + f"  allocator_params: {value}\n")
+    with pytest.raises(ConfigError, match=rf"params\.yaml: train\.{path}: got {shown}; need a finite number"):
+        load_params(params)
+    overrides = {"train": parse_set([f"allocator_params={value}"], params)}
+    with pytest.raises(ConfigError, match=rf"train\.{path}: got {shown}; need a finite number \(the value of "
+                                          r"train\.allocator_params came from --set"):
+        load_params(_write(tmp_path, PARAMS), overrides)
+
+
+def test_numbers_past_a_float_are_refused_where_python_builds_the_config() -> None:
+    """Ints too large for a float raised OverflowError out of the finiteness check; the prior took inf."""
+    with pytest.raises(ConfigError, match=r"^lr: got 1000.*; need a finite number"):
+        TrainConfig(lr=10**400)
+    with pytest.raises(ConfigError, match=r"allocator_params\.sara\.prior\.b0: got 1000.*; need a finite number"):
+        TrainConfig(allocator_params={"sara": {"prior": {"b0": 10**400}}})
+    for bad in ({"a0": math.inf}, {"b0": 10**400}, {"max_evidence": math.inf}, {"decay": math.nan}):
+        with pytest.raises(ConfigError, match=r"prior\.(a0/b0|max_evidence|decay): got"):
+            PriorConfig(**bad)
+    assert TrainConfig(allocator_params={"sara": {"prior": {"a0": 2.0}}}).allocator_params["sara"]["prior"]["a0"] == 2

@@ -297,14 +297,30 @@ def verify(folder: Path) -> str | None:
     except (OSError, ValueError) as e:
         return f"manifest unreadable ({e.__class__.__name__})"
     for name, meta in manifest["files"].items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} missing"
-        data = path.read_bytes()
-        if len(data) != meta["bytes"]:
-            return f"{name} has {len(data)} bytes, manifest says {meta['bytes']}"
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-            return f"{name} content hash does not match the manifest"
+        if (problem := _file_problem(folder / str(name), str(name), meta)) is not None:
+            return problem
+    return None
+
+
+def _file_problem(path: Path, name: str, meta: Any) -> str | None:
+    """What is wrong with one file against its manifest entry: its size is compared first (a file padded
+    to gigabytes is refused without reading it), then its content is hashed in 1 MiB chunks."""
+    if not isinstance(meta, Mapping) or type(meta.get("bytes")) is not int or not isinstance(meta.get("sha256"), str):
+        return f"{name}: manifest entry malformed"
+    if not path.is_file():
+        return f"{name} missing"
+    try:
+        size = path.stat().st_size
+        if size != meta["bytes"]:
+            return f"{name} has {size} bytes, manifest says {meta['bytes']}"
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError as e:
+        return f"{name} unreadable ({e.strerror or e.__class__.__name__})"
+    if h.hexdigest() != meta["sha256"]:
+        return f"{name} content hash does not match the manifest"
     return None
 
 

@@ -120,3 +120,50 @@ def test_a_fresh_run_clears_the_checkpoints_of_an_earlier_one(policy_dir: Path, 
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step_000002"]  # step 4 of the old run is gone
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]
     assert final_state(run, 2)["config"]["seed"] == 5
+
+
+def _pad_sparse(path: Path, size: int, manifest: Path | None = None) -> None:
+    """Pad ``path`` with a hole to ``size`` bytes (no disk used); with ``manifest``, re-record its size and hash."""
+    os.truncate(path, size)
+    if manifest is not None:
+        import hashlib
+
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        m = json.loads(manifest.read_text())
+        m["files"][path.name] = {"sha256": h.hexdigest(), "bytes": size}
+        manifest.write_text(json.dumps(m))
+
+
+def test_verification_compares_sizes_before_reading_and_hashes_in_chunks(tmp_path: Path) -> None:
+    """A 57 KB checkpoint padded to a 1 GiB sparse file took load_latest to 1.3 GB RSS (6 GiB: MemoryError):
+    each file was read whole before its size was compared."""
+    import tracemalloc
+
+    _write(tmp_path, range(1, 4))
+    padded = 256 << 20
+    _pad_sparse(tmp_path / "step_000003" / "tensors.safetensors", padded)
+    # the size differs from the manifest's: refused without reading the file
+    tracemalloc.start()
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"step_000003: tensors\.safetensors has {padded} bytes, manifest"):
+            step, _ = load_latest(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert step == 2 and peak < 16 << 20, peak
+    # the manifest re-recorded for the padded file: hashed in chunks, memory stays bounded
+    _pad_sparse(tmp_path / "step_000002" / "tensors.safetensors", padded, tmp_path / "step_000002" / "manifest.json")
+    tracemalloc.start()
+    try:
+        assert verify(tmp_path / "step_000002") is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+    m = json.loads((tmp_path / "step_000001" / "manifest.json").read_text())
+    m["files"]["state.json"]["bytes"] = "12"
+    (tmp_path / "step_000001" / "manifest.json").write_text(json.dumps(m))
+    assert verify(tmp_path / "step_000001") == "state.json: manifest entry malformed"

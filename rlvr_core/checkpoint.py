@@ -380,8 +380,10 @@ def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: It
         return decode_state(tree, tensors)
     except CheckpointError:
         raise
-    except (SafetensorError, ValueError, KeyError, TypeError, OSError) as e:
-        raise ValueError(f"checkpoint {folder}: contents unreadable ({e.__class__.__name__}: {e})") from None
+    except (SafetensorError, ValueError, KeyError, TypeError, OSError, IndexError, AttributeError,
+            RecursionError, OverflowError) as e:  # a tampered state.json: nested 200k deep, an int64 of 10**30
+        raise ValueError(f"checkpoint {folder}: contents unreadable ({e.__class__.__name__}: "
+                         f"{str(e)[:200]})") from None
 
 
 def _tensor_refs(tree: Any) -> set[str]:

@@ -167,3 +167,31 @@ def test_verification_compares_sizes_before_reading_and_hashes_in_chunks(tmp_pat
     m["files"]["state.json"]["bytes"] = "12"
     (tmp_path / "step_000001" / "manifest.json").write_text(json.dumps(m))
     assert verify(tmp_path / "step_000001") == "state.json: manifest entry malformed"
+
+
+def _tamper_state(folder: Path, text: str) -> None:
+    """Replace ``folder``'s state.json with ``text`` and re-record its size and hash (a deliberate edit)."""
+    import hashlib
+
+    data = text.encode()
+    (folder / "state.json").write_bytes(data)
+    m = json.loads((folder / "manifest.json").read_text())
+    m["files"]["state.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (folder / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("text, error", [
+    ("[" * 200_000 + "]" * 200_000, "RecursionError"),
+    ('{"step": 3, "w": {"$npscalar": 1000000000000000000000000000000, "dtype": "int64"}}', "OverflowError"),
+    ('{"step": 3, "w": {"$tuple": 5}}', "TypeError"),
+])
+def test_a_tampered_state_with_recomputed_hashes_falls_back_to_the_previous_checkpoint(tmp_path: Path, text: str,
+                                                                                       error: str) -> None:
+    """RecursionError (state.json nested 200k deep) and OverflowError (an int64 of 10**30) escaped load_latest."""
+    _write(tmp_path, range(1, 4))
+    _tamper_state(tmp_path / "step_000003", text)
+    assert verify(tmp_path / "step_000003") is None  # the hashes match: only reading the state finds it
+    with pytest.warns(RuntimeWarning, match=rf"skipping damaged checkpoint .*step_000003: contents unreadable "
+                                            rf"\({error}"):
+        step, state = load_latest(tmp_path)
+    assert step == 2 and torch.equal(state["w"], _state(2)["w"])

@@ -45,6 +45,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from rlvr_core.config import short_repr
 from rlvr_core.errors import ConfigError
 
 MANIFEST = "manifest.json"
@@ -424,7 +425,21 @@ def load_latest(root: str | os.PathLike, map_location: str = "cpu") -> tuple[int
             problem = str(e).removeprefix(f"checkpoint {folder}: ")
             warnings.warn(f"skipping damaged checkpoint {folder}: {problem}", RuntimeWarning, stacklevel=2)
             continue
-        return int(manifest["step"]), state
+        if (problem := _step_problem(folder, manifest, state)) is not None:
+            warnings.warn(f"skipping damaged checkpoint {folder}: {problem}", RuntimeWarning, stacklevel=2)
+            continue
+        return manifest["step"], state
+    return None
+
+
+def _step_problem(folder: Path, manifest: Mapping[str, Any], state: Any) -> str | None:
+    """What disagrees between the step in a checkpoint's folder name, its manifest and its state's ``step``
+    key (when the state has one), else None: a step edited in one place is not trusted in any."""
+    step, named = manifest.get("step"), checkpoint_step(folder)
+    if type(step) is not int or step != named:
+        return f"the manifest's step {short_repr(step)} is not the folder's {named}"
+    if isinstance(state, Mapping) and "step" in state and (type(state["step"]) is not int or state["step"] != step):
+        return f"the state's step {short_repr(state['step'])} is not the manifest's {step}"
     return None
 
 

@@ -195,3 +195,22 @@ def test_a_tampered_state_with_recomputed_hashes_falls_back_to_the_previous_chec
                                             rf"\({error}"):
         step, state = load_latest(tmp_path)
     assert step == 2 and torch.equal(state["w"], _state(2)["w"])
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda f: _tamper_state(f, json.dumps({"step": 10**30, "w": 1})), r"the state's step 1000.* is not the "
+                                                                         r"manifest's 3"),
+    (lambda f: _tamper_state(f, json.dumps({"step": -5, "w": 1})), r"the state's step -5 is not the manifest's 3"),
+    (lambda f: _tamper_state(f, json.dumps({"step": 3.0, "w": 1})), r"the state's step 3\.0 is not the manifest's 3"),
+    (lambda f: (f / "manifest.json").write_text(
+        (f / "manifest.json").read_text().replace('"step": 3', '"step": 1000000000000000000000000000000')),
+     r"the manifest's step 1000.* is not the folder's 3"),
+])
+def test_a_step_edited_in_the_state_or_manifest_falls_back(tmp_path: Path, edit: Any, problem: str) -> None:
+    """A state step of 10**30 "resumed" and trained 0 steps, one of -5 ran from step -4: the manifest's step
+    and the state's were never compared."""
+    _write(tmp_path, range(1, 4))
+    edit(tmp_path / "step_000003")
+    with pytest.warns(RuntimeWarning, match=rf"skipping damaged checkpoint .*step_000003: {problem}"):
+        step, state = load_latest(tmp_path)
+    assert step == 2 and state["step"] == 2

@@ -243,6 +243,38 @@ def test_resume_refuses_what_would_change_the_run(policy_dir: Path, two_step_run
     assert (run / "metrics.jsonl").read_text() == before
 
 
+
+def _unrecord(folder: Path, key: str | None) -> None:
+    """Remove train.``key`` (None: the whole config) from a checkpoint's state and manifest, hashes recomputed."""
+    import hashlib
+    import json
+
+    state = json.loads((folder / "state.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for tree in (state, manifest["meta"]):
+        tree["config"].pop(key) if key else tree.pop("config")
+    data = json.dumps(state).encode()
+    (folder / "state.json").write_bytes(data)
+    manifest["files"]["state.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("key, message", [(None, r"train\.allocator, train\.allocator_params, .*, \.\.\."),
+                                          ("lr", r"train\.lr, so a changed setting could not be told")])
+def test_resume_refuses_a_checkpoint_that_does_not_record_its_settings(policy_dir: Path, two_step_run: Path,
+                                                                       tmp_path: Path, key: str | None, message: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint with its config removed resumed with lr changed to 0.5: only the keys present were compared."""
+    run = tmp_path / "run"
+    shutil.copytree(two_step_run, run)
+    _unrecord(run / "checkpoints" / "step_000002", key)
+    monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
+    ds = dataset()
+    with pytest.raises(ConfigError, match=rf"step_000002: cannot resume, the checkpoint does not record {message}"):
+        train(TrainConfig(**{**CFG, "steps": 3, "lr": 0.5}), policy_dir=policy_dir, train_rows=ds["train"],
+              test_rows=ds["test"], run_dir=run)
+
+
 def test_flow_refuses_fewer_steps_than_the_run_has(flow_root: Path, two_step_run: Path) -> None:
     """``--steps 1`` on a folder with 2 steps done says so instead of reporting the 2 steps."""
     keys = {k: v for k, v in CFG.items() if k != "steps"}

@@ -45,6 +45,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
+from rlvr_core.config import short_repr
 from rlvr_core.errors import ConfigError
 
 MANIFEST = "manifest.json"
@@ -297,14 +298,30 @@ def verify(folder: Path) -> str | None:
     except (OSError, ValueError) as e:
         return f"manifest unreadable ({e.__class__.__name__})"
     for name, meta in manifest["files"].items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} missing"
-        data = path.read_bytes()
-        if len(data) != meta["bytes"]:
-            return f"{name} has {len(data)} bytes, manifest says {meta['bytes']}"
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-            return f"{name} content hash does not match the manifest"
+        if (problem := _file_problem(folder / str(name), str(name), meta)) is not None:
+            return problem
+    return None
+
+
+def _file_problem(path: Path, name: str, meta: Any) -> str | None:
+    """What is wrong with one file against its manifest entry: its size is compared first (a file padded
+    to gigabytes is refused without reading it), then its content is hashed in 1 MiB chunks."""
+    if not isinstance(meta, Mapping) or type(meta.get("bytes")) is not int or not isinstance(meta.get("sha256"), str):
+        return f"{name}: manifest entry malformed"
+    if not path.is_file():
+        return f"{name} missing"
+    try:
+        size = path.stat().st_size
+        if size != meta["bytes"]:
+            return f"{name} has {size} bytes, manifest says {meta['bytes']}"
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError as e:
+        return f"{name} unreadable ({e.strerror or e.__class__.__name__})"
+    if h.hexdigest() != meta["sha256"]:
+        return f"{name} content hash does not match the manifest"
     return None
 
 
@@ -364,8 +381,10 @@ def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: It
         return decode_state(tree, tensors)
     except CheckpointError:
         raise
-    except (SafetensorError, ValueError, KeyError, TypeError, OSError) as e:
-        raise ValueError(f"checkpoint {folder}: contents unreadable ({e.__class__.__name__}: {e})") from None
+    except (SafetensorError, ValueError, KeyError, TypeError, OSError, IndexError, AttributeError,
+            RecursionError, OverflowError) as e:  # a tampered state.json: nested 200k deep, an int64 of 10**30
+        raise ValueError(f"checkpoint {folder}: contents unreadable ({e.__class__.__name__}: "
+                         f"{str(e)[:200]})") from None
 
 
 def _tensor_refs(tree: Any) -> set[str]:
@@ -406,7 +425,21 @@ def load_latest(root: str | os.PathLike, map_location: str = "cpu") -> tuple[int
             problem = str(e).removeprefix(f"checkpoint {folder}: ")
             warnings.warn(f"skipping damaged checkpoint {folder}: {problem}", RuntimeWarning, stacklevel=2)
             continue
-        return int(manifest["step"]), state
+        if (problem := _step_problem(folder, manifest, state)) is not None:
+            warnings.warn(f"skipping damaged checkpoint {folder}: {problem}", RuntimeWarning, stacklevel=2)
+            continue
+        return manifest["step"], state
+    return None
+
+
+def _step_problem(folder: Path, manifest: Mapping[str, Any], state: Any) -> str | None:
+    """What disagrees between the step in a checkpoint's folder name, its manifest and its state's ``step``
+    key (when the state has one), else None: a step edited in one place is not trusted in any."""
+    step, named = manifest.get("step"), checkpoint_step(folder)
+    if type(step) is not int or step != named:
+        return f"the manifest's step {short_repr(step)} is not the folder's {named}"
+    if isinstance(state, Mapping) and "step" in state and (type(state["step"]) is not int or state["step"] != step):
+        return f"the state's step {short_repr(state['step'])} is not the manifest's {step}"
     return None
 
 

@@ -10,7 +10,9 @@ finite (NaN and infinities are refused everywhere). Range checks follow in each
 section's ``__post_init__``. params.yaml is read with ``read_yaml``: aliases that
 would expand past ``MAX_YAML_NODES`` nodes are refused while composing, before
 anything is built, and exponent floats as people type them (``5e-5``, ``1E-4``)
-are numbers, as in YAML 1.2. Messages show values through ``short_repr``.
+are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused
+with the line they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as
+octal 8, ``1:30`` as 90, and a key given twice. Messages show values through ``short_repr``.
 
 One source of defaults: every dataclass default equals the project's params.yaml
 value (tests/pipeline/test_params_defaults.py), so a key a file leaves out means
@@ -38,6 +40,8 @@ from rlvr_core.models.warmstart import WarmStartConfig
 # the most nodes a params file or a --set value may expand to (aliases counted each time they are used);
 # params.yaml has a few hundred
 MAX_YAML_NODES = 20_000
+# the most digits of an int in a params file: past 309 digits an int no longer fits a float
+MAX_INT_DIGITS = 309
 # longest completion a run may ask for: Qwen2.5's context is 32,768 tokens, and the engines reserve
 # batch_size * k * max_new_tokens token slots up front (1e9 tokens asked for 160 GB)
 MAX_NEW_TOKENS = 32_768
@@ -67,8 +71,16 @@ def _is_real(x: Any) -> bool:
 # ----------------------------------------------------------------------------- reading YAML
 
 
-class _ExpandsTooFar(yaml.YAMLError):
+class _Refused(yaml.YAMLError):
+    """A params file that parses but is refused; the message says where and why."""
+
+
+class _ExpandsTooFar(_Refused):
     pass
+
+
+def _at(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
 
 
 class ParamsLoader(yaml.SafeLoader):
@@ -78,6 +90,42 @@ class ParamsLoader(yaml.SafeLoader):
         node = super().compose_document()
         _count_nodes(node, {})
         return node
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An int, refused when it is past a float's range (Python refuses 4,301+ digit ints with a
+        ValueError, and no params number can be that large)."""
+        digits = str(node.value).replace("_", "").lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS:
+            raise _Refused(f"the number at {_at(node)} is {len(digits):,} digits long; a params number must fit "
+                           f"a float (at most {MAX_INT_DIGITS} digits)")
+        value = super().construct_yaml_int(node)
+        if ":" in digits:
+            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a colon as base 60); "
+                           f"write {value} or quote the value")
+        if digits[:2] not in ("0x", "0b") and len(digits) > 1 and digits[0] == "0":
+            meant = int(str(node.value).replace("_", ""), 10)
+            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a leading 0 as octal); "
+                           f"write {meant}, or {value} if octal was meant")
+        if abs(value) >= 2 ** 1024:
+            raise _Refused(f"the number at {_at(node)} is past a float's range (about 1.8e308)")
+        return value
+
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping, refused when it gives a key twice (YAML would keep the last one silently)."""
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _Refused(f"the key {short_repr(key, 80)} is given twice, at {_at(seen[key])} and "
+                               f"{_at(key_node)} (YAML would keep the last one silently); give it once")
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+ParamsLoader.add_constructor("tag:yaml.org,2002:int", ParamsLoader.construct_yaml_int)
 
 
 # YAML 1.1 (PyYAML) wants a dot and a signed exponent (5.0e-5); people type 5e-5, 1E-4, 1e5
@@ -109,9 +157,9 @@ def read_yaml(text: str, where: str) -> Any:
     """Parse ``text`` with ``ParamsLoader``; ConfigError naming ``where`` on bad or oversized YAML."""
     try:
         return yaml.load(text, Loader=ParamsLoader)  # a SafeLoader subclass
-    except _ExpandsTooFar as e:
+    except _Refused as e:
         raise ConfigError(f"{where}: {e}") from None
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, ValueError, OverflowError) as e:  # ValueError: e.g. a date 2001-13-01, !!int 12x
         why = " ".join(str(e).split())
         raise ConfigError(f"{where}: not valid YAML ({why if len(why) <= 300 else why[:297] + '...'})") from None
     except RecursionError:
@@ -137,11 +185,34 @@ def parse_set(items: typing.Sequence[str], params_file: str | Path, section: str
 # ----------------------------------------------------------------------------- checking fields against their types
 
 
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int past a float's range
+        return False
+
+
+def _non_finite(value: Any, key: str) -> tuple[str, Any, str] | None:
+    """(key.path, value, "a finite number") for the first NaN, infinity or float-overflowing int anywhere
+    in ``value`` (mappings and lists walked without recursion), else None."""
+    todo = [(key, value)]
+    while todo:
+        path, v = todo.pop()
+        if _is_real(v) and not _finite(v):
+            return path, v, "a finite number"
+        if isinstance(v, Mapping):
+            todo.extend((f"{path}.{k}", x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, (list, tuple)):
+            todo.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
 def _need(value: Any, hint: Any, key: str) -> tuple[str, Any, str] | None:
-    """None when ``value`` fits ``hint``, else (key or key.subkey, offending value, what is needed)."""
+    """None when ``value`` fits ``hint``, else (key or key.subkey, offending value, what is needed).
+    A value typed ``Any`` (e.g. an allocator's parameters) may hold anything but a non-finite number."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
-        return None
+        return _non_finite(value, key)
     if origin in (Union, types.UnionType):
         nullable = type(None) in args
         if value is None and nullable:
@@ -158,7 +229,7 @@ def _need(value: Any, hint: Any, key: str) -> tuple[str, Any, str] | None:
     if hint is float:
         if not _is_real(value):
             return key, value, "a number"
-        return None if math.isfinite(value) else (key, value, "a finite number")
+        return None if _finite(value) else (key, value, "a finite number")
     if hint is str:
         return None if isinstance(value, str) else (key, value, "a string")
     if origin is tuple:

@@ -103,8 +103,13 @@ def hold_run_folder(folder: str | os.PathLike) -> RunLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
+        try:  # a full disk (ENOSPC) here must not leave the locked descriptor open for the rest of the process
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "since": time.time()}).encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
         _held[key] = [fd, 1]
         return RunLock(key, folder)
 

@@ -203,13 +203,16 @@ def build_hub_splits(cfg: Any, keep: Callable[[Mapping[str, Any]], bool] | None 
 
     Rows keep the loaders' schema. ``keep`` (optional) drops rows the task's verifier cannot score,
     counted per split under ``dropped_key``. Training rows whose problem text is also a held-out
-    problem are dropped (decontamination; their number is reported as ``dropped_overlap``), then
+    problem are dropped (decontamination; their number is reported as ``dropped_overlap``); texts are
+    compared after ``normalize_prompt`` (whitespace, NBSP, CRLF), and ``dropped_near_duplicate`` counts
+    the dropped rows that differed from a held-out text only that way. Then
     both splits are checked with ``validate_splits`` for the task. Raises DataError (a ConfigError)
     for unusable rows; loader errors name the source and row.
     """
     from datasets import DatasetDict
 
     from rlvr_core.data.hub import load_hub_dataset
+    from rlvr_core.data.splits import normalize_prompt
     from rlvr_core.data.validate import DataError, validate_splits
 
     splits, extra = {}, {}
@@ -224,13 +227,16 @@ def build_hub_splits(cfg: Any, keep: Callable[[Mapping[str, Any]], bool] | None 
             kept = [i for i, row in enumerate(splits[name]) if keep(row)]
             dropped[name] = len(splits[name]) - len(kept)
             splits[name] = splits[name].select(kept)
-    held_out = set(splits["test"]["prompt"])
-    keep_train = [i for i, p in enumerate(splits["train"]["prompt"]) if p not in held_out]
+    exact = set(splits["test"]["prompt"])
+    held_out = {normalize_prompt(p) for p in exact}
+    train_prompts = splits["train"]["prompt"]
+    keep_train = [i for i, p in enumerate(train_prompts) if normalize_prompt(p) not in held_out]
     overlap = len(splits["train"]) - len(keep_train)
     if overlap:
         splits["train"] = splits["train"].select(keep_train)
     validate_splits(list(splits["train"]), list(splits["test"]), cfg.task, source="prepare")
     extra["dropped_overlap"] = overlap
+    extra["dropped_near_duplicate"] = overlap - sum(p in exact for p in train_prompts)
     if keep is not None:
         extra[dropped_key] = dropped
     return DatasetDict(splits), extra

@@ -271,14 +271,21 @@ def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, whe
                     step: int | None = None) -> None:
     """Raise ConfigError unless a checkpoint (its state, or its manifest's meta) was written under ``cfg``'s
     trajectory settings (``TRAJECTORY_KEYS``), on the same training split (``data_digest``), and at a
-    ``step`` no later than ``cfg.steps`` (a shorter run cannot be had from a longer one)."""
-    old, new = saved.get("config") or {}, asdict(cfg)
-    changed = [k for k in TRAJECTORY_KEYS if k in old and _plain(old[k]) != _plain(new[k])]
+    ``step`` no later than ``cfg.steps`` (a shorter run cannot be had from a longer one). A checkpoint that
+    does not record every trajectory key and the digest is refused: what it does not record could differ."""
+    old, new = saved.get("config"), asdict(cfg)
+    missing = [k for k in TRAJECTORY_KEYS if not isinstance(old, Mapping) or k not in old]
+    if missing or not isinstance(saved.get("data_digest"), str):  # a setting it does not record could differ
+        what = f"train.{', train.'.join(missing[:4])}{', ...' if len(missing) > 4 else ''}" if missing else \
+            "the training split's digest"
+        raise ConfigError(f"{where}: cannot resume, the checkpoint does not record {what}, so a changed setting "
+                          "could not be told; start a fresh run folder")
+    changed = [k for k in TRAJECTORY_KEYS if _plain(old[k]) != _plain(new[k])]
     if changed:
         diffs = ", ".join(f"train.{k}={short_repr(old[k])} there, {short_repr(new[k])} now" for k in changed)
         raise ConfigError(f"{where}: cannot resume, the run was started with other settings ({diffs}); "
                           "use the same settings, or start a fresh run folder")
-    if saved.get("data_digest") not in (None, digest):
+    if saved["data_digest"] != digest:
         raise ConfigError(f"{where}: cannot resume, the run was trained on a different training split "
                           "(prompt digest differs); use the same data, or start a fresh run folder")
     if step is not None and step > cfg.steps:

@@ -11,6 +11,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from rlvr_core.config import PrepareConfig
+from rlvr_core.data.disk import save_splits
 from rlvr_core.tasks import get_task
 
 # PrepareConfig fields of the hub datasets; left out of a synthetic task's counts.json (its bytes stay as before)
@@ -21,11 +22,12 @@ HUB_FIELDS = ("dataset", "path", "split", "limit", "eval_dataset", "eval_path", 
 # dis.dis output from a swapped sys.stdout; Prefect's print patch would log that disassembly instead.
 @task(retries=0, cache_policy=NO_CACHE, log_prints=False)
 def generate_dataset(cfg: PrepareConfig, out_dir: str) -> dict[str, int]:
-    """Build the task's DatasetDict, save_to_disk at ``out_dir``, write <out_dir>/counts.json; returns the counts."""
+    """Build the task's DatasetDict, save it at ``out_dir`` (``save_splits``: with digests.json), write
+    <out_dir>/counts.json; returns the counts."""
     spec = get_task(cfg.task)
     ds, extra = spec.build(cfg)
     out = Path(out_dir)
-    ds.save_to_disk(str(out))
+    save_splits(ds, out)  # save_to_disk, plus digests.json: each arrow file's sha256, checked before reading
     counts = {split: len(ds[split]) for split in ds}
     config = asdict(cfg)
     if spec.generated:

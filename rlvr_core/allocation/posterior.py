@@ -62,9 +62,12 @@ class PriorConfig:
     def __post_init__(self) -> None:
         kinds = ("uniform", "carry", "eb", "carry+eb", "context", "carry+context")
         require(self.kind in kinds, "prior.kind", f"got {self.kind!r}; use one of {', '.join(map(repr, kinds))}")
-        require(self.a0 > 0 and self.b0 > 0, "prior.a0/b0", "Beta prior pseudo-counts must be > 0")
-        require(0.0 < self.decay <= 1.0, "prior.decay", f"got {self.decay}; must lie in (0, 1]")
-        require(self.max_evidence > 0, "prior.max_evidence", "must be > 0")
+        require(_number(self.a0) and _number(self.b0) and self.a0 > 0 and self.b0 > 0, "prior.a0/b0",
+                f"got {self.a0!r}, {self.b0!r}; Beta prior pseudo-counts must be finite numbers > 0")
+        require(_number(self.decay) and 0.0 < self.decay <= 1.0, "prior.decay",
+                f"got {self.decay!r}; must lie in (0, 1]")
+        require(_number(self.max_evidence) and self.max_evidence > 0, "prior.max_evidence",
+                f"got {self.max_evidence!r}; must be a finite number > 0")
         require(self.eb_window >= 2, "prior.eb_window", "must be >= 2")
         require(self.eb_min_prompts >= 2, "prior.eb_min_prompts", "must be >= 2")
         require(_number(self.context_decay) and 0.0 < self.context_decay <= 1.0, "prior.context_decay",
@@ -90,7 +93,13 @@ class PriorConfig:
 
 
 def _number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and np.isfinite(x)
+    """A finite real number (an int past a float's range is not one)."""
+    if not isinstance(x, (int, float, np.integer, np.floating)) or isinstance(x, bool):
+        return False
+    try:
+        return bool(np.isfinite(float(x)))
+    except OverflowError:
+        return False
 
 
 class PromptPosterior:

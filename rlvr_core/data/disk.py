@@ -13,17 +13,63 @@ field, for everything that can be wrong with the folder:
 
 ``datasets`` itself answers these with IndexError, KeyError, OSError,
 UnicodeDecodeError or JSONDecodeError that name neither the file nor the row.
+
+``save_splits`` (the prepare stage's writer) records the sha256 of every
+``.arrow`` file in ``digests.json``; ``load_saved_split`` checks a split's
+files against it before pyarrow reads a byte of them, since a bit-flipped
+arrow file can crash the process (SIGSEGV) instead of raising. A folder
+without ``digests.json`` (written by ``save_to_disk`` directly, or by an
+earlier version) is read unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from rlvr_core.data.validate import DataError
 
 PREPARE = "run `python -m flows.prepare` (or `dvc repro prepare`) to regenerate it"
+DIGESTS = "digests.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_splits(ds: Any, out_dir: str | Path) -> None:
+    """``ds.save_to_disk(out_dir)`` (a DatasetDict), then ``digests.json``: {split: {arrow file: sha256}}."""
+    out = Path(out_dir)
+    ds.save_to_disk(str(out))
+    digests = {split: {f.name: _sha256(f) for f in sorted((out / split).glob("*.arrow"))} for split in ds}
+    tmp = out / (DIGESTS + ".tmp")
+    tmp.write_text(json.dumps(digests, indent=1, sort_keys=True))
+    os.replace(tmp, out / DIGESTS)
+
+
+def _check_digests(root: Path, split: str, arrows: list[Path]) -> None:
+    """DataError naming the first of ``arrows`` whose sha256 is not the one ``digests.json`` recorded."""
+    if not (root / DIGESTS).exists():
+        return
+    recorded = read_json(root / DIGESTS)
+    files = recorded.get(split) if isinstance(recorded, dict) else None
+    if not isinstance(files, dict):
+        raise DataError(f"{root / DIGESTS}: no digests for the {split!r} split; the file is corrupt; {PREPARE}")
+    for arrow in arrows:
+        try:
+            actual = _sha256(arrow)
+        except OSError as e:
+            raise DataError(f"{arrow}: cannot be read ({e.strerror or e}); {PREPARE}") from None
+        if files.get(arrow.name) != actual:
+            raise DataError(f"{arrow}: its content does not match the sha256 recorded in {root / DIGESTS} when "
+                            f"the split was written (a corrupted or edited file); {PREPARE}")
 
 
 def read_json(path: Path) -> Any:
@@ -73,7 +119,9 @@ def load_saved_split(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
         arrow = folder / f["filename"]
         if not arrow.is_file():
             raise DataError(f"{arrow}: missing (listed in {folder / 'state.json'}); {PREPARE}")
-    return _rows(folder, [folder / f["filename"] for f in files])
+    arrows = [folder / f["filename"] for f in files]
+    _check_digests(root, split, arrows)
+    return _rows(folder, arrows)
 
 
 def _rows(folder: Path, arrows: list[Path]) -> list[dict[str, Any]]:

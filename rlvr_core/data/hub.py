@@ -59,6 +59,7 @@ import re
 import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from rlvr_core.data.validate import DataError
 from rlvr_core.registry import Registry
 
 COLUMNS: tuple[str, ...] = ("id", "prompt", "difficulty", "answer", "source")
@@ -341,11 +342,29 @@ CODE_COLUMNS: tuple[str, ...] = ("id", "prompt", "difficulty", "public_test_case
 _LCB_DIFFICULTY = {"easy": 1, "medium": 2, "hard": 3}
 
 
+# the most bytes a compressed test-case field may expand to (LiveCodeBench's largest private tests are far
+# smaller; zlib expands up to ~1,000x, so a 1.4 MB field could otherwise take a gigabyte and more)
+MAX_TEST_CASES_BYTES = 256 << 20
+
+
 class _StringsOnly(pickle.Unpickler):
     """An unpickler that refuses every class and function: only plain values (a str) come back."""
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"refused {module}.{name}: test cases are a pickled string, not objects")
+
+
+def _inflate(data: bytes, field: str) -> bytes:
+    """zlib-decompress ``data``, stopping at ``MAX_TEST_CASES_BYTES`` of output: DataError naming ``field`` past
+    it (a 1.36 MB zlib bomb took the process to 3.1 GB), zlib.error for a truncated stream."""
+    d = zlib.decompressobj()
+    out = d.decompress(data, MAX_TEST_CASES_BYTES + 1)
+    if len(out) > MAX_TEST_CASES_BYTES:
+        raise DataError(f"{field}: the compressed test cases expand past {MAX_TEST_CASES_BYTES:,} bytes "
+                        f"({len(data):,} bytes compressed: a zlib bomb?); refused without decompressing further")
+    if not d.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out
 
 
 def decode_test_cases(raw: Any, field: str = "private_test_cases") -> list[dict[str, Any]]:
@@ -364,8 +383,10 @@ def decode_test_cases(raw: Any, field: str = "private_test_cases") -> list[dict[
         tests = json.loads(raw)
     except json.JSONDecodeError:
         try:
-            text = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(raw, validate=True)))).load()
+            text = _StringsOnly(io.BytesIO(_inflate(base64.b64decode(raw, validate=True), field))).load()
             tests = json.loads(text) if isinstance(text, str) else None
+        except DataError:
+            raise
         except (ValueError, zlib.error, pickle.UnpicklingError, EOFError, TypeError) as e:
             raise ValueError(f"{field}: neither JSON nor base64/zlib/pickled JSON ({e.__class__.__name__}: "
                              f"{str(e)[:200]})") from None
@@ -399,8 +420,8 @@ def load_livecodebench(path_or_name: str = LIVECODEBENCH_NAME, split: str = "tes
         public = decode_test_cases(_field(row, ("public_test_cases",), "livecodebench", i), "public_test_cases")
         try:
             private = decode_test_cases(row.get("private_test_cases"))
-        except ValueError as e:
-            raise ValueError(f"livecodebench row {i}: {e}") from None
+        except ValueError as e:  # a DataError (a zlib bomb) stays one
+            raise type(e)(f"livecodebench row {i}: {e}") from None
         kinds = {str(t.get("testtype", "stdin")) for t in public + private}
         rows.append({
             "id": f"livecodebench-{_field(row, ('question_id',), 'livecodebench', i)}",

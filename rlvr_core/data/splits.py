@@ -5,12 +5,15 @@
 - ``validate_rows``: check every row has the schema's fields with the right
   Python types and that ids are unique; errors name the split, row and field.
 - ``check_disjoint``: no problem key repeated inside a split or shared across
-  splits.
+  splits; ``normalize_prompt`` is the form prompts are compared in (whitespace,
+  NBSP, CRLF and invisible characters do not make two problems different).
 - ``build_dataset_dict``: rows -> ``datasets.DatasetDict`` with explicit features.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import Counter
 from typing import Any, Hashable, Mapping, Sequence
 
@@ -101,6 +104,17 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, FieldT
     dup = [k for k, c in Counter(r["id"] for r in rows).items() if c > 1]
     if dup:
         raise ValueError(f"{split}: duplicate row ids {dup[:5]}")
+
+
+# characters that show nothing and that NFKC keeps: zero-width space, joiners, word joiner, BOM
+_INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
+
+
+def normalize_prompt(text: str) -> str:
+    """The form prompts are compared in for overlap between splits: NFKC (a no-break space and other
+    compatibility characters become their plain form), invisible characters removed, each run of whitespace
+    (CRLF, tabs, a trailing space) one space, and no whitespace at either end."""
+    return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).split())
 
 
 def check_disjoint(splits: Mapping[str, Sequence[Hashable]]) -> None:

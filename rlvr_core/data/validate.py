@@ -23,7 +23,7 @@ and prompt + ``max_new_tokens`` fits the model's positions. The train flow
 calls it before MLflow opens a run, the training loop before any rollout.
 
 Type and id checks reuse ``rlvr_core.data.splits.validate_rows`` on the
-required fields, and the overlap check reuses ``check_disjoint``.
+required fields, and the overlap check compares prompts after ``normalize_prompt``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlvr_core.data.splits import FieldType, check_disjoint
+from rlvr_core.data.splits import FieldType, normalize_prompt
 from rlvr_core.data.splits import validate_rows as _validate_schema
 from rlvr_core.errors import ConfigError
 
@@ -115,15 +115,17 @@ def validate_splits(train_rows: Sequence[Mapping[str, Any]], test_rows: Sequence
     """
     validate_rows(train_rows, task, "train", source=source)
     validate_rows(test_rows, task, "test", source=source)
-    # duplicates inside one split are allowed (hub sets have some); only the overlap is an error
-    train_prompts = dict.fromkeys(r["prompt"] for r in train_rows)
-    test_prompts = dict.fromkeys(r["prompt"] for r in test_rows)
-    try:
-        check_disjoint({"train": train_prompts, "test": test_prompts})
-    except ValueError as e:
-        shared = sum(p in train_prompts for p in test_prompts)
-        raise DataError(f"{_where(source)}{e} ({shared} of {len(test_prompts)} held-out prompts are in the "
-                        "training split); regenerate the splits") from None
+    # duplicates inside one split are allowed (hub sets have some); only the overlap is an error, compared
+    # after normalize_prompt (a trailing space, NBSP or CRLF does not make a held-out problem new)
+    train_prompts = {normalize_prompt(r["prompt"]): r["prompt"] for r in train_rows}
+    test_prompts = {normalize_prompt(r["prompt"]): r["prompt"] for r in test_rows}
+    shared = [k for k in test_prompts if k in train_prompts]
+    if shared:
+        prompt, theirs = test_prompts[shared[0]], train_prompts[shared[0]]
+        near = "" if prompt == theirs else f" (as {theirs!r}: the same text up to whitespace, NBSP or CRLF)"
+        raise DataError(f"{_where(source)}problem {prompt!r} appears in both 'train'{near} and split 'test'; "
+                        f"splits must be disjoint ({len(shared)} of {len(test_prompts)} held-out prompts are in "
+                        "the training split); regenerate the splits")
 
 
 def _describe(schema: Mapping[str, FieldType]) -> str:

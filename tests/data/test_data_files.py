@@ -4,8 +4,11 @@ error. Files are written in a temp dir exactly as the prepare stage writes them 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import datasets
@@ -13,8 +16,11 @@ import pytest
 
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.data.countdown import make_countdown
+from rlvr_core.data.disk import save_splits
 from rlvr_core.data.validate import DataError, check_consistent, validate_rows, validate_splits
 from tasks.data import load_split
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 datasets.disable_progress_bars()
 
@@ -156,4 +162,41 @@ def test_wrong_json_shapes_are_named(arith: datasets.DatasetDict, tmp_path: Path
     path = _saved(arith, tmp_path / "d")
     (path / "train/state.json").write_text(json.dumps({"_data_files": [{"name": 3}]}))
     with pytest.raises(DataError, match=r"train/state\.json: field '_data_files' must list the arrow files"):
+        load_split(str(path), "train")
+
+
+# ----------------------------------------------------------------------------- content digests
+
+_READ = ("import sys\nfrom rlvr_core.data.disk import load_saved_split\n"
+         "rows = load_saved_split(sys.argv[1], 'train')\nprint('read', len(rows), rows[4]['prompt'])\n")
+
+
+def _read_in_a_child(path: Path) -> subprocess.CompletedProcess:
+    """load_saved_split in a subprocess: a bit-flipped arrow file crashed the reading process with SIGSEGV."""
+    return subprocess.run([sys.executable, "-c", _READ, str(path)], capture_output=True, text=True, timeout=120,
+                          cwd=PROJECT, env={**os.environ, "PYTHONPATH": str(PROJECT)})
+
+
+@pytest.mark.parametrize("where", ["a prompt", "the schema", "the middle"])
+def test_a_bit_flipped_arrow_file_is_named_before_it_is_read(arith: datasets.DatasetDict, tmp_path: Path,
+                                                             where: str) -> None:
+    """The prepare stage's writer records each arrow file's sha256; a flipped byte is a DataError naming the file
+    (rc 1), not a SIGSEGV (rc 139) or rows that silently changed."""
+    path = tmp_path / "d"
+    save_splits(arith, path)
+    assert json.loads((path / "digests.json").read_text())["train"].keys() == {_arrow(path).name}
+    ok = _read_in_a_child(path)
+    assert ok.returncode == 0 and ok.stdout.startswith("read 60 "), ok.stderr[-2000:]
+    raw = bytearray(_arrow(path).read_bytes())
+    at = {"a prompt": raw.find(arith["train"][4]["prompt"].encode()), "the schema": raw.find(b"prompt"),
+          "the middle": len(raw) // 2}[where]
+    assert at >= 0
+    raw[at] ^= 0x01
+    _arrow(path).write_bytes(bytes(raw))
+    bad = _read_in_a_child(path)
+    assert bad.returncode == 1, (bad.returncode, bad.stdout, bad.stderr[-2000:])
+    assert f"DataError: {_arrow(path)}: its content does not match the sha256 recorded in {path / 'digests.json'}" \
+        in bad.stderr
+    (path / "digests.json").write_text(json.dumps({"test": {}}))  # the digest file itself damaged: named too
+    with pytest.raises(DataError, match=r"digests\.json: no digests for the 'train' split"):
         load_split(str(path), "train")

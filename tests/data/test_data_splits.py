@@ -52,3 +52,40 @@ def test_build_dataset_dict_keeps_columns_for_empty_split():
     dd = build_dataset_dict({"train": [{"id": "a", "n": 3, "xs": [1]}], "test": []}, schema)
     assert dd["train"][0] == {"id": "a", "n": 3, "xs": [1]}
     assert dd["test"].num_rows == 0 and dd["test"].column_names == ["id", "n", "xs"]
+
+
+def test_near_duplicate_prompts_count_as_overlap():
+    """Only exact duplicates were caught: a trailing space, NBSP or CRLF made a held-out problem "new"."""
+    from rlvr_core.data.splits import normalize_prompt
+    from rlvr_core.data.validate import DataError, validate_splits
+
+    base = "Find $x$ if $2^x = 32$.\nShow your work."
+    for variant in (base + " ", base.replace(" ", "\u00a0", 1), base.replace("\n", "\r\n"), "  " + base + "\t",
+                    base.replace("Find", "Find\u200b")):
+        assert normalize_prompt(variant) == normalize_prompt(base)
+    assert normalize_prompt("Find $x$ if $2^x = 64$.") != normalize_prompt(base)
+    train = [{"id": "a", "prompt": base, "answer": "5"}, {"id": "b", "prompt": "Compute 1+1.", "answer": "2"}]
+    test = [{"id": "t", "prompt": base.replace("\n", "\r\n") + " ", "answer": "5"}]
+    with pytest.raises(DataError, match=r"problem 'Find .*\\r\\n.* ' appears in both 'train' \(as 'Find .*\\n.*': "
+                                        r"the same text up to whitespace, NBSP or CRLF\) and split 'test'.*1 of 1"):
+        validate_splits(train, test, "math")
+
+
+def test_hub_preparation_drops_near_duplicates_of_held_out_problems(tmp_path):
+    """The train split's problems, held out again with a trailing space, an NBSP, CRLF, and one exactly."""
+    import json
+    from pathlib import Path
+
+    from rlvr_core.config import PrepareConfig
+    from rlvr_core.tasks import build_hub_splits
+
+    math_file = Path(__file__).parents[1] / "fixtures" / "hub" / "math" / "test.jsonl"
+    rows = [json.loads(line) for line in math_file.read_text().splitlines()]
+    edits = [lambda p: p + " ", lambda p: p.replace(" ", "\u00a0", 1), lambda p: p.replace(" ", "\r\n", 1),
+             lambda p: p]
+    held = [{**r, "problem": edit(r["problem"])} for r, edit in zip(rows, edits)]
+    (tmp_path / "held.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    cfg = PrepareConfig(task="math", path=str(math_file), eval_path=str(tmp_path / "held.jsonl"), eval_split="test")
+    ds, extra = build_hub_splits(cfg)
+    assert extra == {"dropped_overlap": 4, "dropped_near_duplicate": 3}
+    assert sorted(ds["train"]["prompt"]) == sorted(r["problem"] for r in rows[4:])

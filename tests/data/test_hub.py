@@ -243,3 +243,40 @@ def test_livecodebench_test_cases_never_unpickle_objects() -> None:
         decode_test_cases(hostile)
     with pytest.raises(ValueError, match="neither JSON"):
         decode_test_cases("not json, not base64!")
+
+
+def test_a_zlib_bomb_in_the_test_cases_is_refused_with_bounded_memory(cache: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1.36 MB private_test_cases field took the process to 3.1 GB: it was decompressed without a cap.
+    Here the cap is 1 MiB and the bomb expands to 64 MiB (from 64 KB)."""
+    import base64
+    import pickle
+    import tracemalloc
+    import zlib
+
+    from rlvr_core.data import hub
+    from rlvr_core.data.validate import DataError
+
+    monkeypatch.setattr(hub, "MAX_TEST_CASES_BYTES", 1 << 20, raising=False)
+    payload = pickle.dumps(json.dumps([{"input": "1" * (64 << 20), "output": "", "testtype": "stdin"}]))
+    bomb = base64.b64encode(zlib.compress(payload, 9)).decode()
+    del payload
+    assert len(bomb) < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match=r"^private_test_cases: the compressed test cases expand past 1,048,576"):
+            hub.decode_test_cases(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    rows = [json.loads(line) for line in (FIX / "livecodebench" / "test.jsonl").read_text().splitlines()]
+    rows[1]["private_test_cases"] = bomb
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match=r"livecodebench row 1: private_test_cases: the compressed test cases expand"):
+        hub.load_livecodebench(str(tmp_path), "test", cache_dir=cache)
+    small = [{"input": "1\n", "output": "2\n", "testtype": "stdin"}]  # under the cap: read as before
+    assert hub.decode_test_cases(base64.b64encode(zlib.compress(pickle.dumps(json.dumps(small)))).decode()) == small
+    truncated = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(small)))[:-6]).decode()
+    with pytest.raises(ValueError, match=r"neither JSON nor base64/zlib/pickled JSON \(error: incomplete"):
+        hub.decode_test_cases(truncated)

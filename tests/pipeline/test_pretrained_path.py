@@ -81,7 +81,7 @@ def test_prepare_math_from_local_hub_files(math_rows) -> None:
 def test_prepare_drops_training_rows_that_are_held_out_problems() -> None:
     cfg = PrepareConfig(task="math", path=str(MATH_FILE), eval_path=str(MATH_FILE), eval_split="test", eval_limit=2)
     ds, extra = hub_dataset(cfg)
-    assert extra == {"dropped_overlap": 2}
+    assert extra == {"dropped_overlap": 2, "dropped_near_duplicate": 0}
     assert len(ds["train"]) == 4 and not set(ds["train"]["prompt"]) & set(ds["test"]["prompt"])
 
 

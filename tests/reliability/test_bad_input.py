@@ -33,7 +33,9 @@ train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 2, eval
 
 def _params(tmp_path: Path, train_line: str) -> Path:
     path = tmp_path / "params.yaml"
-    path.write_text(PARAMS.replace("keep_last: 2}", f"keep_last: 2, {train_line}}}"))
+    key = train_line.split(":", 1)[0]
+    text = re.sub(rf"(?<=[{{\s]){re.escape(key)}: [^,}}]+,\s*", "", PARAMS)  # a params file may not repeat a key
+    path.write_text(text.replace("keep_last: 2}", f"keep_last: 2, {train_line}}}"))
     return path
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import shutil
 import time
 import typing
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rlvr_core.config import (
     MAX_YAML_NODES,
@@ -55,6 +57,8 @@ def _refused(root: Path, match: str, **kw: Any) -> ConfigError:
 
 
 def _with_train(text: str, line: str) -> str:
+    key = line.split(":", 1)[0]
+    text = re.sub(rf"(?<=[{{\s]){re.escape(key)}: [^,}}]+,\s*", "", text)  # a params file may not repeat a key
     return text.replace("keep_last: 2}", f"keep_last: 2, {line}}}")
 
 
@@ -159,11 +163,16 @@ def test_error_messages_bound_the_values_they_show(tmp_path: Path) -> None:
                                            (".0001", 1e-4), ("0.0001", 1e-4)])
 def test_numbers_as_people_type_them(tmp_path: Path, typed: str, value: float) -> None:
     path = tmp_path / "params.yaml"
-    path.write_text(_with_train(PARAMS, f"lr: {typed}, batch_size: 1_000, top_p: .5"))
+    path.write_text(_with_train(PARAMS.replace("batch_size: 8, ", ""), f"lr: {typed}, batch_size: 1_000, top_p: .5"))
     t = load_params(path).train
     assert t.lr == value and t.batch_size == 1000 and t.top_p == 0.5
     assert parse_set([f"lr={typed}", "batch_size=1_000", "top_p=.5", "allocator=vigor"], path) == {
         "lr": value, "batch_size": 1000, "top_p": 0.5, "allocator": "vigor"}
+
+
+def _last_wins(text: str) -> str:
+    """``text`` with each key given once, keeping the last value (params files may not repeat a key)."""
+    return yaml.safe_dump(yaml.safe_load(text), default_flow_style=None)
 
 
 def _numeric_fields() -> list[tuple[str, str, Any]]:
@@ -190,7 +199,7 @@ def test_every_numeric_key_refuses_nan_inf_and_negatives(tmp_path: Path, sec: st
         body = _with_train(body, f"{key}: {bad}")
     else:
         body = body.replace(f"{sec}: {{}}", f"{sec}: {{{key}: {bad}}}")
-    path.write_text(body)
+    path.write_text(_last_wins(body))
     with pytest.raises(ConfigError, match=rf"{sec}\.{key}: got (nan|inf|-inf|-1)\b"):
         load_params(path)
 
@@ -232,6 +241,38 @@ def test_resume_refuses_what_would_change_the_run(policy_dir: Path, two_step_run
         train(TrainConfig(**{**CFG, "steps": 2, **change}), policy_dir=policy_dir, train_rows=ds["train"],
               test_rows=ds["test"], run_dir=run)
     assert (run / "metrics.jsonl").read_text() == before
+
+
+
+def _unrecord(folder: Path, key: str | None) -> None:
+    """Remove train.``key`` (None: the whole config) from a checkpoint's state and manifest, hashes recomputed."""
+    import hashlib
+    import json
+
+    state = json.loads((folder / "state.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for tree in (state, manifest["meta"]):
+        tree["config"].pop(key) if key else tree.pop("config")
+    data = json.dumps(state).encode()
+    (folder / "state.json").write_bytes(data)
+    manifest["files"]["state.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("key, message", [(None, r"train\.allocator, train\.allocator_params, .*, \.\.\."),
+                                          ("lr", r"train\.lr, so a changed setting could not be told")])
+def test_resume_refuses_a_checkpoint_that_does_not_record_its_settings(policy_dir: Path, two_step_run: Path,
+                                                                       tmp_path: Path, key: str | None, message: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint with its config removed resumed with lr changed to 0.5: only the keys present were compared."""
+    run = tmp_path / "run"
+    shutil.copytree(two_step_run, run)
+    _unrecord(run / "checkpoints" / "step_000002", key)
+    monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
+    ds = dataset()
+    with pytest.raises(ConfigError, match=rf"step_000002: cannot resume, the checkpoint does not record {message}"):
+        train(TrainConfig(**{**CFG, "steps": 3, "lr": 0.5}), policy_dir=policy_dir, train_rows=ds["train"],
+              test_rows=ds["test"], run_dir=run)
 
 
 def test_flow_refuses_fewer_steps_than_the_run_has(flow_root: Path, two_step_run: Path) -> None:

@@ -60,6 +60,34 @@ def test_second_writer_is_refused_and_a_sigkilled_holder_leaves_no_stale_lock(tm
     _kill(again)
 
 
+
+@pytest.mark.parametrize("fails", ["pwrite", "ftruncate"])
+def test_a_full_disk_while_taking_the_lock_does_not_leak_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            fails: str) -> None:
+    """ENOSPC writing the holder's pid left a locked descriptor open: every later attempt in the process got
+    RunFolderBusy (pid unknown), even after space was freed."""
+    import errno
+
+    from rlvr_core import runlock
+
+    real, calls = getattr(os, fails), []
+
+    def full_once(*a: object) -> object:
+        calls.append(a)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*a)
+
+    monkeypatch.setattr(runlock.os, fails, full_once)
+    fds = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="No space left"):
+        hold_run_folder(tmp_path / "run")
+    assert set(os.listdir("/proc/self/fd")) <= fds and not runlock._held  # nothing open, nothing held
+    with hold_run_folder(tmp_path / "run"):  # space freed: the same process takes the lock
+        assert json.loads((tmp_path / "run" / LOCK_NAME).read_text())["pid"] == os.getpid()
+    _kill(_holder(tmp_path / "run"))  # released: another process takes it too
+
+
 def test_training_refuses_a_held_run_folder_before_writing(policy_dir: Path, tmp_path: Path) -> None:
     from rlvr_core.training import train
 

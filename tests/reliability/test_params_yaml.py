@@ -1,0 +1,112 @@
+"""params.yaml and --set values that parse but would mislead or crash are refused with a ConfigError that
+says where: ints past Python's digit limit, duplicate keys, YAML 1.1 octals, non-finite nested values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlvr_core.allocation.posterior import PriorConfig
+from rlvr_core.config import TrainConfig, load_params, parse_set
+from rlvr_core.errors import ConfigError
+
+PARAMS = """\
+prepare: {task: arithmetic, n_train: 300, n_test: 40, seed: 0}
+train:
+  allocator: sara
+  allocators: [sara]
+  k: 4
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("number", ["1" * 5001, "-" + "7" * 4301, "0x" + "f" * 5000, "9" * 310])
+def test_a_huge_int_is_a_config_error_not_a_traceback(tmp_path: Path, number: str) -> None:
+    """A 5,001-digit int hit Python's 4,300-digit limit: a raw ValueError out of load_params and --set."""
+    path = _write(tmp_path, PARAMS + f"  seed: {number}\n")
+    with pytest.raises(ConfigError, match=r"params\.yaml: the number at line 6, column 9 (is [\d,]+ digits long"
+                                          r"|is past a float's range)") as err:
+        load_params(path)
+    assert len(str(err.value)) < 300
+    with pytest.raises(ConfigError, match=r"train\.seed \(from --set .*\): the number at line 1, column 1"):
+        parse_set([f"seed={number}"], path)
+
+
+def test_ints_within_range_still_read(tmp_path: Path) -> None:
+    assert load_params(_write(tmp_path, PARAMS + "  seed: 1_234\n")).train.seed == 1234
+    assert parse_set(["seed=" + "9" * 300, "k=0x10"], "params.yaml") == {"seed": int("9" * 300), "k": 16}
+
+
+def test_other_values_yaml_cannot_build_are_config_errors(tmp_path: Path) -> None:
+    """PyYAML raises ValueError on a date with month 13 and on a bad explicit tag."""
+    for value in ("2001-13-01", "!!int 12x", "!!float x"):
+        with pytest.raises(ConfigError, match=r"params\.yaml: not valid YAML"):
+            load_params(_write(tmp_path, PARAMS + f"  seed: {value}\n"))
+
+
+def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """``lr`` twice: the last one used to win silently."""
+    path = _write(tmp_path, PARAMS + "  lr: 1.0e-5\n  seed: 3\n  lr: 0.5\n")
+    with pytest.raises(ConfigError, match=r"params\.yaml: the key 'lr' is given twice, at line 6, column 3 and "
+                                          r"line 8, column 3 .*give it once"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=r"the key 'seed' is given twice"):
+        load_params(_write(tmp_path, "prepare: {task: arithmetic, seed: 1, seed: 2}\ntrain: {}\n"))
+    with pytest.raises(ConfigError, match=r"the key 'train' is given twice"):
+        load_params(_write(tmp_path, PARAMS + "train: {}\n"))
+    # a merge key (<<) may still be overridden by an explicit key: that is what merges are for
+    merged = PARAMS + "evaluate: {<<: {k: 4, temperature: 0.5}, k: 8}\n"
+    assert load_params(_write(tmp_path, merged)).evaluate.k == 8
+    assert parse_set(["allocator_params={sara: {prior: {<<: {a0: 1.0}, a0: 2.0}}}"], "p") == {
+        "allocator_params": {"sara": {"prior": {"a0": 2.0}}}}
+
+
+@pytest.mark.parametrize("typed, reads, meant", [("010", 8, 10), ("0_17", 15, 17), ("+012", 10, 12)])
+def test_a_leading_zero_is_not_read_as_octal(tmp_path: Path, typed: str, reads: int, meant: int) -> None:
+    """``seed: 010`` was seed 8 (YAML 1.1 octal)."""
+    with pytest.raises(ConfigError, match=rf"{typed.replace('+', '[+]')} at line 6, column 9 reads as {reads} "
+                                          rf"\(YAML 1\.1 reads a leading 0 as octal\); write {meant}, or {reads}"):
+        load_params(_write(tmp_path, PARAMS + f"  seed: {typed}\n"))
+    with pytest.raises(ConfigError, match=rf"train\.seed \(from --set .*\): {typed.replace('+', '[+]')} at line 1"):
+        parse_set([f"seed={typed}"], "params.yaml")
+    with pytest.raises(ConfigError, match=r"1:30 at line 1, column 1 reads as 90 \(YAML 1\.1 reads a colon"):
+        parse_set(["seed=1:30"], "params.yaml")
+    assert parse_set(["seed=0", "lr=0.010", "k='010'", "top_p=0x10"], "p") == {
+        "seed": 0, "lr": 0.01, "k": "010", "top_p": 16}
+
+
+@pytest.mark.parametrize("value, path, shown", [
+    ("{sara: {prior: {kind: uniform, a0: 1e999}}}", r"allocator_params\.sara\.prior\.a0", "inf"),
+    ("{sara: {prior: {kind: carry, decay: .nan}}}", r"allocator_params\.sara\.prior\.decay", "nan"),
+    ("{dapo: {max_gen_batches: 4, extra: [1, -.inf]}}", r"allocator_params\.dapo\.extra\[1\]", "-inf"),
+])
+def test_a_non_finite_number_anywhere_in_the_params_tree_is_refused(tmp_path: Path, value: str, path: str,
+                                                                     shown: str) -> None:
+    """inf inside allocator_params passed load_params, TrainConfig and preflight, then crashed mid-step
+    (ValueError: cannot convert float NaN to integer)."""
+    params = _write(tmp_path, PARAMS + f"  allocator_params: {value}\n")
+    with pytest.raises(ConfigError, match=rf"params\.yaml: train\.{path}: got {shown}; need a finite number"):
+        load_params(params)
+    overrides = {"train": parse_set([f"allocator_params={value}"], params)}
+    with pytest.raises(ConfigError, match=rf"train\.{path}: got {shown}; need a finite number \(the value of "
+                                          r"train\.allocator_params came from --set"):
+        load_params(_write(tmp_path, PARAMS), overrides)
+
+
+def test_numbers_past_a_float_are_refused_where_python_builds_the_config() -> None:
+    """Ints too large for a float raised OverflowError out of the finiteness check; the prior took inf."""
+    with pytest.raises(ConfigError, match=r"^lr: got 1000.*; need a finite number"):
+        TrainConfig(lr=10**400)
+    with pytest.raises(ConfigError, match=r"allocator_params\.sara\.prior\.b0: got 1000.*; need a finite number"):
+        TrainConfig(allocator_params={"sara": {"prior": {"b0": 10**400}}})
+    for bad in ({"a0": math.inf}, {"b0": 10**400}, {"max_evidence": math.inf}, {"decay": math.nan}):
+        with pytest.raises(ConfigError, match=r"prior\.(a0/b0|max_evidence|decay): got"):
+            PriorConfig(**bad)
+    assert TrainConfig(allocator_params={"sara": {"prior": {"a0": 2.0}}}).allocator_params["sara"]["prior"]["a0"] == 2

@@ -35,7 +35,9 @@ def _first_bad(path: Path, what: str, bad: np.ndarray, column: str, values: Any,
     idx = np.flatnonzero(bad)
     if len(idx):
         i = int(idx[0])
-        raise LogError(f"{path}: row {i + 1}, column {column!r}: {what} (value {values[i]!r}; {len(idx)} such "
+        value = values[i].item() if isinstance(values[i], np.generic) else values[i]
+        line = f" (line {i + 2})" if path.suffix == ".csv" else ""
+        raise LogError(f"{path}: row {i + 1}{line}, column {column!r}: {what} (value {value!r}; {len(idx)} such "
                        f"row(s)); {fix}")
 
 

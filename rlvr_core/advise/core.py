@@ -140,11 +140,17 @@ def recommend(table: list[AllocatorAdvice], floor_rpeg: float, seeds: int) -> st
             f"{best.name}: {txt} over {seeds} replay seeds); {floor_txt}")
 
 
+MAX_INDEX_POOL = 10_000_000  # prompt ids above this are keys (hashes), not row indices
+
+
 def default_pool(df: Any) -> int:
-    """Prompts in the simulated pool: the log's largest prompt id + 1 (a training split's index), at least the
-    number of distinct prompts, so that prompts recur about as often as they could in the logged run."""
+    """Prompts in the simulated pool: the log's largest prompt id + 1 where ids are row indices of a training
+    split (as in rollouts.parquet), so that prompts recur about as often as they could in the logged run; the
+    number of distinct prompts where ids are keys (hashed ids of RolloutLogCallback, ids of a CSV)."""
     ids = df["prompt_id"].to_numpy()
-    return int(max(ids.max() + 1, len(np.unique(ids)), 2))
+    distinct = len(np.unique(ids))
+    top = int(ids.max()) + 1
+    return int(max(top if top <= MAX_INDEX_POOL else distinct, distinct, 2))
 
 
 def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int = 5, steps: int = 60,

@@ -111,13 +111,14 @@ class SimRun:
 
 
 def simulate(path: Path, name: str, *, k: int, batch: int, seed: int, steps: int, pool: int,
-             tokens: tuple[float, float] | None) -> SimRun:
-    """Replay ``steps`` allocation steps of allocator ``name`` (default parameters) on the log at ``path``."""
+             tokens: tuple[float, float] | None, params: dict[str, Any] | None = None) -> SimRun:
+    """Replay ``steps`` allocation steps of allocator ``name`` (default parameters, or ``params``) on the log at
+    ``path``."""
     mean, ratio = tokens if tokens is not None else (200.0, 1.6)
     engine = SimulatedEngine(Scenario("replay", pool, replay=str(path)), seed=seed, horizon=steps,
                              mean_tokens=mean, fail_length_ratio=ratio)
     source = PromptSource(engine.pool_size, seed=seed)
-    alloc = make_allocator(name, k=k, batch_size=batch, seed=seed)
+    alloc = make_allocator(name, k=k, batch_size=batch, seed=seed, **(params or {}))
     tot = {"rollouts": 0.0, "tokens": 0.0, "effective_groups": 0.0}
     for _ in range(steps):
         _, st = run_allocation_step(alloc, engine, source)

@@ -100,7 +100,13 @@ def summary(rows: list[dict[str, Any]], missing: list[str], seeds: int) -> dict[
     for r in rows:
         if r["variant"] == r["allocator"]:  # the allocator at its default parameters, as the advisor runs it
             per_alloc.setdefault(r["allocator"], []).append(abs(r["error"]))
+    groups: dict[str, list[float]] = {}
+    for r in rows:  # the families the replay may miss: contextual priors (no features in the pool), by allocator
+        fam = "contextual prior" if "context" in str(r["params"].get("prior", "")) else r["allocator"]
+        groups.setdefault(fam, []).append(r["error"])
     return {"cells": len(rows), "regimes": sorted({r["regime"] for r in rows}), "missing_logs": missing,
+            "family_signed_error": {k: [float(np.mean(v)), float(np.min(v)), float(np.max(v)), len(v)]
+                                    for k, v in groups.items()},
             "seeds": seeds, "median_abs_error": float(np.median(err)), "max_abs_error": float(err.max()),
             "mean_signed_error": float(np.mean([r["error"] for r in rows])),
             "per_variant_error": {k: float(np.mean(v)) for k, v in per.items()},
@@ -119,7 +125,14 @@ def markdown(s: dict[str, Any]) -> str:
     if s["missing_logs"]:
         lines += ["", f"Not validated: {', '.join(s['missing_logs'])} (no uniform-GRPO rollout log of that regime "
                   "in benchmarks/replay/; the study's run files hold ledgers, not per-step logs)."]
-    lines += ["", "| regime | protocol | variant | runs | measured | predicted | error |",
+    lines += ["", "## Where the replay is systematically off", "",
+              "Mean signed error by family (cells using a contextual prior apart, as the simulated pool has no "
+              "prompt features; the others by allocator). A family whose errors all share a sign is marked.", "",
+              "| family | cells | mean signed error | range | same sign |", "|---|---|---|---|---|"]
+    for fam, (m, lo, hi, n) in sorted(s["family_signed_error"].items(), key=lambda kv: -abs(kv[1][0])):
+        same = "yes" if n > 1 and (lo > 0 or hi < 0) else "no"
+        lines.append(f"| {fam} | {n} | {m:+.1%} | {lo:+.1%} .. {hi:+.1%} | {same} |")
+    lines += ["", "## Every cell", "", "| regime | protocol | variant | runs | measured | predicted | error |",
               "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
         lines.append(f"| {r['regime']} | {r['protocol']} | {r['variant']} | {r['runs']} | "

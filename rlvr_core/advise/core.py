@@ -112,8 +112,8 @@ def validation_sentence(val: dict[str, Any] | None) -> str:
         return ("not validated against measured runs here (python -m benchmarks.advisor_validation writes "
                 "benchmarks/results/advisor_validation.json)")
     return (f"predictions were within {val['median_abs_error']:.0%} (median; at most {val['max_abs_error']:.0%}) "
-            f"of measured runs on {val['cells']} cells of the training study ({', '.join(val['regimes'])}); "
-            f"see benchmarks/results/advisor_validation.md")
+            f"of measured runs on {val['cells']} cells of the training study (regimes {', '.join(val['regimes'])}, "
+            f"k = 8, the tiny policy); see benchmarks/results/advisor_validation.md")
 
 
 def pct(t: tuple[float, float, float]) -> str:

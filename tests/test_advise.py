@@ -167,3 +167,13 @@ def test_cli_prints_the_tables_and_writes_md_json_png(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rlvr_core.advise", str(bad)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 2 and "missing column(s) ['reward']" in r.stderr
+
+
+def test_rlvr_alloc_dispatcher_lists_commands_and_refuses_unknown_ones(capsys):
+    from rlvr_core.cli import main
+
+    assert main([]) == 2 and "advise" in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert main(["nope"]) == 2 and "unknown command 'nope'" in capsys.readouterr().err
+    with open(ROOT / "pyproject.toml", encoding="utf-8") as f:
+        assert 'rlvr-alloc = "rlvr_core.cli:main"' in f.read()

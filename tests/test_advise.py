@@ -177,3 +177,16 @@ def test_rlvr_alloc_dispatcher_lists_commands_and_refuses_unknown_ones(capsys):
     assert main(["nope"]) == 2 and "unknown command 'nope'" in capsys.readouterr().err
     with open(ROOT / "pyproject.toml", encoding="utf-8") as f:
         assert 'rlvr-alloc = "rlvr_core.cli:main"' in f.read()
+
+
+def test_validation_sentence_states_the_error_and_the_contextual_offset():
+    from rlvr_core.advise.core import load_validation, validation_sentence
+
+    rows = [{"params": {}, "error": 0.02}, {"params": {"prior": "eb"}, "error": -0.1},
+            {"params": {"prior": "carry+context"}, "error": 0.3}]
+    line = validation_sentence({"rows": rows, "median_abs_error": 0.1, "cells": 3, "regimes": ["hard"]})
+    assert line.startswith("predictions were within 10% (median) of measured runs on 3 cells")
+    assert "at most 10% off for allocators without a contextual prior" in line and "over-predicts by 30%" in line
+    assert validation_sentence(None).startswith("not validated")
+    committed = load_validation()  # the committed benchmarks/results/advisor_validation.json
+    assert committed is not None and committed["cells"] == len(committed["rows"]) > 0

@@ -55,3 +55,21 @@ def test_plain_grpo_trainer_log_then_advise_prints_table_and_recommendation(tmp_
     assert "**Recommendation.**" in r.stdout and "| grpo |" in r.stdout and "| early |" in r.stdout
     advice = json.loads((tmp_path / "advice" / "advice.json").read_text())
     assert advice["steps"] == 4 and advice["rows"] == 8 and advice["recommendation"]
+
+
+def test_a_resumed_run_keeps_the_rows_up_to_its_checkpoint_and_logs_each_step_once(tmp_path):
+    path, model = tmp_path / "rollouts.parquet", tiny_model(tmp_path / "chat")
+
+    def run(resume: str | None) -> pd.DataFrame:
+        log = RolloutLogCallback(path)
+        trainer = GRPOTrainer(model=model, reward_funcs=[log.wrap(ScriptedReward())],
+                              args=grpo_config(tmp_path / "out", max_steps=3, save_strategy="steps", save_steps=2),
+                              train_dataset=Dataset.from_list(ROWS), callbacks=[log])
+        trainer.train(resume_from_checkpoint=resume)
+        return pd.read_parquet(path)
+
+    first = run(None)
+    assert first["step"].tolist() == [1, 1, 2, 2, 3, 3]
+    second = run(str(tmp_path / "out" / "checkpoint-2"))
+    assert second["step"].tolist() == [1, 1, 2, 2, 3, 3]
+    pd.testing.assert_frame_equal(second[second.step <= 2], first[first.step <= 2])

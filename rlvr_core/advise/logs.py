@@ -22,8 +22,7 @@ import numpy as np
 
 AGG_REQUIRED = ("step", "prompt_id", "rollouts", "passes")
 ROW_REQUIRED = ("step", "prompt_id", "reward")
-FORMATS = {".parquet": "per (step, prompt)", ".csv": "per completion", ".jsonl": "per completion",
-           ".json": "per completion"}
+FORMATS = {".parquet": "per (step, prompt)", ".csv": "per completion", ".jsonl": "per completion"}
 
 
 class LogError(ValueError):

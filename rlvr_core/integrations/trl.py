@@ -83,6 +83,9 @@ completion_ids)`` returning the gathered (rows, funcs) tensor,
 ``args.generation_batch_size`` / ``args.steps_per_generation`` as computed by
 ``GRPOConfig.__post_init__``.
 
+``RolloutLogCallback`` (at the end of this module) writes the rollout log of a plain ``GRPOTrainer`` run
+(``rollouts.parquet``), the input of ``rlvr-alloc advise`` (docs/advisor.md).
+
 Not supported (refused at construction): tools, ``environment_factory``,
 ``rollout_func``, image columns, ``IterableDataset``,
 ``multi_objective_aggregation="normalize_then_sum"`` (it normalises per group
@@ -103,6 +106,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate.utils import gather, gather_object
+from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 
@@ -472,4 +476,88 @@ class AllocatedGRPOTrainer(GRPOTrainer):
             self.load_allocation_state(pickle.load(f))
 
 
-__all__ = ["AllocatedGRPOTrainer", "SamplerOrderSource", "STATE_FILE"]
+# ----- the rollout log of a plain GRPOTrainer -------------------------------------------------------
+
+
+def stable_prompt_id(value: Any) -> int:
+    """A prompt key as a non-negative int64: an int as it is, anything else (text, chat messages) hashed stably
+    (the same id on every process and in every run)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(value) >= 0:
+        return int(value)
+    digest = hashlib.blake2b(repr(value).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class RolloutLogCallback(TrainerCallback):
+    """Writes the rollout log of a plain ``GRPOTrainer`` run (``rollouts.parquet``, the schema of
+    ``rlvr_core.rollout_log``: step, prompt_id, rollouts, passes, reward_sum, tokens), so that
+    ``rlvr-alloc advise`` can say whether an allocator would pay on it (docs/advisor.md)::
+
+        log = RolloutLogCallback("out/rollouts.parquet")
+        trainer = GRPOTrainer(model=..., reward_funcs=[log.wrap(correct)], args=..., train_dataset=ds,
+                              callbacks=[log])
+
+    ``wrap(func)`` returns the reward function unchanged in what it returns to TRL; it records, per completion of
+    a training step, the prompt's key (the dataset column ``id_column`` where it exists, else the prompt itself,
+    hashed by ``stable_prompt_id``), the reward (a pass is a reward > 0) and the completion's token count. Wrap
+    the pass/fail verifier, not a shaping reward. Calls outside a training step (evaluation) are not recorded.
+
+    The file is rewritten atomically at every step end, checkpoint and at the end of training; a run resumed from
+    the checkpoint of step s keeps the file's rows of steps <= s (``RolloutLog``). Under several processes each
+    records its own share of the completions: process r > 0 writes ``<stem>.rank<r>.parquet`` beside ``path``.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, id_column: str = "id") -> None:
+        self.path = Path(path)
+        self.id_column = id_column
+        self.log: Any = None
+        self._in_step = False
+
+    def _rank_path(self) -> Path:
+        rank = int(os.environ.get("RANK", "0"))
+        return self.path if rank == 0 else self.path.with_name(f"{self.path.stem}.rank{rank}{self.path.suffix}")
+
+    def wrap(self, func: Any) -> Any:
+        """``func`` as a TRL reward function whose every call in a training step is recorded."""
+        cb = self
+
+        def recorded(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+            rewards = func(prompts=prompts, completions=completions, completion_ids=completion_ids,
+                           trainer_state=trainer_state, **kwargs)
+            if cb._in_step and cb.log is not None and trainer_state is not None:
+                keys = kwargs.get(cb.id_column) or prompts
+                r = np.asarray([np.nan if x is None else float(x) for x in rewards], np.float64)
+                ids = np.asarray([stable_prompt_id(q) for q in keys], np.int64)
+                toks = np.asarray([len(c) for c in completion_ids] if completion_ids is not None
+                                  else [len(str(c)) for c in completions], np.int64)
+                keep = np.isfinite(r)
+                cb.log.add(int(trainer_state.global_step) + 1, Rollouts(ids[keep], r[keep], toks[keep]))
+            return rewards
+
+        recorded.__name__ = getattr(func, "__name__", type(func).__name__)
+        return recorded
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from rlvr_core.rollout_log import RolloutLog
+
+        self.log = RolloutLog(self._rank_path(), rows=[], upto=int(state.global_step))
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._in_step = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._in_step = False
+        if self.log is not None:
+            self.log.end_step(int(state.global_step))
+            self.log.flush()
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.log is not None:
+            self.log.flush()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.log is not None:
+            self.log.flush()
+
+
+__all__ = ["AllocatedGRPOTrainer", "RolloutLogCallback", "SamplerOrderSource", "STATE_FILE", "stable_prompt_id"]

@@ -1,0 +1,190 @@
+"""``advise``: from a run's log to a table of predicted savings and a recommendation (docs/advisor.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlvr_core.advise.logs import load_log
+from rlvr_core.advise.model import (
+    FLOOR_CLASS,
+    PhaseStats,
+    SimRun,
+    phase_stats,
+    registered_allocators,
+    simulate,
+    token_model,
+    whole_run_floor,
+)
+from rlvr_core.rollout.simulated import ReplayLog
+
+# written by `python -m benchmarks.advisor_validation`: how far the advisor's predictions were from measured runs
+VALIDATION_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "advisor_validation.json"
+
+
+def interval(x: np.ndarray) -> tuple[float, float, float]:
+    """(mean, low, high): the two-sided 95% t-interval of the mean over replay seeds."""
+    x = np.asarray(x, np.float64)
+    m = float(x.mean())
+    if len(x) < 2 or not np.all(np.isfinite(x)):
+        return m, m, m
+    from scipy import stats as sps
+
+    half = float(sps.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+@dataclass
+class AllocatorAdvice:
+    """One allocator's predicted cost on the log; each figure is (mean, low, high) over replay seeds."""
+
+    name: str
+    rollouts_per_effective_group: tuple[float, float, float]
+    tokens_per_effective_group: tuple[float, float, float] | None
+    saving_vs_grpo: tuple[float, float, float] | None
+    saving_vs_dapo: tuple[float, float, float] | None
+    validated_error: float | None = None  # mean |predicted - measured| / measured on the training study, if known
+
+
+@dataclass
+class Advice:
+    """Everything the advisor reports (``to_json`` is what advice.json holds)."""
+
+    log: str
+    rows: int
+    steps: int
+    k: int
+    batch: int
+    seeds: int
+    sim_steps: int
+    pool: int
+    token_model: tuple[float, float] | None
+    phases: list[PhaseStats]
+    floor_ratio_to_k: float
+    floor_class: str
+    allocators: list[AllocatorAdvice]
+    skipped: dict[str, str] = field(default_factory=dict)
+    recommendation: str = ""
+    validation: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _paired_saving(runs: dict[str, list[SimRun]], name: str, ref: str) -> tuple[float, float, float] | None:
+    """1 - rpeg(name) / rpeg(ref), paired by seed (the same replay draws), with its interval."""
+    if ref not in runs:
+        return None
+    mine = {r.seed: r.rollouts_per_effective_group for r in runs[name]}
+    theirs = {r.seed: r.rollouts_per_effective_group for r in runs[ref]}
+    vals = [1.0 - mine[s] / theirs[s] for s in mine if s in theirs and math.isfinite(mine[s] / theirs[s])]
+    return interval(np.asarray(vals)) if vals else None
+
+
+def summarise(runs: dict[str, list[SimRun]], with_tokens: bool, errors: dict[str, float]) -> list[AllocatorAdvice]:
+    """The per-allocator table, in registry order."""
+    out = []
+    for name, rs in runs.items():
+        rpeg = interval(np.asarray([r.rollouts_per_effective_group for r in rs]))
+        tpeg = interval(np.asarray([r.tokens_per_effective_group for r in rs])) if with_tokens else None
+        out.append(AllocatorAdvice(name, rpeg, tpeg, _paired_saving(runs, name, "grpo"),
+                                   _paired_saving(runs, name, "dapo"), errors.get(name)))
+    return out
+
+
+def load_validation(path: Path = VALIDATION_FILE) -> dict[str, Any] | None:
+    """The committed validation of the advisor against the training study, or None where it was never run."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def validation_sentence(val: dict[str, Any] | None) -> str:
+    """What the committed validation says about the advisor's error (cells using a contextual prior apart: the
+    simulated pool has no prompt features, so the replay cannot see what they use)."""
+    if not val or not val.get("rows"):
+        return ("not validated against measured runs here (python -m benchmarks.advisor_validation writes "
+                "benchmarks/results/advisor_validation.json)")
+    ctx = [r for r in val["rows"] if "context" in str(r["params"].get("prior", ""))]
+    rest = [abs(r["error"]) for r in val["rows"] if r not in ctx]
+    txt = (f"predictions were within {val['median_abs_error']:.0%} (median) of measured runs on {val['cells']} "
+           f"cells of the training study (regimes {', '.join(val['regimes'])}, k = 8, the tiny policy)")
+    if rest:
+        txt += f", at most {max(rest):.0%} off for allocators without a contextual prior"
+    if ctx:
+        txt += (f"; for contextual priors the replay over-predicts by {np.mean([r['error'] for r in ctx]):.0%} on "
+                "average (it sees no prompt features)")
+    return txt + "; see benchmarks/results/advisor_validation.md"
+
+
+def pct(t: tuple[float, float, float]) -> str:
+    return f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
+
+
+def recommend(table: list[AllocatorAdvice], floor_rpeg: float, seeds: int) -> str:
+    """One line: the allocator with the fewest rollouts per effective group, if its saving over uniform GRPO has
+    an interval above zero, with the floor's bound on what screening alone can save."""
+    by_name = {a.name: a for a in table}
+    grpo = by_name.get("grpo")
+    others = [a for a in table if a.name != "grpo" and math.isfinite(a.rollouts_per_effective_group[0])]
+    if grpo is None or not others:
+        return "no recommendation: uniform GRPO and at least one other allocator are needed for a comparison"
+    best = min(others, key=lambda a: a.rollouts_per_effective_group[0])
+    floor_saving = 1.0 - floor_rpeg / grpo.rollouts_per_effective_group[0]
+    floor_txt = f"the floor leaves at most {floor_saving:.0%} without prompt history"
+    s = best.saving_vs_grpo
+    if s is not None and s[1] > 0:
+        return (f"{best.name}: {pct(s)} fewer rollouts per effective group than uniform GRPO "
+                f"({seeds} replay seeds); {floor_txt}")
+    txt = pct(s) if s is not None else "n/a"
+    return (f"stay with uniform GRPO: no allocator saves with an interval above zero on this log (best, "
+            f"{best.name}: {txt} over {seeds} replay seeds); {floor_txt}")
+
+
+MAX_INDEX_POOL = 10_000_000  # prompt ids above this are keys (hashes), not row indices
+
+
+def default_pool(df: Any) -> int:
+    """Prompts in the simulated pool: the log's largest prompt id + 1 where ids are row indices of a training
+    split (as in rollouts.parquet), so that prompts recur about as often as they could in the logged run; the
+    number of distinct prompts where ids are keys (hashed ids of RolloutLogCallback, ids of a CSV)."""
+    ids = df["prompt_id"].to_numpy()
+    distinct = len(np.unique(ids))
+    top = int(ids.max()) + 1
+    return int(max(top if top <= MAX_INDEX_POOL else distinct, distinct, 2))
+
+
+def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int = 5, steps: int = 60,
+           pool: int | None = None, allocators: list[str] | None = None) -> Advice:
+    """Advise on the log at ``path``: phases, every registered allocator replayed with ``seeds`` seeds for
+    ``steps`` steps at group size ``k`` and ``batch`` prompts, and a recommendation (module docstring)."""
+    if k < 2 or batch < 1 or seeds < 1 or steps < 1:
+        raise ValueError(f"need k >= 2, batch >= 1, seeds >= 1, steps >= 1; got {k}, {batch}, {seeds}, {steps}")
+    df = load_log(path)
+    names, skipped = registered_allocators(k, batch)
+    names = [n for n in names if allocators is None or n in allocators]
+    pool = int(pool or default_pool(df))
+    tokens = token_model(df)
+    with tempfile.TemporaryDirectory(prefix="rlvr-advise-") as tmp:
+        norm = Path(tmp) / "log.parquet"
+        df.to_parquet(norm, index=False)
+        log = ReplayLog(norm)
+        phases = phase_stats(log, df, k)
+        floor = whole_run_floor(log, k)
+        runs = {n: [simulate(norm, n, k=k, batch=batch, seed=s, steps=steps, pool=pool, tokens=tokens)
+                    for s in range(seeds)] for n in names}
+    val = load_validation()
+    table = summarise(runs, tokens is not None, (val or {}).get("per_allocator_error", {}))
+    adv = Advice(str(path), len(df), len(log), k, batch, seeds, steps, pool, tokens, phases, floor.ratio_to_k,
+                 FLOOR_CLASS, table, skipped)
+    adv.recommendation = recommend(table, floor.rollouts_per_effective_group, seeds)
+    adv.validation = validation_sentence(val)
+    return adv

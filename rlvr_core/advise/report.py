@@ -1,0 +1,131 @@
+"""The advisor's outputs and command line: ``python -m rlvr_core.advise LOG [--k 8] [--batch 32] [--out DIR]``
+(also ``rlvr-alloc advise``). Prints the markdown report and writes ``advice.md``, ``advice.json`` and
+``advice.png`` into ``--out`` (default: ``advice/`` beside the log). docs/advisor.md describes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from rlvr_core.advise.core import Advice, advise, pct
+from rlvr_core.advise.logs import LogError
+
+
+def _num(t: tuple[float, float, float] | None, digits: int = 2) -> str:
+    if t is None or not math.isfinite(t[0]):
+        return "n/a"
+    return f"{t[0]:.{digits}f} [{t[1]:.{digits}f}, {t[2]:.{digits}f}]"
+
+
+def phase_table(adv: Advice) -> list[str]:
+    lines = ["| phase | steps | rows | pass share | population Beta(a, b) | pass rate 10/50/90% | logged group size | "
+             "zero-variance, logged | zero-variance at k | floor / k | floor rule |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in adv.phases:
+        q = "/".join(f"{v:.2f}" for v in p.rate_quantiles)
+        fails = "never abandon" if p.floor_abandon_after_fails >= adv.k else \
+            f"abandon after {p.floor_abandon_after_fails} fail(s) in a row"
+        lines.append(f"| {p.name} | {p.first_step}-{p.last_step} | {p.rows} | {p.pass_share:.3f} | "
+                     f"({p.beta[0]:.2f}, {p.beta[1]:.2f}) | {q} | {p.logged_group_size:g} | "
+                     f"{p.zero_variance_logged:.3f} | {p.zero_variance_at_k:.3f} | {p.floor_ratio_to_k:.2f} | "
+                     f"{fails} |")
+    return lines
+
+
+def allocator_table(adv: Advice) -> list[str]:
+    lines = ["| allocator | rollouts / effective group | relative to k | tokens / effective group | saving vs grpo | "
+             "saving vs dapo | validated error |", "|---|---|---|---|---|---|---|"]
+    for a in sorted(adv.allocators, key=lambda a: a.rollouts_per_effective_group[0]):
+        rel = tuple(v / adv.k for v in a.rollouts_per_effective_group)
+        err = f"{a.validated_error:.0%}" if a.validated_error is not None else "not validated"
+        lines.append(f"| {a.name} | {_num(a.rollouts_per_effective_group, 1)} | {_num(rel)} | "
+                     f"{_num(a.tokens_per_effective_group, 0)} | {pct(a.saving_vs_grpo) if a.saving_vs_grpo else 'n/a'}"
+                     f" | {pct(a.saving_vs_dapo) if a.saving_vs_dapo else 'n/a'} | {err} |")
+    return lines
+
+
+def render(adv: Advice) -> str:
+    """The report as markdown (what is printed and written to advice.md)."""
+    tok = ("no tokens column: token figures n/a" if adv.token_model is None else
+           f"tokens per rollout fitted to the log: {adv.token_model[0]:.1f} for a pass, x{adv.token_model[1]:.2f} "
+           "for a fail")
+    out = [f"# Allocation advice for {adv.log}", "",
+           f"**Recommendation.** {adv.recommendation}.", "",
+           f"Validation: {adv.validation}.", "",
+           f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. Replay: k = {adv.k}, batch = {adv.batch} "
+           f"prompts, {adv.sim_steps} simulated steps over the logged run, {adv.seeds} replay seeds, pool of "
+           f"{adv.pool} prompts; {tok}. Intervals: 95% t-intervals over the replay seeds.", "",
+           "## The run's pass-rate population, by phase", ""] + phase_table(adv) + [
+           "", f"Floor class: {adv.floor_class}. Whole run: {adv.floor_ratio_to_k:.2f} k.", "",
+           "## Every registered allocator replayed on this log", ""] + allocator_table(adv)
+    if adv.skipped:
+        out += ["", "Not replayed (do not build with default parameters): "
+                + "; ".join(f"{n}: {why}" for n, why in adv.skipped.items())]
+    return "\n".join(out) + "\n"
+
+
+def plot(adv: Advice, path: Path) -> None:
+    """Rollouts per effective group (relative to k) per allocator with intervals, and the floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(adv.allocators, key=lambda a: a.rollouts_per_effective_group[0])
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.6))
+    for i, a in enumerate(rows):
+        m, lo, hi = (v / adv.k for v in a.rollouts_per_effective_group)
+        ax.barh(i, m, color="tab:blue" if a.name != "grpo" else "tab:gray")
+        ax.errorbar(m, i, xerr=[[m - lo], [hi - m]], color="black", capsize=3)
+    ax.axvline(adv.floor_ratio_to_k, color="tab:red", ls="--", label=f"screening floor {adv.floor_ratio_to_k:.2f} k")
+    ax.axvline(1.0, color="tab:green", ls=":", label="oracle (k)")
+    ax.set_yticks(range(len(rows)), [a.name for a in rows])
+    ax.set_xlabel("simulated rollouts per effective group / k (lower is better)")
+    ax.set_title(f"{Path(adv.log).name}: k = {adv.k}, batch = {adv.batch}", fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(adv: Advice, out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"md": out / "advice.md", "json": out / "advice.json", "png": out / "advice.png"}
+    paths["md"].write_text(render(adv), encoding="utf-8")
+    paths["json"].write_text(json.dumps(adv.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
+    plot(adv, paths["png"])
+    return paths
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rlvr-alloc advise", description="Will rollout allocation pay on my run? "
+                                 "Replays every registered allocator on a run's own rollout log (docs/advisor.md).")
+    ap.add_argument("log", type=Path, help="rollouts.parquet, a RolloutLogCallback log, or a .csv/.jsonl of "
+                    "(step, prompt_id, reward[, tokens]) rows, one per completion")
+    ap.add_argument("--k", type=int, default=8, help="group size (rollouts per prompt), default 8")
+    ap.add_argument("--batch", type=int, default=32, help="prompts per step, default 32")
+    ap.add_argument("--seeds", type=int, default=5, help="replay seeds behind each interval, default 5")
+    ap.add_argument("--steps", type=int, default=60, help="simulated steps over the logged run, default 60")
+    ap.add_argument("--pool", type=int, default=None, help="simulated prompt pool (default: largest prompt id + 1)")
+    ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: LOG's "
+                    "folder/advice)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        adv = advise(args.log, k=args.k, batch=args.batch, seeds=args.seeds, steps=args.steps, pool=args.pool)
+    except (LogError, FileNotFoundError, ValueError) as e:
+        print(f"rlvr-alloc advise: error: {e}", file=sys.stderr)
+        return 2
+    out = args.out if args.out is not None else args.log.parent / "advice"
+    paths = write(adv, out)
+    sys.stdout.write(render(adv))
+    print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
+    return 0
+

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from prefect import flow
 
-from flows.common import flow_run_id, load, parse_set, write_json
+from flows.common import flow_run_id, load, parse_set, tie_children, write_json
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
@@ -186,6 +186,7 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
 
 
 if __name__ == "__main__":
+    tie_children()  # its temporary Prefect server and every other child end with it, also on SIGKILL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--allocator", default=None)
     ap.add_argument("--steps", type=int, default=None)

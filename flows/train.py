@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import warnings
 from dataclasses import asdict
@@ -40,6 +41,7 @@ from tasks.models import export_policy
 from tasks.paths import data_dir, root, run_dir, warmstart_dir
 from tasks.training import run_training
 
+DVC_OUTS = ("checkpoints", "final_model", "metrics.jsonl")  # the run folder's outputs in dvc.yaml (persist: true)
 TIMING_KEYS = ("step_s", "generate_s", "verify_s", "allocate_s", "update_s", "eval_s")
 
 
@@ -138,6 +140,10 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
 
 def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
     """The body of the train flow, run while this process holds the run folder ``out``."""
+    if os.environ.get("DVC_STAGE"):  # a `dvc repro` stage starts from nothing: its outputs are cleared here, under
+        for name in DVC_OUTS:        # the lock, since `persist: true` keeps DVC from deleting a live writer's files
+            p = out / name
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
     for stale in ("summary.json", "train_timings.json", "curve.csv"):  # a crashed rerun must not look complete
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "final_model", ignore_errors=True)

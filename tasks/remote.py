@@ -12,6 +12,7 @@ On a worker (a fresh clone made by the Prefect pull step):
                start) and its own outputs (the checkpoints of a run it resumes)
   publish(...) `dvc commit` of the stage + `dvc push`, then dvc.lock and the run's small git-tracked files
                (the summary metric, tracking.json) committed and pushed to the branch the worker cloned
+               ($RLVR_GIT_BRANCH overrides it; a clone at a detached HEAD, a deployment of a tag, needs it),
                so the next clone (another worker, a laptop) pulls exactly these outputs and resumes or
                evaluates them; `dvc status` there is clean. When another worker pushed first, this one
                fetches the branch, puts its stage's entry into that dvc.lock and pushes again (bounded retries)
@@ -37,6 +38,7 @@ from rlvr_core.errors import ConfigError
 from tasks.paths import params_path, root
 
 ENV = "RLVR_DVC_REMOTE"
+BRANCH_ENV = "RLVR_GIT_BRANCH"  # the branch workers publish dvc.lock to (default: the branch the clone is on)
 PUSH_TRIES = 6
 URL_REMOTE = "rlvr-worker"  # the name a URL given in $RLVR_DVC_REMOTE is registered under
 PROBE_TIMEOUT_S = 20.0
@@ -250,14 +252,14 @@ class Remote:
 
     def publish(self, stage: str, files: Iterable[Path] = ()) -> str:
         """Record ``stage`` in dvc.lock, push its outputs, commit dvc.lock + ``files`` to git and push the
-        commit to the cloned branch; returns the commit."""
+        commit to the publish branch (publish_branch); returns the commit."""
         dvc("commit", "--force", stage, cwd=self.top)
         dvc("push", "--remote", self.name, stage, cwd=self.top)
         rels = ["dvc.lock"] + [str(Path(f).resolve().relative_to(self.top.resolve()))
                                for f in files if Path(f).is_file()]
         self._commit(stage, rels)
         if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
-            self._git_push(stage, rels, git("rev-parse", "--abbrev-ref", "HEAD", cwd=self.top).stdout.strip())
+            self._git_push(stage, rels, publish_branch(self.top))
         return git("rev-parse", "HEAD", cwd=self.top).stdout.strip()
 
     def _commit(self, stage: str, rels: list[str]) -> None:
@@ -302,6 +304,20 @@ class Remote:
         self._commit(stage, rels)
 
 
+def publish_branch(top: Path) -> str:
+    """The branch a worker publishes dvc.lock to: $RLVR_GIT_BRANCH, else the branch the clone is on. A clone at a
+    detached HEAD (a deployment of a tag or a commit: flows.deploy --ref) has none, and a ConfigError says so."""
+    if branch := os.environ.get(BRANCH_ENV, "").strip():
+        return branch
+    head = git("symbolic-ref", "-q", "--short", "HEAD", cwd=top, check=False)
+    if head.returncode != 0:
+        raise ConfigError(f"this clone ({top}) is at a detached HEAD (a deployment of a tag or a commit, "
+                          "flows.deploy --ref <tag>), so there is no branch to publish dvc.lock to: set "
+                          f"{BRANCH_ENV}=<branch> in the worker's environment (flows.deploy --publish-branch), "
+                          "or RLVR_GIT_PUSH=0 to keep the commit local")
+    return head.stdout.strip()
+
+
 def setup(params_file: str | None = None) -> Remote | None:
     """None in local mode; on a worker, every check of this module before compute, then the Remote."""
     name = remote_name()
@@ -313,6 +329,8 @@ def setup(params_file: str | None = None) -> Remote | None:
     name = check_remote(name, top)
     check_tracking_server(tracking_uri())
     check_params_file(params_file, top)
+    if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
+        publish_branch(top)  # a detached HEAD with no $RLVR_GIT_BRANCH is refused before compute
     return Remote(name, top)
 
 

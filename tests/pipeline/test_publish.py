@@ -1,4 +1,5 @@
-"""Workers publishing dvc.lock to one git origin (tasks/remote.py): two at once both land (issue 26, break 5)."""
+"""Workers publishing dvc.lock to one git origin (tasks/remote.py): two at once both land (issue 26, break 5),
+and a clone at a detached HEAD publishes to the branch it is told or is refused clearly (break 13)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rlvr_core.errors import ConfigError
 from tasks import remote
 
 BASE_LOCK = """schema: '2.0'
@@ -41,6 +43,7 @@ def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for k, v in dict(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                      GIT_COMMITTER_EMAIL="t@t").items():
         monkeypatch.setenv(k, v)
+    monkeypatch.delenv("RLVR_GIT_BRANCH", raising=False)
     monkeypatch.delenv("RLVR_GIT_PUSH", raising=False)
     monkeypatch.setattr(remote, "dvc", lambda *a, **k: "")
     bare, seed = tmp_path / "origin.git", tmp_path / "seed"
@@ -49,7 +52,8 @@ def origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (seed / "dvc.lock").write_text(BASE_LOCK)
     git(seed, "add", "dvc.lock")
     git(seed, "commit", "-q", "-m", "base")
-    git(seed, "push", "-q", str(bare), "main")
+    git(seed, "tag", "v1")
+    git(seed, "push", "-q", str(bare), "main", "v1")
     return bare
 
 
@@ -105,3 +109,33 @@ def test_one_worker_behind_another_lands_on_top(origin: Path) -> None:
     b.publish("train@sara-0", [b_sum])
     assert set(origin_lock(origin)["stages"]) == {"prepare", "train@grpo-0", "train@sara-0"}
     assert git(b.top, "rev-parse", "HEAD") == git(origin, "rev-parse", "main")
+
+
+def test_detached_head_is_refused_with_the_fix(origin: Path) -> None:
+    sync, summary = worker(origin, "tagged", "train@grpo-0", "a" * 32, "--branch", "v1")
+    with pytest.raises(ConfigError, match=r"detached HEAD .*RLVR_GIT_BRANCH=<branch>"):
+        sync.publish("train@grpo-0", [summary])
+    assert "train@grpo-0" not in origin_lock(origin)["stages"]
+
+
+def test_detached_head_publishes_to_the_branch_it_is_given(origin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other, other_sum = worker(origin, "other", "train@sara-0", "b" * 32)
+    other.publish("train@sara-0", [other_sum])  # main moved past the tag
+    sync, summary = worker(origin, "tagged", "train@grpo-0", "a" * 32, "--branch", "v1")
+    monkeypatch.setenv("RLVR_GIT_BRANCH", "main")
+    sync.publish("train@grpo-0", [summary])
+    assert set(origin_lock(origin)["stages"]) == {"prepare", "train@grpo-0", "train@sara-0"}
+
+
+def test_detached_head_is_refused_before_compute(origin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sync, _ = worker(origin, "tagged", "train@grpo-0", "a" * 32, "--branch", "v1")
+    monkeypatch.setenv("RLVR_DVC_REMOTE", "r")
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.setattr(remote, "root", lambda: sync.top)  # the checks below are tested in test_cluster.py
+    monkeypatch.setattr(remote, "check_remote", lambda name, top: name)
+    monkeypatch.setattr(remote, "check_tracking_server", lambda uri: None)
+    monkeypatch.setattr(remote, "check_params_file", lambda params_file, top: top / "params.yaml")
+    with pytest.raises(ConfigError, match="detached HEAD"):
+        remote.setup()
+    monkeypatch.setenv("RLVR_GIT_BRANCH", "main")
+    assert remote.setup() == remote.Remote("r", sync.top)

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from rlvr_core.config import Params, load_params
 from rlvr_core.config import parse_set as _parse_set
+from rlvr_core.errors import ConfigError
 from tasks.paths import params_path
 
 
@@ -25,6 +26,34 @@ def parse_set(items: Sequence[str], params_file: str | None = None) -> dict[str,
     """``--set`` items ['lr=5e-5', 'k=4'] -> {'lr': 5e-05, 'k': 4}, values read as params.yaml reads them;
     ConfigError names the params file and ``train.<key>`` and says the value came from --set."""
     return _parse_set(items, params_path(params_file))
+
+
+# engine options that choose the program a run starts, its arguments, its environment (LD_PRELOAD...) or files
+# it writes: kept for local use, refused where params come from someone else (refuse_launch_options)
+LAUNCH_OPTIONS = ("server_python", "server_script", "server_args", "server_env", "weights_dir", "log_path")
+
+
+def deployment_id() -> str:
+    """The Prefect deployment the current flow run belongs to ('' for a flow started by hand or by dvc)."""
+    from prefect.runtime import deployment
+
+    return str(deployment.id or "")
+
+
+def refuse_launch_options(engine_options: Mapping[str, Any], worker: bool = False) -> None:
+    """ConfigError when ``engine_options`` set a LAUNCH_OPTIONS key in a run whose params come from elsewhere:
+    a deployment run (its parameters come from whoever may run deployments, its params file from the deployed
+    commit) or a worker ($RLVR_DVC_REMOTE). A params file could otherwise make the worker run any program."""
+    given = [k for k in LAUNCH_OPTIONS if k in engine_options]
+    if not given:
+        return
+    where = f"deployment {dep}" if (dep := deployment_id()) else ("a worker ($RLVR_DVC_REMOTE)" if worker else "")
+    if where:
+        raise ConfigError(f"train.engine_options.{', train.engine_options.'.join(given)}: refused in a run of {where}, "
+                          "where params come from whoever runs the deployment or commits the params file; these "
+                          "options choose a program to run (or its environment, or files it writes). Set up the "
+                          "engine on the worker itself (the default .venv-vllm beside the installed project) and "
+                          "drop them from the params (docs/cluster.md)")
 
 
 def write_json(path: Path, data: Any) -> None:

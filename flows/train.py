@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from prefect import flow
 
-from flows.common import flow_run_id, load, parse_set, tie_children, write_json
+from flows.common import flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
@@ -125,6 +125,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
+    refuse_launch_options(cfg.engine_options, worker=sync is not None)  # a params file must not pick the program
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     out = root() / out_dir if out_dir else run_dir(cfg.allocator, cfg.seed)
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints

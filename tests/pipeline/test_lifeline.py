@@ -67,17 +67,25 @@ def _spawn(cmd: list[str], mark: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=penv, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _kill_when(proc: subprocess.Popen, line: str, mark: str, timeout_s: float) -> None:
-    """SIGKILL ``proc`` once it prints ``line``, or once some marked process runs the ``line`` module."""
-    deadline = time.monotonic() + timeout_s
-    if line == "started":
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-    else:
-        while not any(line.encode() in Path(f"/proc/{p}/cmdline").read_bytes() for p in _marked(mark)
-                      if Path(f"/proc/{p}").exists()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.3)
-    assert len(_marked(mark)) >= 2
+def _printed(proc: subprocess.Popen, line: str) -> bool:
+    """Read ``proc``'s output until ``line`` (True) or its end (False)."""
+    assert proc.stdout is not None
+    return any(out.strip() == line for out in proc.stdout)
+
+
+def _runs(mark: str, module: str) -> bool:
+    """A marked process runs ``module`` (its command line names it)."""
+    for pid in _marked(mark):
+        try:
+            if module.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _sigkill(proc: subprocess.Popen, mark: str) -> None:
+    assert proc.poll() is None and len(_marked(mark)) >= 2  # the parent and what it started
     proc.kill()
     proc.wait()
 
@@ -86,7 +94,8 @@ def _kill_when(proc: subprocess.Popen, line: str, mark: str, timeout_s: float) -
 def test_children_in_own_sessions_end_with_a_sigkilled_parent() -> None:
     mark = secrets.token_hex(6)
     proc = _spawn([sys.executable, "-c", PARENT], mark)
-    _kill_when(proc, "started", mark, 60)
+    assert _printed(proc, "started")
+    _sigkill(proc, mark)
     assert _survivors(mark) == []
 
 
@@ -97,7 +106,11 @@ def test_sigkilled_flow_leaves_no_temporary_prefect_server(tmp_path: Path) -> No
     mark = secrets.token_hex(6)
     proc = _spawn([sys.executable, "-m", "flows.report"], mark, PREFECT_HOME=str(tmp_path / ".prefect"),
                   RLVR_ROOT=str(tmp_path), RLVR_PARAMS=str(TINY))
-    _kill_when(proc, "prefect.server.api.server:create_app", mark, 240)
+    deadline = time.monotonic() + 240
+    while not _runs(mark, "prefect.server.api.server:create_app"):  # prefect's temporary server (uvicorn)
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.3)
+    _sigkill(proc, mark)
     assert _survivors(mark) == []
 
 
@@ -108,9 +121,6 @@ def test_sigkilled_local_server_leaves_neither_server_nor_command(tmp_path: Path
     cmd = [sys.executable, "-m", "flows.local_server", "--home", str(tmp_path / ".prefect"), "--",
            sys.executable, "-c", "import time; print('started', flush=True); time.sleep(300)"]
     proc = _spawn(cmd, mark)
-    assert proc.stdout is not None
-    for out in proc.stdout:  # the command starts once the server answers
-        if out.strip() == "started":
-            break
-    _kill_when(proc, "", mark, 0)
+    assert _printed(proc, "started")  # the command starts once the server answers
+    _sigkill(proc, mark)
     assert _survivors(mark) == []

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import warnings
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -129,9 +130,13 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     out = root() / out_dir if out_dir else run_dir(cfg.allocator, cfg.seed)
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
-    check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
-    with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
-        result = _train_in(cfg, task, data, base, out)
+    with ExitStack() as held:
+        if os.environ.get("DVC_STAGE"):  # in `dvc repro`: its outputs are cleared under the lock (clear_dvc_outputs)
+            held.enter_context(hold_run_folder(out))
+            clear_dvc_outputs(out)
+        check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
+        with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
+            result = _train_in(cfg, task, data, base, out)
     summary = result["summary"]
     if stage:  # dvc commit + push of the stage, dvc.lock to git
         sync.publish(stage, [out / "summary.json", out / "tracking.json"])
@@ -139,12 +144,17 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     return result
 
 
+def clear_dvc_outputs(out: Path) -> None:
+    """A `dvc repro` stage starts from nothing: DVC deletes a stage's outputs before its command runs, but the
+    training stages' outputs are `persist: true` so that DVC never deletes what a live writer holds; the flow
+    deletes them here instead, once it holds the run folder's lock."""
+    for name in DVC_OUTS:
+        p = out / name
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
 def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
     """The body of the train flow, run while this process holds the run folder ``out``."""
-    if os.environ.get("DVC_STAGE"):  # a `dvc repro` stage starts from nothing: its outputs are cleared here, under
-        for name in DVC_OUTS:        # the lock, since `persist: true` keeps DVC from deleting a live writer's files
-            p = out / name
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
     for stale in ("summary.json", "train_timings.json", "curve.csv"):  # a crashed rerun must not look complete
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "final_model", ignore_errors=True)

@@ -143,7 +143,8 @@ def test_dvc_repro_leaves_a_live_writers_outputs_alone(policy_dir: Path, tmp_pat
     (run / "metrics.jsonl").write_text('{"step": 0}\n')
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RLVR_PARAMS", "DVC_STAGE")}
     env.update(PREFECT_HOME=str(tmp_path / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", DVC_NO_ANALYTICS="1", MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", RLVR_ROOT=str(repo),
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", DVC_NO_ANALYTICS="1",
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", RLVR_ROOT=str(repo),
                OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
     dvc = [sys.executable, "-m", "dvc"]
     for cmd in (["git", "init", "-q"], [*dvc, "init", "-q"]):

@@ -1,14 +1,19 @@
-"""Shared flow helpers: params loading with overrides, --set parsing, JSON writing, Prefect run id."""
+"""Shared flow helpers: params loading with overrides, --set parsing, JSON writing, Prefect run id, and
+tie_children (every process this one starts, servers included, ends with it, also after SIGKILL)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rlvr_core.config import Params, load_params
 from rlvr_core.config import parse_set as _parse_set
+from rlvr_core.errors import ConfigError
 from tasks.paths import params_path
 
 
@@ -21,6 +26,34 @@ def parse_set(items: Sequence[str], params_file: str | None = None) -> dict[str,
     """``--set`` items ['lr=5e-5', 'k=4'] -> {'lr': 5e-05, 'k': 4}, values read as params.yaml reads them;
     ConfigError names the params file and ``train.<key>`` and says the value came from --set."""
     return _parse_set(items, params_path(params_file))
+
+
+# engine options that choose the program a run starts, its arguments, its environment (LD_PRELOAD...) or files
+# it writes: kept for local use, refused where params come from someone else (refuse_launch_options)
+LAUNCH_OPTIONS = ("server_python", "server_script", "server_args", "server_env", "weights_dir", "log_path")
+
+
+def deployment_id() -> str:
+    """The Prefect deployment the current flow run belongs to ('' for a flow started by hand or by dvc)."""
+    from prefect.runtime import deployment
+
+    return str(deployment.id or "")
+
+
+def refuse_launch_options(engine_options: Mapping[str, Any], worker: bool = False) -> None:
+    """ConfigError when ``engine_options`` set a LAUNCH_OPTIONS key in a run whose params come from elsewhere:
+    a deployment run (its parameters come from whoever may run deployments, its params file from the deployed
+    commit) or a worker ($RLVR_DVC_REMOTE). A params file could otherwise make the worker run any program."""
+    given = [k for k in LAUNCH_OPTIONS if k in engine_options]
+    if not given:
+        return
+    where = f"deployment {dep}" if (dep := deployment_id()) else ("a worker ($RLVR_DVC_REMOTE)" if worker else "")
+    if where:
+        raise ConfigError(f"train.engine_options.{', train.engine_options.'.join(given)}: refused in a run of {where}, "
+                          "where params come from whoever runs the deployment or commits the params file; these "
+                          "options choose a program to run (or its environment, or files it writes). Set up the "
+                          "engine on the worker itself (the default .venv-vllm beside the installed project) and "
+                          "drop them from the params (docs/cluster.md)")
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -36,3 +69,62 @@ def flow_run_id() -> str:
     from prefect.runtime import flow_run
 
     return str(flow_run.id or "")
+
+
+_watchdog: subprocess.Popen | None = None
+LIFELINE = "RLVR_LIFELINE"  # the tokens of the watchdogs a process's ancestors started, ':'-separated
+
+# The watchdog: waits for its parent (argv[1]) to end, however it ends, then ends every process whose
+# environment carries its token (argv[2]): SIGTERM, and SIGKILL to those still there after 5 s.
+_WATCHDOG = r"""
+import os, signal, sys, time
+parent, token = int(sys.argv[1]), sys.argv[2]
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, signal.SIG_IGN)
+while os.getppid() == parent:
+    time.sleep(0.5)
+def holders():
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                env = open(f"/proc/{d}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            val = next((e.split(b"=", 1)[1] for e in env if e.startswith(b"RLVR_LIFELINE=")), b"")
+            if token.encode() in val.split(b":"):
+                found.append(int(d))
+    return found
+t0 = time.monotonic()
+while (pids := holders()) and time.monotonic() - t0 < 30:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM if time.monotonic() - t0 < 5 else signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.5)
+"""
+
+
+def tie_children() -> None:
+    """Make every process this one starts from now on (and their children, in any session or process group)
+    end when this process ends, also on SIGKILL: a watchdog child waits for this process and then ends each
+    process whose environment carries its token ($RLVR_LIFELINE, inherited through os.environ and through
+    env dicts copied from it). Servers that outlive a killed flow or test run (a temporary Prefect server,
+    an MLflow server) are what it is for. Needs /proc (Linux); elsewhere it does nothing. Once per process."""
+    if os.environ.get("RLVR_LIFELINE_PID") == str(os.getpid()) or not os.path.isdir("/proc/self"):
+        return
+    global _watchdog
+    token = secrets.token_hex(8)
+    _watchdog = subprocess.Popen([sys.executable, "-I", "-c", _WATCHDOG, str(os.getpid()), token],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    os.environ[LIFELINE] = ":".join(filter(None, [os.environ.get(LIFELINE), token]))
+    os.environ["RLVR_LIFELINE_PID"] = str(os.getpid())
+
+
+def tied(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus this process's lifeline tokens (tie_children first): a child started with an environment of
+    its own then ends with this process too."""
+    tie_children()
+    tokens = f"{env.get(LIFELINE, '')}:{os.environ.get(LIFELINE, '')}".split(":")
+    return {**env, LIFELINE: ":".join(dict.fromkeys(t for t in tokens if t))}

@@ -38,13 +38,16 @@ def check_params_in_repo(params: str, ref: str, repo_dir: Path) -> None:
 
 
 def deploy(source: str, pool: str, ref: str = "main", params: str | None = None, cron: str = "0 2 * * *",
-           remote: str | None = None, tracking_uri: str | None = None, repo_dir: str | Path = ".") -> list[str]:
-    """Register every deployment on work pool ``pool`` from git ``source``; returns the deployment ids."""
+           remote: str | None = None, tracking_uri: str | None = None, repo_dir: str | Path = ".",
+           publish_branch: str | None = None) -> list[str]:
+    """Register every deployment on work pool ``pool`` from git ``source``; returns the deployment ids.
+    ``publish_branch`` (RLVR_GIT_BRANCH) is the branch workers push dvc.lock to: needed when ``ref`` is a tag."""
     from prefect.runner.storage import GitRepository
 
     if params:
         check_params_in_repo(params, ref, Path(repo_dir))
-    env = {k: v for k, v in (("RLVR_DVC_REMOTE", remote), ("MLFLOW_TRACKING_URI", tracking_uri)) if v}
+    env = {k: v for k, v in (("RLVR_DVC_REMOTE", remote), ("MLFLOW_TRACKING_URI", tracking_uri),
+                             ("RLVR_GIT_BRANCH", publish_branch)) if v}
     jobvars = {"env": env} if env else None
     repo = GitRepository(url=source, branch=ref)
     train_flow = flow.from_source(source=repo, entrypoint="flows/train.py:train")
@@ -69,8 +72,11 @@ if __name__ == "__main__":
     ap.add_argument("--cron", default="0 2 * * *")
     ap.add_argument("--remote", default=None, help="DVC remote name (or URL) the runs pull from and push to")
     ap.add_argument("--tracking-uri", default=None, help="MLflow tracking server every run logs to")
+    ap.add_argument("--publish-branch", default=None,
+                    help="branch the runs push dvc.lock to (default: --ref; needed when --ref is a tag or a commit)")
     a = ap.parse_args()
     try:
-        print("\n".join(deploy(a.source, a.pool, a.ref, a.params, a.cron, a.remote, a.tracking_uri)))
+        print("\n".join(deploy(a.source, a.pool, a.ref, a.params, a.cron, a.remote, a.tracking_uri,
+                                publish_branch=a.publish_branch)))
     except ConfigError as e:
         raise SystemExit(f"flows.deploy: {e}") from None

@@ -21,7 +21,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import load, write_json
+from flows.common import load, tie_children, write_json
 from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, list_checkpoints, manifest_step, newest_intact
 from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
@@ -111,6 +111,7 @@ def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: boo
 
 
 if __name__ == "__main__":
+    tie_children()  # its temporary Prefect server and every other child end with it, also on SIGKILL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--checkpoint", default=None)

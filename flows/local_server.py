@@ -7,7 +7,8 @@ running one trivial flow took a median 20 s that way and 5 s against a running s
 (benchmarks/results/orchestration.json: flow_process). `dvc repro`
 starts one process per stage, so `make run` starts this server once (127.0.0.1, a free port unless
 --port, SQLite under --home), points the command at it with PREFECT_API_URL and PREFECT_HOME, and
-stops the server by its process group when the command ends, however it ends. The exit status is
+stops the server by its process group when the command ends, however it ends (killed with SIGKILL
+too: flows.common.tie_children ends the server and the command then). The exit status is
 the command's. Where $PREFECT_API_URL is set already, the command runs against that server and none
 is started.
 """
@@ -25,6 +26,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from flows.common import tie_children, tied
 
 
 def free_port() -> int:
@@ -59,7 +62,8 @@ def prefect_server(home: Path, port: int | None = None, timeout_s: float = 300.0
     """A Prefect server on 127.0.0.1 with its database under ``home``; yields its API URL.
 
     Raises RuntimeError with the end of the server log when it exits or is not healthy within
-    ``timeout_s`` (a loaded 2-core machine can take minutes on a fresh database).
+    ``timeout_s`` (a loaded 2-core machine can take minutes on a fresh database). The server ends with this
+    process, also when it is killed (tie_children).
     """
     home = Path(home).resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -67,6 +71,7 @@ def prefect_server(home: Path, port: int | None = None, timeout_s: float = 300.0
     senv = dict(os.environ if env is None else env)
     senv.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")
     senv.pop("PREFECT_API_URL", None)
+    senv = tied(senv)
     log_path = home / "server.log"
     url = f"http://127.0.0.1:{port}/api"
     with open(log_path, "w") as log:
@@ -113,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("give the command to run after --, e.g. -- dvc repro")
+    tie_children()  # killed, even with SIGKILL, it leaves neither the server nor the command running
     if os.environ.get("PREFECT_API_URL"):  # the user's own server: use it, start none
         print(f"[local_server] PREFECT_API_URL is set ({os.environ['PREFECT_API_URL']}): running the command "
               "against that server", flush=True)

@@ -13,7 +13,7 @@ import argparse
 
 from prefect import flow
 
-from flows.common import load
+from flows.common import load, tie_children
 from tasks.data import generate_dataset
 from tasks.paths import data_dir
 
@@ -28,6 +28,7 @@ def prepare(params_file: str | None = None) -> dict[str, int]:
 
 
 if __name__ == "__main__":
+    tie_children()  # its temporary Prefect server and every other child end with it, also on SIGKILL
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
     prepare(params_file=ap.parse_args().params)

@@ -15,7 +15,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import load
+from flows.common import load, tie_children
 from rlvr_core.errors import ConfigError
 from tasks.paths import reports_dir, run_dir
 from tasks.report import write_report
@@ -39,6 +39,7 @@ def report(params_file: str | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    tie_children()  # its temporary Prefect server and every other child end with it, also on SIGKILL
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
     report(params_file=ap.parse_args().params)

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import warnings
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 from prefect import flow
 
-from flows.common import flow_run_id, load, parse_set, write_json
+from flows.common import flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
@@ -40,6 +42,7 @@ from tasks.models import export_policy
 from tasks.paths import data_dir, root, run_dir, warmstart_dir
 from tasks.training import run_training
 
+DVC_OUTS = ("checkpoints", "final_model", "metrics.jsonl")  # the run folder's outputs in dvc.yaml (persist: true)
 TIMING_KEYS = ("step_s", "generate_s", "verify_s", "allocate_s", "update_s", "eval_s")
 
 
@@ -123,17 +126,31 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
+    refuse_launch_options(cfg.engine_options, worker=sync is not None)  # a params file must not pick the program
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     out = root() / out_dir if out_dir else run_dir(cfg.allocator, cfg.seed)
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
-    check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
-    with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
-        result = _train_in(cfg, task, data, base, out)
+    with ExitStack() as held:
+        if os.environ.get("DVC_STAGE"):  # in `dvc repro`: its outputs are cleared under the lock (clear_dvc_outputs)
+            held.enter_context(hold_run_folder(out))
+            clear_dvc_outputs(out)
+        check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
+        with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
+            result = _train_in(cfg, task, data, base, out)
     summary = result["summary"]
     if stage:  # dvc commit + push of the stage, dvc.lock to git
         sync.publish(stage, [out / "summary.json", out / "tracking.json"])
     print(f"train[{cfg.allocator}]: {summary['steps']} steps, final {summary['final_eval']} -> {out}")
     return result
+
+
+def clear_dvc_outputs(out: Path) -> None:
+    """A `dvc repro` stage starts from nothing: DVC deletes a stage's outputs before its command runs, but the
+    training stages' outputs are `persist: true` so that DVC never deletes what a live writer holds; the flow
+    deletes them here instead, once it holds the run folder's lock."""
+    for name in DVC_OUTS:
+        p = out / name
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
 
 
 def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
@@ -186,6 +203,7 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
 
 
 if __name__ == "__main__":
+    tie_children()  # its temporary Prefect server and every other child end with it, also on SIGKILL
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--allocator", default=None)
     ap.add_argument("--steps", type=int, default=None)

@@ -14,7 +14,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import load, write_json
+from flows.common import load, tie_children, write_json
 from tasks.models import run_warm_start
 from tasks.paths import data_dir, reports_dir, warmstart_dir
 
@@ -39,6 +39,7 @@ def warmstart(params_file: str | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    tie_children()  # its temporary Prefect server and every other child end with it, also on SIGKILL
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--params", default=None, help="params file (default $RLVR_PARAMS or params.yaml)")
     warmstart(params_file=ap.parse_args().params)

@@ -11,18 +11,22 @@ On a worker (a fresh clone made by the Prefect pull step):
   pull(...)    `dvc pull` of what a stage needs: the outputs of the stages it depends on (data, warm
                start) and its own outputs (the checkpoints of a run it resumes)
   publish(...) `dvc commit` of the stage + `dvc push`, then dvc.lock and the run's small git-tracked files
-               (the summary metric, tracking.json) committed and pushed to the branch the worker cloned,
+               (the summary metric, tracking.json) committed and pushed to the branch the worker cloned
+               ($RLVR_GIT_BRANCH overrides it; a clone at a detached HEAD, a deployment of a tag, needs it),
                so the next clone (another worker, a laptop) pulls exactly these outputs and resumes or
-               evaluates them; `dvc status` there is clean
+               evaluates them; `dvc status` there is clean. When another worker pushed first, this one
+               fetches the branch, puts its stage's entry into that dvc.lock and pushes again (bounded retries)
 $RLVR_GIT_PUSH=0 leaves the git commit local (then push dvc.lock yourself).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -34,6 +38,8 @@ from rlvr_core.errors import ConfigError
 from tasks.paths import params_path, root
 
 ENV = "RLVR_DVC_REMOTE"
+BRANCH_ENV = "RLVR_GIT_BRANCH"  # the branch workers publish dvc.lock to (default: the branch the clone is on)
+PUSH_TRIES = 6
 URL_REMOTE = "rlvr-worker"  # the name a URL given in $RLVR_DVC_REMOTE is registered under
 PROBE_TIMEOUT_S = 20.0
 
@@ -246,35 +252,70 @@ class Remote:
 
     def publish(self, stage: str, files: Iterable[Path] = ()) -> str:
         """Record ``stage`` in dvc.lock, push its outputs, commit dvc.lock + ``files`` to git and push the
-        commit to the cloned branch; returns the commit."""
+        commit to the publish branch (publish_branch); returns the commit."""
         dvc("commit", "--force", stage, cwd=self.top)
         dvc("push", "--remote", self.name, stage, cwd=self.top)
         rels = ["dvc.lock"] + [str(Path(f).resolve().relative_to(self.top.resolve()))
                                for f in files if Path(f).is_file()]
+        self._commit(stage, rels)
+        if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
+            self._git_push(stage, rels, publish_branch(self.top))
+        return git("rev-parse", "HEAD", cwd=self.top).stdout.strip()
+
+    def _commit(self, stage: str, rels: list[str]) -> None:
         git("add", "--force", *rels, cwd=self.top)
         if git("diff", "--cached", "--quiet", cwd=self.top, check=False).returncode != 0:
             who = [] if git("config", "user.email", cwd=self.top, check=False).stdout.strip() else \
                 ["-c", "user.name=rlvr-worker", "-c", "user.email=rlvr-worker@localhost"]
             git(*who, "commit", "-q", "-m", f"{stage}: outputs pushed to DVC remote {self.name}", cwd=self.top)
-        head = git("rev-parse", "HEAD", cwd=self.top).stdout.strip()
-        if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
-            self._git_push()
-        return head
 
-    def _git_push(self, tries: int = 3) -> None:
-        branch = git("rev-parse", "--abbrev-ref", "HEAD", cwd=self.top).stdout.strip()
-        for _ in range(tries):
-            if git("push", "-q", "origin", f"HEAD:{branch}", cwd=self.top, check=False).returncode == 0:
+    def _git_push(self, stage: str, rels: list[str], branch: str, tries: int = PUSH_TRIES) -> None:
+        """Push HEAD to origin/``branch``; when another worker pushed first, fetch theirs, put this worker's
+        ``stage`` entry into their dvc.lock and ``rels`` over their files, commit and push again."""
+        for attempt in range(tries):
+            if git("push", "-q", "origin", f"HEAD:refs/heads/{branch}", cwd=self.top, check=False).returncode == 0:
                 return
-            # another worker pushed first: replay this commit on top of theirs
-            p = git("pull", "-q", "--rebase", "origin", branch, cwd=self.top, check=False)
-            if p.returncode != 0:
-                git("rebase", "--abort", cwd=self.top, check=False)
-                raise RuntimeError(f"git: could not rebase this worker's dvc.lock commit onto origin/{branch}:\n"
-                                   f"{(p.stdout + p.stderr)[-2000:]}\nthe outputs are in DVC remote {self.name}; "
-                                   "merge dvc.lock by hand")
-        raise RuntimeError(f"git push of dvc.lock to origin/{branch} failed {tries} times; the outputs are in DVC "
-                           f"remote {self.name}")
+            if git("fetch", "-q", "origin", branch, cwd=self.top, check=False).returncode != 0:
+                continue  # e.g. the branch does not exist yet: the next push creates it
+            self._onto_fetched(stage, rels)
+            time.sleep(random.uniform(0.0, 0.5 * (attempt + 1)))  # two workers retrying do not collide again
+        raise RuntimeError(f"git push of dvc.lock to origin/{branch} failed {tries} times (another worker kept "
+                           f"pushing first, or the push is refused); the outputs are in DVC remote {self.name}: "
+                           f"`dvc commit {stage}` there is what is missing")
+
+    def _onto_fetched(self, stage: str, rels: list[str]) -> None:
+        """Move this clone to FETCH_HEAD, keeping this worker's ``stage`` entry of dvc.lock (merged into the
+        fetched dvc.lock with DVC's own YAML reader and writer) and its other ``rels``; commit them."""
+        from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
+
+        ours = parse_yaml_for_update(git("show", "HEAD:dvc.lock", cwd=self.top).stdout, "dvc.lock")
+        if stage not in ours.get("stages", {}):
+            raise RuntimeError(f"dvc.lock of this worker has no entry for stage {stage}; nothing to publish")
+        shown = git("show", "FETCH_HEAD:dvc.lock", cwd=self.top, check=False)
+        theirs = parse_yaml_for_update(shown.stdout, "dvc.lock") if shown.returncode == 0 else {}
+        theirs = theirs or {"schema": ours.get("schema", "2.0")}
+        theirs.setdefault("stages", {})[stage] = ours["stages"][stage]
+        kept = {r: (self.top / r).read_bytes() for r in rels[1:] if (self.top / r).is_file()}
+        git("reset", "-q", "--hard", "FETCH_HEAD", cwd=self.top)
+        for r, data in kept.items():
+            (self.top / r).parent.mkdir(parents=True, exist_ok=True)
+            (self.top / r).write_bytes(data)
+        (self.top / "dvc.lock").write_text(dumps_yaml(theirs))
+        self._commit(stage, rels)
+
+
+def publish_branch(top: Path) -> str:
+    """The branch a worker publishes dvc.lock to: $RLVR_GIT_BRANCH, else the branch the clone is on. A clone at a
+    detached HEAD (a deployment of a tag or a commit: flows.deploy --ref) has none, and a ConfigError says so."""
+    if branch := os.environ.get(BRANCH_ENV, "").strip():
+        return branch
+    head = git("symbolic-ref", "-q", "--short", "HEAD", cwd=top, check=False)
+    if head.returncode != 0:
+        raise ConfigError(f"this clone ({top}) is at a detached HEAD (a deployment of a tag or a commit, "
+                          "flows.deploy --ref <tag>), so there is no branch to publish dvc.lock to: set "
+                          f"{BRANCH_ENV}=<branch> in the worker's environment (flows.deploy --publish-branch), "
+                          "or RLVR_GIT_PUSH=0 to keep the commit local")
+    return head.stdout.strip()
 
 
 def setup(params_file: str | None = None) -> Remote | None:
@@ -288,6 +329,8 @@ def setup(params_file: str | None = None) -> Remote | None:
     name = check_remote(name, top)
     check_tracking_server(tracking_uri())
     check_params_file(params_file, top)
+    if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
+        publish_branch(top)  # a detached HEAD with no $RLVR_GIT_BRANCH is refused before compute
     return Remote(name, top)
 
 

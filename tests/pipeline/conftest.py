@@ -11,6 +11,7 @@ from typing import Iterator
 import pytest
 
 from flows import local_server
+from flows.common import tie_children
 from flows.local_server import free_port, stop  # noqa: F401  (the tests import them from here)
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -27,6 +28,13 @@ def base_env(tmp: Path) -> dict[str, str]:
                OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PREFECT_LOGGING_LEVEL="INFO")
     env.pop("PREFECT_API_URL", None)
     return env
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_end_with_pytest() -> None:
+    """Every process these tests start (servers, workers, flows; their env copies os.environ) ends with pytest,
+    also when pytest is killed: flows.common.tie_children."""
+    tie_children()
 
 
 @pytest.fixture(scope="session")

@@ -145,3 +145,45 @@ def test_second_train_flow_on_the_same_out_is_refused_before_mlflow(policy_dir: 
 
         client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
         assert not [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+@pytest.mark.slow
+def test_dvc_repro_leaves_a_live_writers_outputs_alone(policy_dir: Path, tmp_path: Path) -> None:
+    # issue 26, break 3: DVC removed a stage's outputs before its flow reached the run lock; with `persist: true`
+    # it leaves them, and the flow, refused by the lock, deletes nothing either
+    import yaml
+
+    from tests.pipeline.conftest import copy_project
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    copy_project(repo)
+    full = yaml.safe_load((repo / "params.yaml").read_text())
+    full["prepare"].update(task="arithmetic", n_train=400, n_test=60, seed=0)
+    full["train"].update(yaml.safe_load(PARAMS)["train"], allocators=["grpo"], seeds=[0], allocator_params={})
+    (repo / "params.yaml").write_text(yaml.safe_dump(full))
+    dataset().save_to_disk(str(repo / "data/arithmetic"))
+    shutil.copytree(policy_dir, repo / "models/warmstart")
+    run = repo / "runs/grpo-s0"
+    for name in ("checkpoints/step_000001", "final_model"):
+        (run / name).mkdir(parents=True)
+        (run / name / "written").write_text("by the live writer")
+    (run / "metrics.jsonl").write_text('{"step": 0}\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RLVR_PARAMS", "DVC_STAGE")}
+    env.update(PREFECT_HOME=str(tmp_path / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", DVC_NO_ANALYTICS="1",
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", RLVR_ROOT=str(repo),
+               OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
+    dvc = [sys.executable, "-m", "dvc"]
+    for cmd in (["git", "init", "-q"], [*dvc, "init", "-q"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
+    holder = _holder(run)
+    try:
+        p = subprocess.run([*dvc, "repro", "--single-item", "train@grpo-0"], cwd=repo, env=env, capture_output=True,
+                           text=True, timeout=600)
+    finally:
+        _kill(holder)
+    out = p.stdout + p.stderr
+    assert (run / "checkpoints/step_000001/written").read_text() == "by the live writer", out[-3000:]
+    assert (run / "final_model/written").exists() and (run / "metrics.jsonl").read_text() == '{"step": 0}\n'
+    assert p.returncode != 0 and "RunFolderBusy" in out and f"pid {holder.pid}" in out, out[-3000:]

@@ -1,5 +1,5 @@
 """Flow `warmstart`: the policy RL starts from -> models/warmstart/ + reports/warmstart.json (reads params
-`warmstart`, `prepare.task`).
+`warmstart`, `prepare.task`, `train.threads`).
 
 warmstart.base_model null: supervised warm start of the tiny policy on the train split, with the task's
 teacher (arithmetic, countdown; rlvr_core.tasks). Set (a hub id
@@ -14,7 +14,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import load, write_json
+from flows.common import fix_threads, load, write_json
 from tasks.models import run_warm_start
 from tasks.paths import data_dir, reports_dir, warmstart_dir
 
@@ -26,6 +26,7 @@ def warmstart(params_file: str | None = None) -> dict[str, Any]:
     """Warm start the tiny policy on the prepared train split, or snapshot warmstart.base_model;
     writes reports/warmstart.json (+ _timings)."""
     params = load(params_file)
+    fix_threads(params.train.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
     task = params.prepare.task
     metrics = run_warm_start(params.warmstart, str(data_dir(task)), str(warmstart_dir()), task)
     write_json(reports_dir() / "warmstart.json", {k: v for k, v in metrics.items() if k not in TIMING_KEYS})

@@ -26,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from prefect import flow
 
 from flows.common import fix_threads, flow_run_id, load, parse_set, write_json
@@ -117,7 +118,8 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     """Train ``allocator`` (default train.allocator) for ``steps``; ``overrides`` replace train-section keys.
 
     ``out_dir`` (relative to the project root) replaces the run folder: by default runs/<allocator>-s<seed>
-    (a DVC stage's output), or runs/deployments/<flow run name>/ for a run of a deployment (``deployment_dir``).
+    (a DVC stage's output), or runs/deployments/<flow run name>/ for a run of a deployment (``deployment_dir``)
+    unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (tasks/remote.py).
     """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
@@ -126,7 +128,8 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     cfg = params.train
     fix_threads(cfg.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
-    out = root() / out_dir if out_dir else deployment_dir() or run_dir(cfg.allocator, cfg.seed)
+    # a worker with a DVC remote runs the stage itself and commits it (dvc.lock): its folder stays the stage's
+    out = root() / out_dir if out_dir else (None if sync else deployment_dir()) or run_dir(cfg.allocator, cfg.seed)
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
     check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
     with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
@@ -177,7 +180,7 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
         summary = summarize(cfg.allocator, res["history"], res["final_eval"])
         timings = {k: sum(r.get(k, 0.0) for r in res["history"]) for k in TIMING_KEYS}
         timings.update(seconds=res["seconds"], mlflow_step_seconds=res["tracking_seconds"],
-                       resumed_from=res["resumed_from"])
+                       resumed_from=res["resumed_from"], threads=torch.get_num_threads())
         if run_id is None and (run_id := open_run(cfg, task, out, tags)):  # MLflow back: the spool gets its run
             tracking.adopt_spool(spool, run_id)
             write_json(out / "tracking.json", {"run_id": run_id, "tracking_uri": tracking.tracking_uri()})

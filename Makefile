@@ -14,7 +14,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MPLBACKEND := Agg
 
-.PHONY: install test run serve bench clean vllm-cpu-env
+.PHONY: install test run verify serve bench clean vllm-cpu-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: $(STAMP)
 run: $(STAMP)
 	test -d .dvc || $(BIN)/dvc init -q
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m flows.local_server --home .prefect -- $(BIN)/dvc repro
+
+# after `make run`: names every stage whose outputs (or inputs) differ from the dvc.lock committed in git
+verify: $(STAMP)
+	$(BIN)/python scripts/verify_lock.py
 
 # a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) and the served deployments;
 # then `prefect deployment run train/sara` from another shell (PREFECT_API_URL=http://127.0.0.1:4200/api)

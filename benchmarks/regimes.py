@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import os
 import sys
@@ -49,6 +48,7 @@ from rlvr_core.config import Params, load_params
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 PARAMS_FILE = ROOT / "params.yaml"
+RECORDED = ROOT / "artifacts" / "warmstart"  # the recorded policies (rlvr_core.models.recorded)
 
 Overrides = dict[str, dict[str, Any]]
 
@@ -137,11 +137,9 @@ def regime_params(regime: str | Mapping[str, Mapping[str, Any]], extra: Mapping[
 
 
 def _key(params: Params) -> str:
-    from dataclasses import asdict
+    from rlvr_core.models.recorded import policy_key
 
-    blob = json.dumps({"prepare": asdict(params.prepare), "warmstart": asdict(params.warmstart)}, sort_keys=True,
-                      default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return policy_key(params.prepare, params.warmstart)
 
 
 def dataset(params: Params) -> Any:
@@ -179,9 +177,15 @@ def pool_rows(rows: list[dict[str, Any]], n: int, seed: int = 0) -> list[dict[st
 
 
 def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = False) -> Path:
-    """The warm-started policy of ``params`` under ``work`` (cached by the prepare+warmstart settings)."""
+    """The warm-started policy of ``params``: the one recorded under artifacts/warmstart/ for these prepare and
+    warmstart settings (its sha256 verified; RecordedPolicyMismatch refuses another), else one built under
+    ``work`` (cached by the same settings)."""
+    from rlvr_core.models.recorded import recorded_policy
     from rlvr_core.models.warmstart import warm_start
 
+    if not quick and (found := recorded_policy(RECORDED, _key(params))) is not None:
+        print(f"warm start: the recorded policy {found[0]} (sha256 verified)", flush=True)
+        return found[0]
     ws = params.warmstart
     kwargs = ws.sft_kwargs()
     if quick:

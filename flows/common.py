@@ -1,5 +1,5 @@
-"""Shared flow helpers: params loading with overrides, --set parsing, JSON writing, Prefect run id, and
-tie_children (every process this one starts, servers included, ends with it, also after SIGKILL)."""
+"""Shared flow helpers: params loading with overrides, --set parsing, JSON writing, Prefect run id, torch
+threads, and tie_children (every process this one starts, servers included, ends with it, also after SIGKILL)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ from tasks.paths import params_path
 def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
     """Validated params (file from ``params_file`` / $RLVR_PARAMS / params.yaml); raises ConfigError on bad values."""
     return load_params(params_path(params_file), overrides=overrides)
+
+
+def fix_threads(threads: int) -> None:
+    """Run torch's CPU work on ``threads`` threads (params ``train.threads``), whatever $OMP_NUM_THREADS says:
+    float sums depend on the thread count, so a stage's results must not depend on the environment."""
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def parse_set(items: Sequence[str], params_file: str | None = None) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Flow `evaluate`: held-out greedy accuracy and pass@k of checkpoints (reads params `evaluate`, `train.allocators`,
-`train.seeds`, `train.seed`, `prepare.task`).
+`train.seeds`, `train.seed`, `train.device`, `train.dtype`, `train.threads`,
+`prepare.task`).
 
     python -m flows.evaluate                      # newest checkpoint of every (train.allocators, train.seeds) run
                                                   #   -> reports/evaluation.json {allocator: {seed: metrics}}
@@ -7,8 +8,9 @@
     python -m flows.evaluate --checkpoint runs/sara-s0/checkpoints/step_000040
     python -m flows.evaluate --nightly            # newest checkpoint of every run not yet evaluated, logged to MLflow
 
-The nightly pass covers runs/*/ and experiment/. It keeps its index and one JSON per evaluation under
-reports/nightly/, outside every DVC stage's dependencies, so a nightly pass never makes `dvc status` stale.
+The nightly pass covers runs/*/, the deployments' runs/deployments/*/ and experiment/. It keeps its index
+and one JSON per evaluation under reports/nightly/, outside every DVC stage's dependencies, so a nightly
+pass never makes `dvc status` stale.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import load, tie_children, write_json
+from flows.common import fix_threads, load, tie_children, write_json
 from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, list_checkpoints, manifest_step, newest_intact
 from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
@@ -40,8 +42,10 @@ def _eval(params: Params, ckpt: Path) -> dict[str, Any]:
 
 
 def training_runs() -> list[Path]:
-    """Every training run folder: runs/<name>/ and the DVC experiment's experiment/."""
-    runs = sorted(p for p in (root() / "runs").glob("*") if p.is_dir())
+    """Every training run folder: runs/<name>/, the deployments' runs/deployments/<flow run name>/ and the DVC
+    experiment's experiment/."""
+    runs = sorted(p for p in (root() / "runs").glob("*") if p.is_dir() and p.name != "deployments")
+    runs += sorted(p for p in (root() / "runs" / "deployments").glob("*") if p.is_dir())
     return runs + ([experiment_dir()] if experiment_dir().is_dir() else [])
 
 
@@ -84,6 +88,7 @@ def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: boo
     """Evaluate one checkpoint, every checkpoint of one run, the nightly pass, or (default) every final checkpoint."""
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
     params = load(params_file)
+    fix_threads(params.train.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
     if sync:  # dvc pull: data, warm start and every training stage's outputs
         sync.pull(sync.training_stages())
     if nightly:

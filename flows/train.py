@@ -2,11 +2,12 @@
 
     python -m flows.train --allocator sara [--steps 50] [--seed 1] [--set lr=1e-4 --set k=4]
 
-Writes runs/<allocator>-s<seed>/ (tasks/paths.run_dir), or the folder given by --out (checkpoints/,
-metrics.jsonl, final_model/, summary.json as DVC metrics, curve.csv as a DVC plot, train_timings.json,
-tracking.json with the MLflow run id). The `experiment` stage of dvc.yaml trains train.allocator into
-experiment/, so that `dvc exp run -S train.allocator=vigor` is an experiment whose metrics are that
-allocator's run.
+Writes runs/<allocator>-s<seed>/ (tasks/paths.run_dir; a deployment's run: runs/deployments/<flow run
+name>/), or the folder given by --out: checkpoints/, metrics.jsonl, final_model/, summary.json as DVC
+metrics, curve.csv as a DVC plot; and, outside DVC's hashes (.dvcignore), timings.jsonl (each step's
+seconds), train_timings.json (their totals) and tracking.json with the MLflow run id. The `experiment`
+stage of dvc.yaml trains train.allocator into experiment/, so that `dvc exp run -S train.allocator=vigor`
+is an experiment whose metrics are that allocator's run.
 
 
 Params, data, the base model and a checkpoint to resume are checked before anything is tracked or
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import warnings
 from contextlib import ExitStack
@@ -26,14 +28,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from prefect import flow
 
-from flows.common import flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
+from flows.common import fix_threads, flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
 from rlvr_core.runlock import hold_run_folder
-from rlvr_core.training import TrainingStopped, preflight
+from rlvr_core.training import TIMING_KEYS, TrainingStopped, preflight
 from tasks import remote, tracking
 from tasks.curves import write_curve
 from tasks.data import load_split
@@ -43,7 +46,6 @@ from tasks.paths import data_dir, root, run_dir, warmstart_dir
 from tasks.training import run_training
 
 DVC_OUTS = ("checkpoints", "final_model", "metrics.jsonl")  # the run folder's outputs in dvc.yaml (persist: true)
-TIMING_KEYS = ("step_s", "generate_s", "verify_s", "allocate_s", "update_s", "eval_s")
 
 
 def summarize(allocator: str, history: list[dict[str, Any]], final_eval: dict[str, float]) -> dict[str, Any]:
@@ -119,16 +121,20 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
           out_dir: str | None = None) -> dict[str, Any]:
     """Train ``allocator`` (default train.allocator) for ``steps``; ``overrides`` replace train-section keys.
 
-    ``out_dir`` (relative to the project root) replaces the run folder runs/<allocator>-s<seed>.
+    ``out_dir`` (relative to the project root) replaces the run folder: by default runs/<allocator>-s<seed>
+    (a DVC stage's output), or runs/deployments/<flow run name>/ for a run of a deployment (``deployment_dir``)
+    unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (tasks/remote.py).
     """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
+    fix_threads(cfg.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
     refuse_launch_options(cfg.engine_options, worker=sync is not None)  # a params file must not pick the program
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
-    out = root() / out_dir if out_dir else run_dir(cfg.allocator, cfg.seed)
+    # a worker with a DVC remote runs the stage itself and commits it (dvc.lock): its folder stays the stage's
+    out = root() / out_dir if out_dir else (None if sync else deployment_dir()) or run_dir(cfg.allocator, cfg.seed)
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
     with ExitStack() as held:
         if os.environ.get("DVC_STAGE"):  # in `dvc repro`: its outputs are cleared under the lock (clear_dvc_outputs)
@@ -151,6 +157,19 @@ def clear_dvc_outputs(out: Path) -> None:
     for name in DVC_OUTS:
         p = out / name
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
+def deployment_dir() -> Path | None:
+    """runs/deployments/<flow run name>/ when this flow run belongs to a deployment (flows/serve.py,
+    flows/deploy.py), else None. A served or deployed run thus never writes into a DVC stage's output
+    (runs/<allocator>-s<seed>/), and .dvcignore keeps runs/deployments/ out of the stages' dependencies;
+    a retry of the same flow run resumes its own folder."""
+    from prefect.runtime import deployment, flow_run
+
+    if not deployment.id:
+        return None
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(flow_run.name or flow_run.id)).strip(".-") or str(flow_run.id)
+    return root() / "runs" / "deployments" / name
 
 
 def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
@@ -179,7 +198,7 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
         summary = summarize(cfg.allocator, res["history"], res["final_eval"])
         timings = {k: sum(r.get(k, 0.0) for r in res["history"]) for k in TIMING_KEYS}
         timings.update(seconds=res["seconds"], mlflow_step_seconds=res["tracking_seconds"],
-                       resumed_from=res["resumed_from"])
+                       resumed_from=res["resumed_from"], threads=torch.get_num_threads())
         if run_id is None and (run_id := open_run(cfg, task, out, tags)):  # MLflow back: the spool gets its run
             tracking.adopt_spool(spool, run_id)
             write_json(out / "tracking.json", {"run_id": run_id, "tracking_uri": tracking.tracking_uri()})

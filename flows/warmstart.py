@@ -1,8 +1,10 @@
 """Flow `warmstart`: the policy RL starts from -> models/warmstart/ + reports/warmstart.json (reads params
-`warmstart`, `prepare.task`).
+`warmstart`, `prepare.task`, `train.threads`).
 
-warmstart.base_model null: supervised warm start of the tiny policy on the train split, with the task's
-teacher (arithmetic, countdown; rlvr_core.tasks). Set (a hub id
+warmstart.base_model null: the policy recorded for these prepare and warmstart settings under
+artifacts/warmstart/ (rlvr_core.models.recorded; its sha256 verified, a mismatch refused), else a supervised
+warm start of the tiny policy on the train split, with the task's teacher (arithmetic, countdown;
+rlvr_core.tasks). Set (a hub id
 such as Qwen/Qwen2.5-1.5B-Instruct, or a local model folder): no training, a snapshot of that model and
 its tokenizer (offline when HF_HUB_OFFLINE is set; a local folder is always read offline).
 """
@@ -14,9 +16,10 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import load, tie_children, write_json
+from flows.common import fix_threads, load, tie_children, write_json
+from rlvr_core.models.recorded import copy_recorded, policy_key
 from tasks.models import run_warm_start
-from tasks.paths import data_dir, reports_dir, warmstart_dir
+from tasks.paths import data_dir, recorded_dir, reports_dir, warmstart_dir
 
 TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds")
 
@@ -26,7 +29,17 @@ def warmstart(params_file: str | None = None) -> dict[str, Any]:
     """Warm start the tiny policy on the prepared train split, or snapshot warmstart.base_model;
     writes reports/warmstart.json (+ _timings)."""
     params = load(params_file)
+    fix_threads(params.train.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
     task = params.prepare.task
+    key = policy_key(params.prepare, params.warmstart)
+    # a recorded warm start of these settings (artifacts/warmstart/): its files verified against their sha256
+    entry = None if params.warmstart.base_model else copy_recorded(recorded_dir(), key, warmstart_dir())
+    if entry is not None:
+        print(f"warmstart: the recorded policy {key} (sha256 verified, built on {entry['built_on']}) -> "
+              f"{warmstart_dir()}")
+        write_json(reports_dir() / "warmstart.json", entry["metrics"])
+        write_json(reports_dir() / "warmstart_timings.json", {"recorded": key})
+        return entry["metrics"]
     metrics = run_warm_start(params.warmstart, str(data_dir(task)), str(warmstart_dir()), task)
     write_json(reports_dir() / "warmstart.json", {k: v for k, v in metrics.items() if k not in TIMING_KEYS})
     write_json(reports_dir() / "warmstart_timings.json", {k: metrics[k] for k in TIMING_KEYS if k in metrics})

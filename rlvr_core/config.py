@@ -428,6 +428,9 @@ class TrainConfig:
     micro_batch: sequences per forward/backward of the update (gradients accumulate over the
         batch); lower it for large models: the logits of one micro-batch take
         micro_batch * sequence length * vocabulary size floats
+    threads: torch's CPU threads in the warm start, train and evaluate stages (torch.set_num_threads,
+        set by each flow before any computation); float sums depend on it, so it is a param, not
+        the environment's OMP_NUM_THREADS
 
     Defaults are params.yaml's values (the CPU default of ``make run``).
     """
@@ -478,6 +481,7 @@ class TrainConfig:
     device: str = "cpu"
     dtype: str = "float32"
     micro_batch: int = 256
+    threads: int = 1
 
     def __post_init__(self) -> None:
         from rlvr_core.allocation import ALLOCATORS
@@ -503,7 +507,8 @@ class TrainConfig:
         for key, lo in (("k", 2), ("batch_size", 1), ("steps", 0), ("max_new_tokens", 1), ("eval_every", 0),
                         ("eval_every_rollouts", 0),
                         ("eval_size", 1), ("eval_samples", 0), ("checkpoint_every", 1), ("keep_last", 1),
-                        ("max_nonfinite", 1), ("engine_retries", 0), ("micro_batch", 1), ("seed", 0)):
+                        ("max_nonfinite", 1), ("engine_retries", 0), ("micro_batch", 1), ("seed", 0),
+                        ("threads", 1)):
             v = getattr(self, key)
             require(v >= lo, key, f"got {short_repr(v)}; need an int >= {lo}")
         require(self.max_new_tokens <= MAX_NEW_TOKENS, "max_new_tokens",

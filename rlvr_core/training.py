@@ -12,7 +12,9 @@ Pure library code (no orchestration imports). Per step:
 5. every ``checkpoint_every`` steps the whole state is checkpointed atomically.
 
 A run directory holds ``checkpoints/``, ``metrics.jsonl`` (one JSON object
-per step) and ``rollouts.parquet`` (rollouts, passes and tokens per step and
+per step, results only: equal runs write equal bytes), ``timings.jsonl`` (each
+step's wall-clock seconds, ``TIMING_KEYS``, apart so that they never change the
+results' hash; ``TrainResult.metrics`` carries both) and ``rollouts.parquet`` (rollouts, passes and tokens per step and
 prompt, ``rlvr_core.rollout_log``). Starting again on the same directory
 resumes from the newest intact checkpoint and continues exactly as an
 uninterrupted run would.
@@ -80,19 +82,23 @@ from rlvr_core.types import Rollouts
 StepCallback = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineError", "RunState", "Scorer", "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS",
+__all__ = ["EngineError", "RunState", "Scorer", "TIMINGS", "TIMING_KEYS", "TrainResult", "TrainingStopped",
+           "TRAJECTORY_KEYS", "join_timings",
            "VerifierTimeout", "check_resumable", "data_digest", "preflight", "step_record", "train"]
 
 # Keys a resumed run may change: how long it runs and how it is kept, not what it computes. A device
-# change (a run moved to another machine) is allowed too. Every other train key (TRAJECTORY_KEYS) shapes
+# or threads change (a run moved to another machine) is allowed too. Every other train key (TRAJECTORY_KEYS) shapes
 # the trajectory or what its records mean, and a checkpoint only resumes under the same values. That
 # includes the evaluation keys (eval_every, eval_size, eval_samples): a run's eval curve is one evaluation
 # set at one cadence, so a change is refused rather than recorded half-way through.
 RESUMABLE_KEYS: tuple[str, ...] = ("allocators", "seeds", "steps", "max_rollouts", "checkpoint_every", "keep_last",
                                    "max_nonfinite", "engine_retries", "engine_retry_delay_s", "device",
                                    "compute_entropy", "max_verifier_error_share", "verifier_workers",
-                                   "allow_no_update")
+                                   "allow_no_update", "threads")
 TRAJECTORY_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in RESUMABLE_KEYS)
+# A step record's wall-clock seconds: written to TIMINGS beside metrics.jsonl, never into it.
+TIMING_KEYS: tuple[str, ...] = ("generate_s", "verify_s", "allocate_s", "update_s", "eval_s", "step_s")
+TIMINGS = "timings.jsonl"
 
 
 class TrainingStopped(RuntimeError):
@@ -427,6 +433,7 @@ class _Run:
         self.cfg, self.model, self.tok, self.task, self.device, self.digest = cfg, model, tok, task, device, digest
         self.train_rows, self.on_step = train_rows, on_step
         self.run_dir, self.ckpt_dir, self.metrics_path = run_dir, run_dir / "checkpoints", run_dir / "metrics.jsonl"
+        self.timings_path = run_dir / TIMINGS
         self.allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
         # each prompt's feature key, for allocators with a contextual prior (the others ignore it)
         self.source = PromptSource(len(train_rows), seed=cfg.seed, context=context_keys(train_rows, task))
@@ -458,10 +465,14 @@ class _Run:
             self.scorer.timeouts = saved.get("verifier_timeouts", 0)
             _set_rng_state(saved["rng"])
             st.load_state_dict(saved)
-            st.history = _read_metrics(self.metrics_path, upto=step0)
-            _write_metrics(self.metrics_path, st.history)  # drop lines written after the checkpoint
+            results = _read_metrics(self.metrics_path, upto=step0)
+            timings = _read_metrics(self.timings_path, upto=step0)
+            _write_metrics(self.metrics_path, results)  # drop lines written after the checkpoint
+            _write_metrics(self.timings_path, timings)
+            st.history = join_timings(results, timings)
         else:  # a fresh run: nothing of an earlier run in this folder may be mistaken for this one's
             self.metrics_path.unlink(missing_ok=True)
+            self.timings_path.unlink(missing_ok=True)
             if not resume:
                 shutil.rmtree(self.ckpt_dir, ignore_errors=True)
         self.rollout_log = RolloutLog(self.run_dir / ROLLOUT_LOG, self.train_rows, upto=st.step)  # drops later steps
@@ -570,9 +581,10 @@ class _Run:
         return self.cfg.max_rollouts is not None and self.state.cum["rollouts"] >= self.cfg.max_rollouts
 
     def _emit(self, rec: dict[str, Any]) -> None:
-        """Record a step: history, metrics.jsonl, the rollout log's step end, the callback."""
+        """Record a step: history, metrics.jsonl and timings.jsonl, the rollout log's step end, the callback."""
         self.state.history.append(rec)
-        _append_metrics(self.metrics_path, rec)
+        _append_metrics(self.metrics_path, {k: v for k, v in rec.items() if k not in TIMING_KEYS})
+        _append_metrics(self.timings_path, {"step": rec["step"], **{k: rec[k] for k in TIMING_KEYS if k in rec}})
         if rec["step"]:
             self.rollout_log.end_step(rec["step"])
             fault_point("metrics", rec["step"])
@@ -666,6 +678,12 @@ def _write_metrics(path: Path, recs: list[dict[str, Any]]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def join_timings(results: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each step's record of metrics.jsonl with its seconds from timings.jsonl (none for a step it lacks)."""
+    by_step = {t["step"]: t for t in timings}
+    return [{**r, **{k: v for k, v in by_step.get(r["step"], {}).items() if k in TIMING_KEYS}} for r in results]
 
 
 def _read_metrics(path: Path, upto: int) -> list[dict[str, Any]]:

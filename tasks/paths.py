@@ -32,6 +32,11 @@ def warmstart_dir() -> Path:
     return root() / "models" / "warmstart"
 
 
+def recorded_dir() -> Path:
+    """The recorded warm starts (rlvr_core.models.recorded): artifacts/warmstart/ under the root."""
+    return root() / "artifacts" / "warmstart"
+
+
 def run_name(allocator: str, seed: int) -> str:
     """Name of the run folder of one (allocator, seed): ``<allocator>-s<seed>``, the allocator as registered
     (``sara+dps-s0``). The one place run-folder names are made."""

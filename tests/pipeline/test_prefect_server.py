@@ -42,9 +42,13 @@ def test_deployment_run_train_sara(pipeline_env: dict[str, str], tmp_path: Path)
     finally:
         stop(server)
         log.close()
-    ckpt = tmp_path / "runs/sara-s0/checkpoints/step_000002/manifest.json"
+    # a deployment's run has its own folder, runs/deployments/<flow run name>/, never the stage's runs/sara-s0/
+    assert not (tmp_path / "runs/sara-s0").exists()
+    folders = list((tmp_path / "runs/deployments").iterdir())
+    assert len(folders) == 1 and f"'{folders[0].name}'" in out, (folders, out[-2000:])
+    ckpt = folders[0] / "checkpoints/step_000002/manifest.json"
     assert ckpt.is_file()
-    run_id = json.loads((tmp_path / "runs/sara-s0/tracking.json").read_text())["run_id"]
+    run_id = json.loads((folders[0] / "tracking.json").read_text())["run_id"]
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
     mrun = client.get_run(run_id)
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2]

@@ -1,0 +1,143 @@
+"""Exact replication: a stage's results do not depend on the thread environment, two `dvc repro` runs give the
+same dvc.lock (scripts/verify_lock.py says so), and a served deployment run leaves the pipeline up to date."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr_core.training import TIMING_KEYS
+from tests.pipeline.conftest import PROJECT, PY, TINY, copy_project, stop
+
+pytestmark = pytest.mark.slow
+VERIFY = PROJECT / "scripts" / "verify_lock.py"
+
+
+def sh(env: dict[str, str], cwd: Path, *cmd: str, timeout: int = 600) -> str:
+    p = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p.stdout + p.stderr
+
+
+def threads_env(env: dict[str, str], n: int) -> dict[str, str]:
+    return dict(env, OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
+
+
+def results(run: Path) -> dict[str, bytes]:
+    """Every result file of a run folder, by relative path: checkpoints, final policy, metrics, summary, curve."""
+    files = [p for d in ("checkpoints", "final_model") for p in (run / d).rglob("*") if p.is_file()]
+    files += [run / n for n in ("metrics.jsonl", "summary.json", "curve.csv")]
+    return {str(p.relative_to(run)): p.read_bytes() for p in files}
+
+
+def test_training_stage_is_byte_identical_whatever_the_thread_environment(pipeline_env: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    for mod in ("flows.prepare", "flows.warmstart"):
+        sh(pipeline_env, PROJECT, PY, "-m", mod, timeout=300)
+    for out, omp in (("one", 1), ("two", 2)):
+        sh(threads_env(pipeline_env, omp), PROJECT, PY, "-m", "flows.train", "--allocator", "sara", "--out",
+           f"runs/{out}", timeout=600)
+    one, two = results(tmp_path / "runs/one"), results(tmp_path / "runs/two")
+    assert any(k.endswith("tensors.safetensors") for k in one) and "final_model/model.safetensors" in one, sorted(one)
+    assert one == two, sorted(k for k in one if one[k] != two.get(k))  # OMP_NUM_THREADS=2 changed nothing
+    # torch ran on train.threads (1), not on the environment's two threads
+    assert json.loads((tmp_path / "runs/two/train_timings.json").read_text())["threads"] == 1
+    # the seconds live beside the results, one line per step record
+    metrics = [json.loads(x) for x in one["metrics.jsonl"].decode().splitlines()]
+    timings = [json.loads(x) for x in (tmp_path / "runs/one/timings.jsonl").read_text().splitlines()]
+    assert not any(k in r for r in metrics for k in TIMING_KEYS)
+    assert [t["step"] for t in timings] == [r["step"] for r in metrics] and all(t["step_s"] > 0 for t in timings[1:])
+    assert json.loads((tmp_path / "runs/one/train_timings.json").read_text())["step_s"] > 0
+
+
+def _serve_and_run_train_sara(env: dict[str, str], repo: Path, log_path: Path) -> str:
+    """flows.serve against the test's server, then `prefect deployment run train/sara -p steps=3 --watch`."""
+    prefect = str(Path(PY).with_name("prefect"))
+    log = open(log_path, "w")
+    server = subprocess.Popen([PY, "-m", "flows.serve"], env=env, cwd=repo, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while subprocess.run([prefect, "deployment", "inspect", "train/sara"], env=env, capture_output=True,
+                             timeout=60).returncode != 0:
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            assert time.time() < deadline, "train/sara was never registered"
+            time.sleep(2)
+        run = subprocess.run([prefect, "deployment", "run", "train/sara", "-p", "steps=3", "--watch",
+                              "--watch-timeout", "300"], env=env, capture_output=True, text=True, timeout=360)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0 and "Completed" in out, out[-3000:] + log_path.read_text()[-3000:]
+        return out
+    finally:
+        stop(server)
+        log.close()
+
+
+def _clean(env: dict[str, str], repo: Path, dvc: str) -> None:
+    status = sh(env, repo, dvc, "status")
+    assert "up to date" in status.lower() or status.strip() == "", status
+    verify = sh(env, repo, PY, str(VERIFY), "--repo", str(repo))
+    assert "every stage matches dvc.lock at HEAD" in verify, verify
+
+
+def test_repro_replicates_and_a_served_run_leaves_the_pipeline_up_to_date(pipeline_env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    copy_project(repo)
+    full = yaml.safe_load((repo / "params.yaml").read_text())
+    for sec, vals in yaml.safe_load(TINY.read_text()).items():
+        full[sec].update(vals)
+    full["train"]["allocator_params"] = {}
+    (repo / "params.yaml").write_text(yaml.safe_dump(full))
+    env = dict(pipeline_env, RLVR_ROOT=str(repo), PATH=f"{Path(PY).parent}:{pipeline_env['PATH']}",
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env.pop("RLVR_PARAMS")
+    dvc = str(Path(PY).with_name("dvc"))
+    sh(env, repo, "git", "init", "-q")
+    sh(env, repo, dvc, "init", "-q")
+    sh(threads_env(env, 1), repo, dvc, "repro")
+    sh(env, repo, "git", "add", "-A")
+    sh(env, repo, "git", "commit", "-qm", "a replicated pipeline: dvc.lock committed")
+    locked = (repo / "dvc.lock").read_text()
+
+    # every stage again, in another thread environment: the same dvc.lock, and verify_lock.py says so
+    out = sh(threads_env(env, 2), repo, dvc, "repro", "--force")
+    assert "Running stage 'train@sara-0'" in out and "Running stage 'warmstart'" in out, out[-3000:]
+    assert (repo / "dvc.lock").read_text() == locked
+    _clean(env, repo, dvc)
+
+    # the README's served command right after the pipeline: its own folder, and the pipeline stays up to date
+    out = _serve_and_run_train_sara(env, repo, tmp_path / "serve.log")
+    folders = list((repo / "runs/deployments").iterdir())
+    assert len(folders) == 1 and f"'{folders[0].name}'" in out, (folders, out[-2000:])
+    assert json.loads((folders[0] / "summary.json").read_text())["steps"] == 3
+    assert json.loads((repo / "runs/sara-s0/summary.json").read_text())["steps"] == 2
+    _clean(env, repo, dvc)
+    # the nightly evaluation finds the deployment's run, and still leaves every stage up to date
+    sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")
+    index = json.loads((repo / "reports/nightly/index.json").read_text())
+    assert index[folders[0].name] == [3] and index["sara-s0"] == [2], index
+    _clean(env, repo, dvc)
+
+
+def test_verify_lock_names_the_stage_whose_outputs_differ(tmp_path: Path) -> None:
+    from scripts.verify_lock import differences
+
+    lock = {"schema": "2.0", "stages": {
+        "prepare": {"cmd": "python -m flows.prepare", "deps": [{"path": "flows/prepare.py", "md5": "a1"}],
+                    "params": {"params.yaml": {"prepare": {"seed": 0}}}, "outs": [{"path": "data/x", "md5": "b1"}]},
+        "train@sara-0": {"cmd": "python -m flows.train", "deps": [{"path": "data/x", "md5": "b1"}],
+                         "outs": [{"path": "runs/sara-s0/metrics.jsonl", "md5": "c1"}]}}}
+    assert differences(lock, lock) == {}
+    now = yaml.safe_load(yaml.safe_dump(lock))
+    now["stages"]["train@sara-0"]["outs"][0]["md5"] = "c2"
+    assert differences(lock, now) == {"train@sara-0": ["output runs/sara-s0/metrics.jsonl: c1 committed, c2 now"]}
+    now["stages"]["prepare"]["params"]["params.yaml"]["prepare"]["seed"] = 1
+    del now["stages"]["train@sara-0"]
+    assert differences(lock, now) == {"prepare": ["params differ"], "train@sara-0": ["not in the current dvc.lock"]}

@@ -50,8 +50,13 @@ BOOT = 5000
 
 
 def _runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
-    """Test-split run files of one cell (equal-rollouts' grpo is the reference cell)."""
-    proto_dir = "reference" if (protocol == "equal-rollouts" and label == "grpo") else protocol
+    """Test-split run files of one cell (equal-rollouts' and matched-updates-small's grpo are the reference cell,
+    matched-updates' allocators other than grpo the equal-batch cells)."""
+    proto_dir = protocol
+    if label == "grpo" and protocol in ("equal-rollouts", "matched-updates-small"):
+        proto_dir = "reference"
+    elif label != "grpo" and protocol == "matched-updates":
+        proto_dir = "equal-batch"
     base = out / "study" / regime / proto_dir
     if not base.exists():
         return []
@@ -171,6 +176,8 @@ def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, An
                 s = saving(ours, _runs(out, "easy", "equal-batch", "dapo"), t_easy)
                 rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
                              "kind": "saving", "want": None, **s, "met": None})
+    rows += _pool_rows(out)
+    rows += _matched_rows(out)
     rows += _tuned_rows(out, t)
     for regime in ("hard", "easy"):
         for lab in ("vigor", *CANDIDATES["equal-rollouts"]):
@@ -183,6 +190,67 @@ def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, An
             rows.append({"target": head, "kind": "dominance", "want": 1.0 if lab == "vigor" else None, **d,
                          "met": _met(d["value"], d["value"] == 1.0) if lab == "vigor" else None})
     rows.append(_simulator_row(allocation_json, floor))
+    return rows
+
+
+# ours in the pool and matched-updates cells, and the published allocators they are reported against
+POOL_OURS = ("sara", "sara[carry]", "sara+dps", "sara+dps[context]")
+PUBLISHED = ("pilot-commit", "reinforce-ada")
+
+
+def _pool_rows(out: Path) -> list[dict[str, Any]]:
+    """pool, equal-batch: the declared target (sara+dps against dapo), and every other allocator of ours and the
+    published ones against dapo, and ours against the best published cell, as candidates."""
+    t = _target_of(out, "pool")
+    if t is None:
+        return []
+    dapo = _runs(out, "pool", "equal-batch", "dapo")
+    s = saving(_runs(out, "pool", "equal-batch", "sara+dps"), dapo, t)
+    rows = [{"target": "pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo", "kind": "saving",
+             "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)}]
+    for lab in (*POOL_OURS, *PUBLISHED):
+        if lab != "sara+dps" and (ours := _runs(out, "pool", "equal-batch", lab)):
+            rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against dapo", "kind": "saving",
+                         "want": None, **saving(ours, dapo, t), "met": None})
+    published = {lab: r for lab in PUBLISHED if (r := _runs(out, "pool", "equal-batch", lab))}
+    if published:
+        best = min(published, key=lambda lab: np.median([_cost(r, t, "cum_rollouts", False) for r in published[lab]]))
+        for lab in POOL_OURS:
+            if ours := _runs(out, "pool", "equal-batch", lab):
+                rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against {best}, the best "
+                             "published allocator of the cell", "kind": "saving", "want": None,
+                             **saving(ours, published[best], t), "met": None})
+    return rows
+
+
+def _matched_rows(out: Path) -> list[dict[str, Any]]:
+    """hard and pool, matched-updates: ours against uniform GRPO at equal effective groups per update. "Our best" is
+    the lowest median of the cells that ran, picked on the reported runs themselves (no validation split here), so
+    the ratio is optimistic; every one of ours is also a candidate row."""
+    rows = []
+    for regime in ("hard", "pool"):
+        t = _target_of(out, regime)
+        for proto in ("matched-updates", "matched-updates-small"):
+            grpo = _runs(out, regime, proto, "grpo") if t is not None else []
+            ours = {lab: r for lab in POOL_OURS if (r := _runs(out, regime, proto, lab))}
+            if proto == "matched-updates" and not _runs(out, regime, "matched-updates", "grpo"):
+                ours = {}  # no matched grpo runs yet: the equal-batch cells alone are not this protocol
+            head = f"{regime}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
+            if not grpo or not ours:
+                rows.append({"target": head, "kind": "ratio", "want": 0.5, "value": None, "met": None})
+                continue
+            best = min(ours, key=lambda lab: np.median([_cost(r, t, "cum_rollouts", True) for r in ours[lab]]))
+            for lab in ours:
+                s = saving(ours[lab], grpo, t)
+                ratio = None if s["value"] is None else 1.0 - s["value"]
+                row = {**s, "kind": "ratio", "allocator": lab, "value": ratio,
+                       "lo": None if s["hi"] is None else 1.0 - s["hi"],
+                       "hi": None if s["lo"] is None else 1.0 - s["lo"]}
+                if lab == best:
+                    rows.append({**row, "target": head + " (best of the cells, picked on these runs)", "want": 0.5,
+                                 "met": _met(ratio, ratio is not None and ratio <= 0.5)})
+                rows.append({**row, "target": f"(candidate) {regime}, {proto}: {lab} against grpo", "want": None,
+                             "met": None})
     return rows
 
 

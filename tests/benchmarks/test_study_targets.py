@@ -69,7 +69,8 @@ def test_tuned_target_takes_our_best_on_validation_not_on_test(tmp_path):
     T.write(list(rows.values()), tmp_path)
     md = (tmp_path / "training_targets.md").read_text()
     assert "0.75x" in md and "not run yet" in md
-    assert not math.isnan(json.loads((tmp_path / "training_targets.json").read_text())[2]["value"])
+    saved = [r for r in json.loads((tmp_path / "training_targets.json").read_text()) if r["target"] == tuned["target"]]
+    assert not math.isnan(saved[0]["value"])
 
 
 def test_a_cell_of_ours_that_never_reaches_is_a_miss_not_a_cell_not_run():
@@ -97,3 +98,39 @@ def test_easy_equal_batch_cells_are_candidate_rows_against_easy_dapo_at_the_easy
     T.write(list(rows.values()), tmp_path)
     assert "easy, equal-batch: sara[context]" in (tmp_path / "training_candidates.md").read_text()
     assert "easy, equal-batch" not in (tmp_path / "training_targets.md").read_text()  # no target of its own
+
+
+def test_matched_updates_rows_compare_ours_with_grpo_at_equal_effective_groups(tmp_path):
+    (tmp_path / "study" / "pool").mkdir(parents=True)
+    (tmp_path / "study" / "pool" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "pool", "reference", "grpo", "grpo", [run([0, 0.25, 0.5], s) for s in range(5)])  # 200
+    write_cell(tmp_path, "pool", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s, 50) for s in range(5)])  # 50
+    rows = {r["target"]: r for r in T._matched_rows(tmp_path)}
+    # no matched grpo runs yet: the equal-batch cell alone is not the matched-updates protocol
+    assert rows["pool, matched-updates: our best allocator reaches the target with <= 0.5x the rollouts of grpo"][
+        "value"] is None
+    write_cell(tmp_path, "pool", "matched-updates", "grpo", "grpo", [run([0, 0.5, 1], s, 80) for s in range(5)])
+    write_cell(tmp_path, "pool", "matched-updates-small", "sara", "sara", [run([0, 0.5, 1], s, 120) for s in range(5)])
+    rows = {r["target"]: r for r in T._matched_rows(tmp_path)}
+    up = rows["pool, matched-updates: our best allocator reaches the target with <= 0.5x the rollouts of grpo "
+              "(best of the cells, picked on these runs)"]
+    assert up["allocator"] == "sara" and up["value"] == pytest.approx(50 / 80) and up["met"] is False
+    down = rows["pool, matched-updates-small: our best allocator reaches the target with <= 0.5x the rollouts of "
+                "grpo (best of the cells, picked on these runs)"]
+    assert down["value"] == pytest.approx(120 / 200) and down["p_value"] is not None  # against the reference runs
+    assert "(candidate) pool, matched-updates-small: sara against grpo" in rows
+
+
+def test_pool_rows_name_the_declared_target_and_the_published_allocators(tmp_path):
+    (tmp_path / "study" / "pool").mkdir(parents=True)
+    (tmp_path / "study" / "pool" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "pool", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(5)])
+    write_cell(tmp_path, "pool", "equal-batch", "saraplusdps", "sara+dps", [run([0, 0.5, 1], s, 80) for s in range(5)])
+    write_cell(tmp_path, "pool", "equal-batch", "pilot-commit", "pilot-commit",
+               [run([0, 0.5, 1], s, 60) for s in range(5)])
+    rows = {r["target"]: r for r in T._pool_rows(tmp_path)}
+    decl = rows["pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo"]
+    assert decl["value"] == pytest.approx(0.6) and decl["met"] is True
+    vs = rows["(candidate) pool, equal-batch: sara+dps's saving against pilot-commit, the best published allocator "
+              "of the cell"]
+    assert vs["value"] == pytest.approx(1 - 80 / 60)  # a loss against the published allocator is shown as one

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 PARAMS = """\
 prepare: {task: arithmetic, n_train: 400, n_test: 60, seed: 0}
-train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 4, eval_every: 2, eval_size: 20,
-        eval_samples: 0, checkpoint_every: 2, keep_last: 2, seed: 1,
+train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 4, eval_every: 2, eval_every_rollouts: 0,
+        eval_size: 20, eval_samples: 0, checkpoint_every: 2, keep_last: 2, seed: 1,
         allow_no_update: true}  # resume mechanics on a 40-step warm start, which may give no mixed group
 """
 

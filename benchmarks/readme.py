@@ -35,8 +35,8 @@ def _interval(cell: dict | None, fmt: str) -> str:
 README_SHOWS = {("reference", "grpo"), ("equal-batch", "dapo"), ("equal-batch", "sara"), ("equal-batch", "sara+dps"),
                 ("equal-batch", "sara+dps[context]"), ("equal-batch", "pilot-commit"),
                 ("equal-batch", "reinforce-ada"), ("equal-rollouts", "sara[budget]"), ("equal-rollouts", "vigor"),
-                ("equal-rollouts", "ar3po"), ("tuned", "grpo"), ("tuned", "sara[budget]"),
-                ("tuned", "sara+dps[context]"), ("matched-updates", "grpo"), ("matched-updates-small", "sara"),
+                ("tuned", "grpo"), ("tuned", "sara[budget]"),
+                ("matched-updates", "grpo"), ("matched-updates-small", "sara"),
                 ("matched-updates-small", "sara+dps[context]")}
 
 

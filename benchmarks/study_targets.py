@@ -228,7 +228,9 @@ def _matched_rows(out: Path) -> list[dict[str, Any]]:
     the lowest median of the cells that ran, picked on the reported runs themselves (no validation split here), so
     the ratio is optimistic; every one of ours is also a candidate row."""
     rows = []
-    for regime in ("hard", "pool"):
+    # hard's own policy is lost (benchmarks/study.py check_policy): its matched cells run as warm-start variants
+    variants = sorted(p.name for p in (out / "study").glob("hard-ws*")) if (out / "study").exists() else []
+    for regime in ("pool", *variants):
         t = _target_of(out, regime)
         for proto in ("matched-updates", "matched-updates-small"):
             grpo = _runs(out, regime, proto, "grpo") if t is not None else []

@@ -35,7 +35,7 @@ def _interval(cell: dict | None, fmt: str) -> str:
 README_SHOWS = {("reference", "grpo"), ("equal-batch", "dapo"), ("equal-batch", "sara"), ("equal-batch", "sara+dps"),
                 ("equal-batch", "sara+dps[context]"), ("equal-batch", "pilot-commit"),
                 ("equal-batch", "reinforce-ada"), ("equal-rollouts", "sara[budget]"), ("equal-rollouts", "vigor"),
-                ("tuned", "grpo"), ("tuned", "sara[budget]"),
+                ("equal-rollouts", "ar3po"), ("tuned", "grpo"), ("tuned", "sara[budget]"),
                 ("matched-updates", "grpo"), ("matched-updates-small", "sara"),
                 ("matched-updates-small", "sara+dps[context]")}
 

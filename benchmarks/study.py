@@ -414,6 +414,11 @@ def set_target(out: Path, regime: str, refs: Sequence[Mapping[str, Any]]) -> dic
     return t
 
 
+def reference_runs(out: Path, regime: str) -> list[dict[str, Any]]:
+    """Every finished reference (uniform GRPO) run file of ``regime``, in seed-file order."""
+    return [json.loads(p.read_text()) for p in sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))]
+
+
 def check_policy(out: Path, regime: str, digest: str) -> None:
     """Refuse to add runs to a regime whose target was frozen from another warm-started policy (or from one
     it did not record: the step-grid regimes' policy was built on another machine and is not recoverable)."""
@@ -437,10 +442,9 @@ def matched_sizes(out: Path, regime: str, protocol: str) -> int:
     what GRPO at B carries."""
     path = out / "study" / regime / "matched.json"
     if not path.exists():
-        refs = sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))
-        if not refs:
+        runs = reference_runs(out, regime)
+        if not runs:
             raise RuntimeError(f"regime {regime}: matched-updates needs the reference runs first")
-        runs = [json.loads(p.read_text()) for p in refs]
         e = float(np.median([r["ledger"]["effective_groups_per_step"] for r in runs]))
         b = int(runs[0]["batch_size"])
         if e <= 0:
@@ -464,7 +468,7 @@ def preregister(out: Path, regime: str, work: Path, quick: bool, params_file: Pa
     d = load_data(regime, work, quick, params_file)
     k = R.regime_params(regime, params_file=params_file).train.k
     shares = R.start_shares(d["policy"], d["train"], k=k, n=50 if quick else 1000)
-    refs = [json.loads(p.read_text()) for p in sorted((out / "study" / regime / "reference" / "grpo").glob("s*.json"))]
+    refs = reference_runs(out, regime)
     per_run = []
     for r in refs:
         x = reach(r["curve"], t["target"], fit=True)["cum_rollouts"]
@@ -541,9 +545,7 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
             for s in seeds:
                 go("tuned", lab, s, g, "test")
     if protocol == "reference" and not target_path(out, regime).exists():
-        ref_dir = out / "study" / regime / "reference" / "grpo"
-        refs_done = [json.loads(p.read_text()) for p in sorted(ref_dir.glob("s*.json"))]
-        set_target(out, regime, refs_done)
+        set_target(out, regime, reference_runs(out, regime))
     if regime not in R.STEP_GRID_REGIMES and target_path(out, regime).exists():
         _log_preregistration(preregister(out, regime, work, quick, params_file), log)
 

@@ -281,6 +281,19 @@ def _countdown_teacher(rows: Any) -> Any:
     return countdown_targets(rows)
 
 
+def _steps_teacher(rows: Any) -> Any:
+    from rlvr_core.data.arithmetic_steps import worked_targets
+    from rlvr_core.models.warmstart import TeacherTargets
+
+    return TeacherTargets(**worked_targets(rows))
+
+
+def _steps_answer_chars() -> int:
+    from rlvr_core.data.arithmetic_steps import MAX_STEPS_CHARS
+
+    return MAX_STEPS_CHARS
+
+
 def _countdown_answer_chars() -> int:
     from rlvr_core.data.countdown import MAX_ANSWER_CHARS
 
@@ -293,6 +306,12 @@ register_task(Task(
     name="arithmetic", verifier="arithmetic", schema={"id": str, "prompt": str, "answer": str},
     build=_build_arithmetic, check_row=_arithmetic_row, check_consistent=_arithmetic_consistent,
     teacher=_arithmetic_teacher,
+))
+# arithmetic with worked answers (rlvr_core/data/arithmetic_steps.py): arithmetic's rows, working then the answer
+register_task(Task(
+    name="arithmetic-steps", verifier="arithmetic-steps", schema={"id": str, "prompt": str, "answer": str},
+    build=_build_arithmetic, check_row=_arithmetic_row, check_consistent=_arithmetic_consistent,
+    teacher=_steps_teacher, min_new_tokens=_steps_answer_chars(),
 ))
 register_task(Task(
     name="countdown", verifier="countdown",

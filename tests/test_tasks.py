@@ -17,9 +17,9 @@ from rlvr_core.tasks import TASKS, get_task
 GENERATED = [n for n in TASKS.names() if get_task(n).generated]
 
 
-def test_registry_names_the_four_tasks() -> None:
-    assert set(TASKS.names()) == {"arithmetic", "code", "countdown", "math"}
-    assert set(GENERATED) == {"arithmetic", "countdown"}
+def test_registry_names_the_five_tasks() -> None:
+    assert set(TASKS.names()) == {"arithmetic", "arithmetic-steps", "code", "countdown", "math"}
+    assert set(GENERATED) == {"arithmetic", "arithmetic-steps", "countdown"}
     with pytest.raises(UnknownNameError, match=r"unknown task 'countdwn' \(did you mean 'countdown'\?\); valid names"):
         get_task("countdwn")
 
@@ -47,7 +47,8 @@ def test_generated_rows_meet_their_schema_and_checks(name: str) -> None:
 
 
 def test_prepare_task_errors_come_from_the_registry() -> None:
-    with pytest.raises(ConfigError, match=r"task: got 'sudoku'; use 'arithmetic' or 'countdown' \(generated\), "
+    with pytest.raises(ConfigError, match=r"task: got 'sudoku'; use 'arithmetic' or 'arithmetic-steps' or 'countdown' "
+                                          r"\(generated\), "
                                           r"'code' or 'math' \(hub datasets\)"):
         PrepareConfig(task="sudoku")
     with pytest.raises(ConfigError, match=r"dataset: unknown dataset 'gsm9k'; valid names: aime2024, gsm8k, "

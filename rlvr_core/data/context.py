@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 CONTEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "arithmetic": ("difficulty", "op"),
+    "arithmetic-steps": ("difficulty", "op"),
     "countdown": ("difficulty",),
     "math": ("source", "difficulty", "subject"),
 }

@@ -13,6 +13,7 @@ Verifier = Callable[[str, Mapping], float]
 
 VERIFIERS: Registry[Verifier] = Registry("verifier")
 VERIFIERS.register_lazy("arithmetic", "rlvr_core.rewards.arithmetic:verify_arithmetic")
+VERIFIERS.register_lazy("arithmetic-steps", "rlvr_core.rewards.arithmetic_steps:verify_arithmetic_steps")
 VERIFIERS.register_lazy("countdown", "rlvr_core.rewards.countdown:verify_countdown")
 VERIFIERS.register_lazy("math", "rlvr_core.rewards.math:verify_math")
 VERIFIERS.register_lazy("code", "rlvr_core.rewards.code:verify_code")

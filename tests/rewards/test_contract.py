@@ -20,6 +20,8 @@ from rlvr_core.rewards import VERIFIERS, get_verifier
 EXAMPLES: dict[str, tuple[dict[str, Any], str, str]] = {
     "arithmetic": ({"id": "a0", "prompt": "0047+0083=", "answer": "130", "op": "+", "a": 47, "b": 83,
                     "difficulty": 2}, "031", "130"),
+    "arithmetic-steps": ({"id": "s0", "prompt": "0047+0083=", "answer": "130", "op": "+", "a": 47, "b": 83,
+                          "difficulty": 2}, "7+3=10,4+8+1=13>031", "7+3=10,4+8=12>02"),
     "countdown": ({"id": "c0", "prompt": "3,7,25,50>125=", "numbers": [3, 7, 25, 50], "target": 125,
                    "difficulty": 4, "answer": "(7*50+25)/3"}, "(7*50+25)/3", "7*50+25/3"),
     "math": ({"id": "m0", "prompt": "What is 1/4 + 1/4?", "answer": "\\frac{1}{2}"},

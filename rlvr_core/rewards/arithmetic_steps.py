@@ -1,0 +1,30 @@
+"""Verifier for arithmetic with worked answers (``rlvr_core.data.arithmetic_steps``).
+
+The completion is column-by-column working, then ``>`` and the answer's digits reversed, e.g. prompt
+``"0047+0083="`` (130) -> ``"7+3=10,4+8+1=13>031"``. Only the final answer is checked: the text after
+the last ``>`` must be the reversed-digit form of ``example["answer"]`` (``parse_answer``'s format);
+the working before it is not read, right or wrong. No ``>``, a malformed answer or a completion over
+``MAX_READ_CHARS`` characters scores 0.0.
+
+``verify_arithmetic_steps(completion, example) -> 1.0 | 0.0`` never raises and never evaluates model text.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rlvr_core.data.arithmetic_steps import parse_final
+
+
+def verify_arithmetic_steps(completion: str, example: Mapping) -> float:
+    """1.0 iff the final answer of ``completion`` (after its last ``>``) is ``example["answer"]``, else 0.0."""
+    try:
+        value = parse_final(completion)
+        if value is None:
+            return 0.0
+        answer = example["answer"]
+        if not isinstance(answer, (str, int)) or isinstance(answer, bool) or len(str(answer)) > 20:
+            return 0.0
+        return 1.0 if value == int(answer) else 0.0
+    except Exception:  # noqa: BLE001 - a verifier must score, never crash the training step
+        return 0.0

@@ -24,6 +24,7 @@ benchmarks/results/regimes.{json,md}: each candidate's group shares at the start
 the criteria.
 
     python -m benchmarks.regimes [--candidates a,b] [--rollouts 40000] [--out DIR] [--work DIR]
+    python -m benchmarks.regimes --write-only    # regimes.md again, with the EXTRA_CRITERIA regimes' sections
 """
 
 from __future__ import annotations
@@ -89,11 +90,19 @@ CANDIDATES: dict[str, Overrides] = {
 # (stratified by digits x op) that recurs: GRPO sees each prompt about 5 times in 40k rollouts, as real RLVR
 # trains many epochs over MATH (7.5k) or DAPO-Math-17k. ``pool-k16``: half the pool, k = 16, B = 16.
 CHOSEN = "d1234-noisy234-n08"
+# ``steps``: hard's problems with worked answers (task arithmetic-steps, rlvr_core/data/arithmetic_steps.py), so
+# that generation dominates a step and failing completions run longer than passing ones, as in real RLVR; a
+# shorter warm start (its sequences are about 4x longer) and completions of up to 64 tokens. params-steps.yaml
+# is params.yaml with these overrides (tests/benchmarks/test_regimes_default.py).
+STEPS: Overrides = {"prepare": {"task": "arithmetic-steps"},
+                    "warmstart": {"steps": 1500, "batch_size": 32, "lr": 1e-3},
+                    "train": {"max_new_tokens": 64}, "evaluate": {"max_new_tokens": 64}}
 REGIMES: dict[str, Overrides] = {
     "easy": EASY,
     "hard": {},
     "pool": {},
     "pool-k16": {"train": {"k": 16, "batch_size": 16}},
+    "steps": STEPS,
 }
 POOL_PROMPTS: dict[str, int] = {"pool": 1000, "pool-k16": 500}
 # Regimes whose runs were evaluated every n steps from a warm start built on another machine (their targets
@@ -113,6 +122,12 @@ def base_regime(name: str) -> tuple[str, int | None]:
 
 CRITERIA = {"min_zero_variance_share": 0.5, "min_evals_below_target": 10, "min_rise_rollouts": 20000,
             "target_fraction": 0.8}
+# Criteria a regime adds to CRITERIA, fixed before its reference runs (benchmarks.study.preregister measures them):
+# ``steps`` must have the cost structure of real RLVR: generation at least 65% of a GRPO step's training wall-clock
+# (median over the reference runs of generate_s / (generate + verify + allocate + update)), and at the start of RL
+# failing completions at least 1.5x as long as passing ones in median tokens (``start_lengths``).
+EXTRA_CRITERIA: dict[str, dict[str, float]] = {"steps": {"min_generate_share": 0.65,
+                                                         "min_fail_pass_length_ratio": 1.5}}
 
 
 def merge(*layers: Mapping[str, Mapping[str, Any]]) -> Overrides:
@@ -142,14 +157,17 @@ def _key(params: Params) -> str:
     return policy_key(params.prepare, params.warmstart)
 
 
-def dataset(params: Params) -> Any:
-    """The regime's DatasetDict (train, test) as the prepare stage builds it (arithmetic only)."""
-    p = params.prepare
-    if p.task != "arithmetic":
-        raise ValueError(f"the study supports task arithmetic, got {p.task!r}")
-    from rlvr_core.data.arithmetic import make_arithmetic
+STUDY_TASKS = ("arithmetic", "arithmetic-steps")  # generated, with a warm start for the tiny policy
 
-    return make_arithmetic(p.n_train, p.n_test, p.seed, digits=p.digits, ops=p.ops, digit_weights=p.digit_weights)
+
+def dataset(params: Params) -> Any:
+    """The regime's DatasetDict (train, test) as the prepare stage builds it (the STUDY_TASKS only)."""
+    p = params.prepare
+    if p.task not in STUDY_TASKS:
+        raise ValueError(f"the study supports tasks {', '.join(STUDY_TASKS)}, got {p.task!r}")
+    from rlvr_core.tasks import get_task
+
+    return get_task(p.task).build(p)[0]
 
 
 def splits(ds: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -201,18 +219,49 @@ def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = Fal
     return out
 
 
-def start_shares(policy: Path, rows: list[dict[str, Any]], k: int = 8, n: int = 1000,
-                 seed: int = 0) -> dict[str, float]:
+def _pick(rows: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    return [rows[i] for i in np.sort(rng.choice(len(rows), size=min(n, len(rows)), replace=False))]
+
+
+def start_shares(policy: Path, rows: list[dict[str, Any]], k: int = 8, n: int = 1000, seed: int = 0, *,
+                 task: str = "arithmetic", max_new_tokens: int = 8) -> dict[str, float]:
     """Group shares of k samples at the start of RL on ``n`` training prompts, and greedy accuracy per cell."""
     from rlvr_core.evaluation import evaluate_policy
     from rlvr_core.models.policy import load_any_policy
 
     model, tok = load_any_policy(policy, device="cpu")
-    rng = np.random.default_rng(seed)
-    pick = [rows[i] for i in np.sort(rng.choice(len(rows), size=min(n, len(rows)), replace=False))]
-    ev = evaluate_policy((model, tok), pick, "arithmetic", k=k, n_samples=k, seed=seed)
+    ev = evaluate_policy((model, tok), _pick(rows, n, seed), task, k=k, n_samples=k, seed=seed,
+                         max_new_tokens=max_new_tokens)
     ev["zero_variance_share"] = ev[f"all_pass_share_k{k}"] + ev[f"all_fail_share_k{k}"]
     return ev
+
+
+def start_lengths(policy: Path, rows: list[dict[str, Any]], *, task: str, k: int = 8, n: int = 1000, seed: int = 0,
+                  max_new_tokens: int = 64, temperature: float = 1.0) -> dict[str, Any]:
+    """Completion lengths at the start of RL: k samples of the warm-started policy (as GRPO's first step draws
+    them) on ``n`` training prompts, scored by the task's verifier; the median generated tokens (``<eos>``
+    included, as the trainer counts them) of the passing and the failing samples, and their ratio."""
+    from rlvr_core.models.policy import load_any_policy, policy_prompts
+    from rlvr_core.rewards import get_verifier
+    from rlvr_core.rollout.hf import HFEngine
+
+    model, tok = load_any_policy(policy, device="cpu")
+    pick = _pick(rows, n, seed)
+    engine = HFEngine(model, tok, policy_prompts(tok, pick, task), temperature=temperature,
+                      max_new_tokens=max_new_tokens, seed=seed)
+    ro = engine.generate({i: k for i in range(len(pick))})
+    verify = get_verifier(task)
+    passed = np.asarray([verify(pl["text"], pick[int(i)]) > 0.5 for i, pl in zip(ro.prompt_id, ro.payload or [])])
+    tokens = np.asarray(ro.tokens, float)
+    med = {name: float(np.median(tokens[sel])) if sel.any() else None
+           for name, sel in (("pass", passed), ("fail", ~passed))}
+    ratio = med["fail"] / med["pass"] if med["pass"] and med["fail"] is not None else None
+    return {"samples": int(len(tokens)), "pass_share": float(passed.mean()), "median_tokens_pass": med["pass"],
+            "median_tokens_fail": med["fail"], "fail_pass_length_ratio": ratio,
+            "tokens_min": int(tokens.min()), "tokens_max": int(tokens.max()),
+            "tokens_p10": float(np.percentile(tokens, 10)), "tokens_p90": float(np.percentile(tokens, 90)),
+            "hit_max_new_tokens_share": float(np.mean(tokens >= max_new_tokens))}
 
 
 def criteria(curve: list[dict[str, float]]) -> dict[str, Any]:
@@ -283,7 +332,48 @@ def write(results: list[dict[str, Any]], out: Path) -> None:
     for r in results:
         pts = ", ".join(f"{c['cum_rollouts'] // 1000}k: {c['greedy_acc']:.3f}" for c in r["curve"][::3])
         lines.append(f"- {r['candidate']}: {pts}")
+    for regime in EXTRA_CRITERIA:
+        lines += cost_section(regime, out)
     (out / "regimes.md").write_text("\n".join(lines) + "\n")
+
+
+def cost_section(regime: str, out: Path) -> list[str]:
+    """regimes.md's section on a regime with EXTRA_CRITERIA, from its pre-registration
+    (``<out>/study/<regime>/preregistration.json``, written by benchmarks.study on its reference runs)."""
+    path = out / "study" / regime / "preregistration.json"
+    head = ["", f"## Regime `{regime}`: pre-registration on uniform GRPO alone", ""]
+    if not path.exists():
+        return head + [f"Not run yet: `python -m benchmarks.study --regime {regime} --protocol reference --seeds 5`."]
+    p = json.loads(path.read_text())
+    c, e = p["criteria"], p["extra"]
+    lengths, ec = e["start_lengths"], e["criteria"]
+    mark = {True: "meets", False: "**misses**"}
+    ratio, share = lengths["fail_pass_length_ratio"], e["median_generate_share"]
+    reach = p["median_fit_rollouts_to_target"]
+    rows = [("zero-variance share of k-groups at the start", f">= {c['min_zero_variance_share']}",
+             f"{p['zero_variance_share']:.2f}", p["zero_variance_share"] >= c["min_zero_variance_share"]),
+            ("median evaluations below the target", f">= {c['min_evals_below_target']}",
+             f"{p['median_evals_below_target']:.0f}", p["median_evals_below_target"] >= c["min_evals_below_target"]),
+            ("median fitted rollouts to the target", f">= {c['min_rise_rollouts']:,}",
+             "never" if reach is None else f"{reach:,.0f}", reach is not None and reach >= c["min_rise_rollouts"]),
+            ("median generation share of a GRPO step's wall-clock", f">= {ec['min_generate_share']}",
+             "none" if share is None else f"{share:.2f}", share is not None and share >= ec["min_generate_share"]),
+            ("failing / passing completions, median tokens at the start", f">= {ec['min_fail_pass_length_ratio']}",
+             "none" if ratio is None else f"{ratio:.2f} ({lengths['median_tokens_fail']:.0f} / "
+             f"{lengths['median_tokens_pass']:.0f})", ratio is not None and ratio >= ec["min_fail_pass_length_ratio"])]
+    lines = head + [f"Reference runs: seeds {[r['seed'] for r in p['runs']]}; the hard regime's criteria plus "
+                    f"EXTRA_CRITERIA (benchmarks/regimes.py). Overall: {mark[bool(p['meets'])]}.", "",
+                    "| criterion | required | measured | |", "|---|---|---|---|"]
+    lines += [f"| {name} | {need} | {got} | {mark[bool(ok)]} |" for name, need, got, ok in rows]
+    lines += ["", f"Completions at the start of RL ({lengths['samples']:,} samples, k per prompt): "
+              f"{lengths['pass_share']:.1%} pass; tokens from {lengths['tokens_min']} to {lengths['tokens_max']} "
+              f"(10th-90th percentile {lengths['tokens_p10']:.0f}-{lengths['tokens_p90']:.0f}); "
+              f"{lengths['hit_max_new_tokens_share']:.1%} stop at max_new_tokens.", "",
+              "| seed | generate s | update s | training s | generation share | generated tokens | rollouts |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['seed']} | {r['generate_s']:.0f} | {r['update_s']:.0f} | {r['train_s']:.0f} | "
+              f"{r['generate_share']:.2f} | {r['generated_tokens']:,} | {r['rollouts']:,} |" for r in e["runs"]]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,11 +384,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-size", type=int, default=1000)
     ap.add_argument("--work", type=Path, default=Path("runs/study"))
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--write-only", action="store_true",
+                    help="rewrite regimes.md from regimes.json and the pre-registrations; train nothing")
     args = ap.parse_args(argv)
-    args.work.mkdir(parents=True, exist_ok=True)
-    names = [c.strip() for c in args.candidates.split(",") if c.strip()]
     prev = args.out / "regimes.json"
     results = {r["candidate"]: r for r in json.loads(prev.read_text())["candidates"]} if prev.exists() else {}
+    if args.write_only:
+        write([results[n] for n in CANDIDATES if n in results], args.out)
+        return 0
+    args.work.mkdir(parents=True, exist_ok=True)
+    names = [c.strip() for c in args.candidates.split(",") if c.strip()]
     for name in names:
         results[name] = run_candidate(name, CANDIDATES[name], args)
         write([results[n] for n in CANDIDATES if n in results], args.out)

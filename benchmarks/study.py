@@ -142,7 +142,8 @@ GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation 
 # 5 seeds in about two hours on one core)
 BUDGET: dict[str, dict[str, int]] = {"easy": {"rollouts": 30000, "eval_every": 6},
                                      "hard": {"rollouts": 40000, "eval_every": 6},
-                                     "pool": {"rollouts": 40000}, "pool-k16": {"rollouts": 40000}}
+                                     "pool": {"rollouts": 40000}, "pool-k16": {"rollouts": 40000},
+                                     "steps": {"rollouts": 24576}}  # 96 GRPO steps at B=32, k=8; 16 evaluations
 QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "variants": 1}
 
 
@@ -266,7 +267,8 @@ def _train_one(path: Path, regime: str, protocol: str, label: str, seed: int, *,
         cfg = type(cfg)(**{**asdict(cfg), "eval_size": min(cfg.eval_size, len(rows))})
     run_dir = work / "runs" / path.relative_to(out / "study").with_suffix("")
     t0, started = time.perf_counter(), _now()
-    res = train(cfg, policy_dir=d["policy"], train_rows=d["train"], test_rows=rows, run_dir=run_dir, resume=True)
+    res = train(cfg, policy_dir=d["policy"], train_rows=d["train"], test_rows=rows, run_dir=run_dir, resume=True,
+                task=params.prepare.task)
     wall = time.perf_counter() - t0
     result = summarize_run(res.metrics, params=d["n_params"])
     result["ledger"].update(recurrence(run_dir / "rollouts.parquet"))
@@ -466,8 +468,10 @@ def preregister(out: Path, regime: str, work: Path, quick: bool, params_file: Pa
         return json.loads(path.read_text())
     t = json.loads(target_path(out, regime).read_text())
     d = load_data(regime, work, quick, params_file)
-    k = R.regime_params(regime, params_file=params_file).train.k
-    shares = R.start_shares(d["policy"], d["train"], k=k, n=50 if quick else 1000)
+    params = R.regime_params(regime, params_file=params_file)
+    k = params.train.k
+    shares = R.start_shares(d["policy"], d["train"], k=k, n=50 if quick else 1000, task=params.prepare.task,
+                            max_new_tokens=params.train.max_new_tokens)
     refs = reference_runs(out, regime)
     per_run = []
     for r in refs:
@@ -483,8 +487,34 @@ def preregister(out: Path, regime: str, work: Path, quick: bool, params_file: Pa
            "runs": per_run, "median_fit_rollouts_to_target": med_x, "median_evals_below_target": med_below,
            "meets": bool(zv >= c["min_zero_variance_share"] and med_below >= c["min_evals_below_target"]
                          and med_x is not None and med_x >= c["min_rise_rollouts"]), "set_at": _now()}
+    if (extra := R.EXTRA_CRITERIA.get(R.base_regime(regime)[0])) is not None:
+        pre["extra"] = cost_structure(refs, d, params, extra, quick)
+        pre["meets"] = bool(pre["meets"] and pre["extra"]["meets"])
     path.write_text(json.dumps(pre, indent=1) + "\n")
     return pre
+
+
+def cost_structure(refs: Sequence[Mapping[str, Any]], d: Mapping[str, Any], params: Any, extra: Mapping[str, float],
+                   quick: bool) -> dict[str, Any]:
+    """A regime's EXTRA_CRITERIA (benchmarks/regimes.py) on its reference runs: each run's generation share of its
+    training wall-clock (generate_s over generate + verify + allocate + update, evaluations excluded) and their
+    median; and the failing and passing completions' median lengths at the start of RL (``R.start_lengths``:
+    k samples on 1,000 training prompts, at the training temperature and max_new_tokens)."""
+    shares = []
+    for r in refs:
+        led = r["ledger"]
+        spent = sum(led[key] for key in ("generate_s", "verify_s", "allocate_s", "update_s"))
+        shares.append({"seed": r["seed"], "generate_share": led["generate_s"] / spent if spent else None,
+                       "generate_s": led["generate_s"], "update_s": led["update_s"], "train_s": spent,
+                       "generated_tokens": led["generated_tokens"], "rollouts": led["rollouts"]})
+    med_share = _median_or_none([s["generate_share"] for s in shares])
+    tr = params.train
+    lengths = R.start_lengths(d["policy"], d["train"], task=params.prepare.task, k=tr.k, n=50 if quick else 1000,
+                              max_new_tokens=tr.max_new_tokens, temperature=tr.temperature)
+    ratio = lengths["fail_pass_length_ratio"]
+    return {"criteria": dict(extra), "runs": shares, "median_generate_share": med_share, "start_lengths": lengths,
+            "meets": bool(med_share is not None and med_share >= extra["min_generate_share"]
+                          and ratio is not None and ratio >= extra["min_fail_pass_length_ratio"])}
 
 
 # ----- the protocol driver -------------------------------------------------------------------------------
@@ -551,9 +581,16 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
 
 
 def _log_preregistration(pre: Mapping[str, Any], log: Any) -> None:
+    extra = pre.get("extra")
+    def two(v: float | None) -> str:
+        return "none" if v is None else f"{v:.2f}"
+
+    more = "" if extra is None else (
+        f", median generation share {two(extra['median_generate_share'])}, failing/passing median length "
+        f"{two(extra['start_lengths']['fail_pass_length_ratio'])}")
     log(f"[{pre['regime']}] pre-registration (uniform GRPO only): meets the criteria: {pre['meets']} (zero-variance "
         f"share {pre['zero_variance_share']:.2f}, median {pre['median_evals_below_target']:.0f} evaluations below the "
-        f"target, median fitted reach {pre['median_fit_rollouts_to_target']})")
+        f"target, median fitted reach {pre['median_fit_rollouts_to_target']}{more})")
 
 
 def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, poll_s: float = 15.0) -> list[dict]:
@@ -803,7 +840,7 @@ def write_study_doc(out: Path, results: Path, records: Sequence[Mapping[str, Any
                          f"criteria (zero-variance share at the start {p['zero_variance_share']:.2f} at k = {p['k']}; "
                          f"median {p['median_evals_below_target']:.0f} evaluations below the target; median fitted "
                          f"reach {_num(p['median_fit_rollouts_to_target'])} rollouts; {p['train_prompts']} training "
-                         "prompts).")
+                         "prompts" + _cost_note(p.get("extra")) + ").")
     lines += ["", "Rollouts to target: the first crossing of each run's isotonic fit (primary; median [order-statistic "
               "interval] (coverage)) and the raw first crossing (median [95% bootstrap]); p: one-sided rank test "
               "against the protocol's baseline (dapo at equal batch, grpo elsewhere), misses ranked last.", "",
@@ -848,6 +885,15 @@ def study_regimes(out: Path) -> list[str]:
     """The regimes with a folder under ``<out>/study``, step-grid ones first."""
     names = [p.name for p in (out / "study").glob("*") if p.is_dir()] if (out / "study").exists() else []
     return sorted(names, key=lambda n: (n not in R.STEP_GRID_REGIMES, n))
+
+
+def _cost_note(extra: Mapping[str, Any] | None) -> str:
+    """The EXTRA_CRITERIA figures of a pre-registration, for training_study.md ("" for a regime without them)."""
+    if extra is None:
+        return ""
+    share, ratio = extra["median_generate_share"], extra["start_lengths"]["fail_pass_length_ratio"]
+    return (f"; median generation share of a step {'none' if share is None else f'{share:.2f}'}; failing/passing "
+            f"median tokens at the start {'none' if ratio is None else f'{ratio:.2f}'}")
 
 
 def _num(v: float | None) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import pytest
+
 from benchmarks import regimes, study
 from rlvr_core.config import load_params
 
@@ -46,3 +48,30 @@ def test_study_runs_differ_between_regimes_only_in_the_regime() -> None:
         assert {**asdict(easy.train), "max_rollouts": None} == {**asdict(hard.train), "max_rollouts": None}
         assert (easy.train.max_rollouts, hard.train.max_rollouts) == (30000, 40000)  # the study's BUDGET
         assert hard.train.steps == 100000 and hard.train.eval_size == 2000 and hard.train.eval_every == 6
+
+
+def test_params_steps_yaml_is_regime_steps() -> None:
+    """params-steps.yaml (the preset `dvc repro` runs after `cp params-steps.yaml params.yaml`) is params.yaml with
+    regime ``steps``'s overrides: the same keys, and the regime's values."""
+    import yaml
+
+    preset_file = regimes.ROOT / "params-steps.yaml"
+    base, preset = (yaml.safe_load(f.read_text()) for f in (regimes.PARAMS_FILE, preset_file))
+    assert {s: set(v) for s, v in base.items()} == {s: set(v) for s, v in preset.items()}
+    changed = {(s, k): preset[s][k] for s in base for k in base[s] if base[s][k] != preset[s][k]}
+    assert changed == {(s, k): v for s, vals in regimes.STEPS.items() for k, v in vals.items()}
+    steps = regimes.regime_params("steps")
+    loaded = load_params(preset_file)
+    assert loaded.train == steps.train and loaded.warmstart == steps.warmstart and loaded.evaluate == steps.evaluate
+    assert asdict(steps.prepare) == {**asdict(loaded.prepare), "n_test": regimes.TEST_ROWS + regimes.VALIDATION_ROWS}
+    assert loaded.prepare.task == "arithmetic-steps" and loaded.train.max_new_tokens >= 60
+    assert set(regimes.EXTRA_CRITERIA) == {"steps"} and "steps" in study.BUDGET
+
+
+def test_regime_steps_builds_the_worked_answer_rows() -> None:
+    p = regimes.regime_params(regimes.merge(regimes.STEPS, {"prepare": {"n_train": 40, "n_test": 10}}))
+    ds = regimes.dataset(p)
+    assert len(ds["train"]) == 40 and ds["train"][0]["prompt"].endswith("=")
+    with pytest.raises(ValueError, match="the study supports tasks arithmetic, arithmetic-steps, got 'countdown'"):
+        regimes.dataset(regimes.regime_params({"prepare": {"task": "countdown"},
+                                               "train": {"max_new_tokens": 16}, "evaluate": {"max_new_tokens": 16}}))

@@ -213,7 +213,7 @@ def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = Fal
         print(f"warm start ({kwargs['steps']} steps) -> {out}", flush=True)
         t0 = time.perf_counter()
         tmp = out.with_name(out.name + ".tmp")
-        warm_start(train_rows, **kwargs, out_dir=tmp)
+        warm_start(train_rows, task=params.prepare.task, **kwargs, out_dir=tmp)
         os.replace(tmp, out) if not out.exists() else None
         print(f"warm start done in {time.perf_counter() - t0:.0f} s", flush=True)
     return out

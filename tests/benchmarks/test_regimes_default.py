@@ -75,3 +75,18 @@ def test_regime_steps_builds_the_worked_answer_rows() -> None:
     with pytest.raises(ValueError, match="the study supports tasks arithmetic, arithmetic-steps, got 'countdown'"):
         regimes.dataset(regimes.regime_params({"prepare": {"task": "countdown"},
                                                "train": {"max_new_tokens": 16}, "evaluate": {"max_new_tokens": 16}}))
+
+
+def test_policy_dir_warm_starts_with_the_regimes_task(tmp_path, monkeypatch) -> None:
+    import rlvr_core.models.warmstart as ws
+
+    seen = {}
+
+    def fake(rows, *, task, out_dir, **kwargs):
+        seen.update(task=task, steps=kwargs["steps"])
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+
+    monkeypatch.setattr(ws, "warm_start", fake)
+    out = regimes.policy_dir(regimes.regime_params("steps"), tmp_path, [], quick=True)
+    assert seen == {"task": "arithmetic-steps", "steps": 30} and (out / "config.json").exists()

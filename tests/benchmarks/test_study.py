@@ -242,3 +242,47 @@ def test_recurrence_counts_prompts_rolled_out_in_several_steps(tmp_path):
     assert study.recurrence(tmp_path / "r.parquet") == {"prompts_rolled_out": 3, "prompts_in_several_steps": 1,
                                                          "max_steps_per_prompt": 3}
     assert study.recurrence(tmp_path / "missing.parquet") == {}
+
+
+def test_cost_structure_measures_the_generation_share_and_the_length_ratio(tmp_path, monkeypatch):
+    """regime steps's extra criteria: the median over reference runs of generate_s / training seconds, and the
+    failing/passing median length ratio at the start of RL; both must hold; regimes.md reports them."""
+    def ref(seed: int, gen: float) -> dict:
+        led = {"generate_s": gen, "verify_s": 1.0, "allocate_s": 0.0, "update_s": 9.0 - gen, "generated_tokens": 900,
+               "rollouts": 30}
+        return {"seed": seed, "ledger": led}
+
+    lengths = {"samples": 80, "pass_share": 0.25, "median_tokens_pass": 16.0, "median_tokens_fail": 40.0,
+               "fail_pass_length_ratio": 2.5, "tokens_min": 8, "tokens_max": 64, "tokens_p10": 12.0, "tokens_p90": 55.0,
+               "hit_max_new_tokens_share": 0.01}
+    monkeypatch.setattr(regimes, "start_lengths", lambda *a, **k: dict(lengths))
+    params = regimes.regime_params("steps")
+    extra = regimes.EXTRA_CRITERIA["steps"]
+    refs = [ref(0, 8.0), ref(1, 5.0), ref(2, 7.0)]  # shares 0.8, 0.5, 0.7
+    got = study.cost_structure(refs, {"policy": tmp_path, "train": []}, params, extra, quick=True)
+    assert got["median_generate_share"] == pytest.approx(0.7) and got["meets"]
+    assert [r["generate_share"] for r in got["runs"]] == pytest.approx([0.8, 0.5, 0.7])
+    low = study.cost_structure([ref(0, 5.0), ref(1, 6.0)], {"policy": tmp_path, "train": []}, params, extra, True)
+    assert low["median_generate_share"] == pytest.approx(0.55) and not low["meets"]
+    lengths["fail_pass_length_ratio"] = 1.2
+    assert not study.cost_structure(refs, {"policy": tmp_path, "train": []}, params, extra, True)["meets"]
+    pre = tmp_path / "study" / "steps" / "preregistration.json"
+    pre.parent.mkdir(parents=True)
+    pre.write_text(json.dumps({"criteria": regimes.CRITERIA, "meets": False, "zero_variance_share": 0.7,
+                               "median_evals_below_target": 12, "median_fit_rollouts_to_target": 15000.0,
+                               "runs": [{"seed": 0}], "extra": got}))
+    section = "\n".join(regimes.cost_section("steps", tmp_path))
+    assert "| median generation share of a GRPO step's wall-clock | >= 0.65 | 0.70 | meets |" in section
+    assert "| median fitted rollouts to the target | >= 20,000 | 15,000 | **misses** |" in section
+    assert "Not run yet" in "\n".join(regimes.cost_section("steps", tmp_path / "elsewhere"))
+
+
+def test_start_lengths_scores_k_samples_per_prompt(tmp_path):
+    from rlvr_core.models.tiny import build_tiny_policy, save_policy
+
+    model, tok = build_tiny_policy(32, 1, 2, 64, seed=0)
+    save_policy(model, tok, tmp_path / "p")
+    rows = [{"id": f"r{i}", "prompt": f"000{i}+0001=", "answer": str(i + 1)} for i in range(5)]
+    got = regimes.start_lengths(tmp_path / "p", rows, task="arithmetic-steps", k=2, n=3, max_new_tokens=6)
+    assert got["samples"] == 6 and 1 <= got["tokens_min"] <= got["tokens_max"] <= 6
+    assert got["pass_share"] == 0.0 and got["median_tokens_pass"] is None and got["fail_pass_length_ratio"] is None

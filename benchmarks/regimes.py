@@ -92,15 +92,14 @@ CANDIDATES: dict[str, Overrides] = {
 CHOSEN = "d1234-noisy234-n08"
 # ``steps``: hard's problems with worked answers (task arithmetic-steps, rlvr_core/data/arithmetic_steps.py), so
 # that generation dominates a step and failing completions run longer than passing ones, as in real RLVR; a
-# shorter warm start (its sequences are about 4x longer). params-steps.yaml is params.yaml with these overrides
-# (tests/benchmarks/test_regimes_default.py). Tuned once on uniform GRPO alone, before any other allocator ran
-# (docs/training-study.md): at lr 1e-4 and max_new_tokens 64 the first reference run rose to its plateau within
-# 9k rollouts (target at about 5k) and spent 64% of its training time generating, so the regime trains at
-# lr 2e-5 for hard's 40k rollouts and lets a wandering completion run to 96 tokens, as long chains of thought
-# hold up a synchronous batch.
+# shorter warm start (its sequences are about 4x longer) and completions of up to 64 tokens. params-steps.yaml
+# is params.yaml with these overrides (tests/benchmarks/test_regimes_default.py). One alternative was tried on
+# uniform GRPO alone before any other allocator ran, and dropped (docs/training-study.md): lr 2e-5 over 40k
+# rollouts with max_new_tokens 96 (benchmarks/results/regimes_steps_lr2e-5_s0.json) missed the same criteria
+# at three times the wall-clock.
 STEPS: Overrides = {"prepare": {"task": "arithmetic-steps"},
                     "warmstart": {"steps": 1500, "batch_size": 32, "lr": 1e-3},
-                    "train": {"max_new_tokens": 96, "lr": 2e-5}, "evaluate": {"max_new_tokens": 96}}
+                    "train": {"max_new_tokens": 64}, "evaluate": {"max_new_tokens": 64}}
 REGIMES: dict[str, Overrides] = {
     "easy": EASY,
     "hard": {},

@@ -143,7 +143,7 @@ GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation 
 BUDGET: dict[str, dict[str, int]] = {"easy": {"rollouts": 30000, "eval_every": 6},
                                      "hard": {"rollouts": 40000, "eval_every": 6},
                                      "pool": {"rollouts": 40000}, "pool-k16": {"rollouts": 40000},
-                                     "steps": {"rollouts": 40000}}
+                                     "steps": {"rollouts": 24576}}  # 96 GRPO steps: about 5 minutes a run
 QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "variants": 1}
 
 

@@ -9,14 +9,17 @@ from rlvr_core.config.reading import short_repr
 from rlvr_core.config.train import MAX_NEW_TOKENS
 from rlvr_core.errors import require
 
+
 @dataclass(frozen=True)
 class EvaluateConfig:
-    """Held-out evaluation: greedy accuracy and pass@k from ``n_samples`` samples (defaults: params.yaml)."""
+    """Held-out evaluation of checkpoints: greedy accuracy and pass@k (the ``evaluate`` section)."""
 
-    k: int = 8
-    n_samples: int = 8
-    temperature: float = 1.0
-    max_new_tokens: int = 8
+    k: int = field(default=8, metadata={"help": "The k of the checkpoints' held-out pass@k."})
+    n_samples: int = field(default=8, metadata={"help": (
+        "Samples per held-out problem for pass@k (0: greedy accuracy only; else at least `k`).")})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the pass@k samples (> 0)."})
+    max_new_tokens: int = field(default=8, metadata={"help": (
+        f"Longest completion in tokens, 1 to {MAX_NEW_TOKENS:,}. A task may need more (countdown: 16).")})
 
     def __post_init__(self) -> None:
         _check_self(self)

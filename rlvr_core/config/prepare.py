@@ -9,45 +9,49 @@ from rlvr_core.config.checks import _check_self, _is_int
 from rlvr_core.config.reading import short_repr
 from rlvr_core.errors import require
 
+
 @dataclass(frozen=True)
 class PrepareConfig:
-    """Task data: synthetic generation, or hub datasets.
+    """Task data: generated, or read from a hub (the ``prepare`` section).
 
-    task: a registered task (``rlvr_core.tasks``): "arithmetic" or "countdown" (synthetic),
-        "math" (hub rows verified by math-verify: MATH, GSM8K, MATH-500, AIME 2024 through
-        ``rlvr_core.data.hub``) or "code" (LiveCodeBench stdin/stdout problems, run in the sandbox)
-    n_train, n_test: synthetic only, problems per split (disjoint)
-    seed: synthetic only, generator seed
-    digits: arithmetic only, operand digit counts to draw (the CPU default uses 1-4, the study's
-        regime ``hard``: the tiny policy does not learn 4-digit problems in its warm-start budget,
-        which leaves RL room to rise)
-    digit_weights: arithmetic only, relative weight of each entry of ``digits``
-    ops: arithmetic only, operators to draw from
-    dataset: hub tasks only, hub loader of the training split, one the task reads (math: math,
-        gsm8k, math500, aime2024; code: livecodebench; null: the task's first, math or livecodebench)
-    path: hub name or local directory/file in the hub format (null: the loader's hub name)
-    split: split of ``dataset`` used for training (livecodebench: the release file, test for
-        release v1, test2 for the problems release v2 added, ...)
-    limit: first N training rows (null: all)
-    eval_dataset, eval_path, eval_split, eval_limit: the same for the held-out split
-        (eval_dataset null: ``dataset``; eval_split null: the loader's default split)
+    Each field's ``help`` (field metadata) documents it: docs/configuration.md and params.yaml's comments
+    are generated from them (``make docs``).
     """
 
-    task: str = "arithmetic"
-    n_train: int = 20000
-    n_test: int = 500
-    seed: int = 0
-    digits: tuple[int, ...] = (1, 2, 3, 4)
-    digit_weights: tuple[float, ...] | None = None
-    ops: tuple[str, ...] = ("+", "-", "*")
-    dataset: str | None = None
-    path: str | None = None
-    split: str = "train"
-    limit: int | None = None
-    eval_dataset: str | None = None
-    eval_path: str | None = None
-    eval_split: str | None = None
-    eval_limit: int | None = None
+    task: str = field(default="arithmetic", metadata={"help": (
+        "A registered task (`rlvr_core.tasks`). `arithmetic` and `countdown` are generated; `math` reads hub "
+        "rows verified by math-verify (MATH, GSM8K, MATH-500, AIME 2024 through `rlvr_core.data.hub`); `code` "
+        "reads LiveCodeBench stdin/stdout problems, run in the sandbox.")})
+    n_train: int = field(default=20000, metadata={"help": (
+        "Generated tasks only: problems in the training split. The splits never share a problem.")})
+    n_test: int = field(default=500, metadata={"help": "Generated tasks only: problems in the held-out split."})
+    seed: int = field(default=0, metadata={"help": "Generated tasks only: the generator's seed."})
+    digits: tuple[int, ...] = field(default=(1, 2, 3, 4), metadata={"help": (
+        "Arithmetic only: operand digit counts to draw (distinct, 1 to 4). Operands are zero-padded to width 4 "
+        "and answers written reversed. The default, 1-4, is the study's regime `hard`: the tiny policy does not "
+        "learn 4-digit problems in its warm-start budget, which leaves RL room to rise.")})
+    digit_weights: tuple[float, ...] | None = field(default=None, metadata={"help": (
+        "Arithmetic only: relative weight of each entry of `digits` (null: equal).")})
+    ops: tuple[str, ...] = field(default=("+", "-", "*"), metadata={"help": (
+        "Arithmetic only: operators to draw from (`+`, `-`, `*`).")})
+    dataset: str | None = field(default=None, metadata={"help": (
+        "Hub tasks only: hub loader of the training split (null: the task's first). One the task reads "
+        "(math: math, gsm8k, math500, aime2024; code: livecodebench); generated tasks refuse it unless null.")})
+    path: str | None = field(default=None, metadata={"help": (
+        "Hub tasks only: hub name, or a local directory or file in the hub format (null: the loader's hub "
+        "name).")})
+    split: str = field(default="train", metadata={"help": (
+        "Hub tasks only: split of `dataset` used for training. livecodebench's split names a release file "
+        "(`test`: release v1, `test2`: the problems release v2 added, ...).")})
+    limit: int | None = field(default=None, metadata={"help": "Hub tasks only: first N training rows (null: all)."})
+    eval_dataset: str | None = field(default=None, metadata={"help": (
+        "Hub tasks only: hub loader of the held-out split (null: `dataset`).")})
+    eval_path: str | None = field(default=None, metadata={"help": (
+        "Hub tasks only: hub name or local copy of the held-out split (null: the loader's hub name).")})
+    eval_split: str | None = field(default=None, metadata={"help": (
+        "Hub tasks only: split of the held-out rows (null: the loader's default split).")})
+    eval_limit: int | None = field(default=None, metadata={"help": (
+        "Hub tasks only: first N held-out rows (null: all).")})
 
     def __post_init__(self) -> None:
         from rlvr_core.tasks import TASKS, describe_names

@@ -25,103 +25,122 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 class TrainConfig:
     """One GRPO training run with an allocator (the ``train`` section).
 
-    allocator: registered allocator name (grpo, dapo, sara, vigor, pods, greso, sara+dps)
-    allocators: the allocators ``dvc repro`` and the report compare
-    seeds: the seeds ``dvc repro`` trains each of them with (one run per allocator and seed)
-    allocator_params: per-allocator parameter overrides, {name: {param: value}}
-    k: rollouts per full group; batch_size: prompts (or effective groups) per step
-    steps: training steps; seed: seeds allocator, sampler and prompt order
-    max_rollouts: stop early once this many rollouts were generated (a fixed
-        compute budget, for comparing allocators on rollouts rather than steps)
-    lr, clip_eps, grad_clip, kl_coef, advantage, aggregation, group_weight: the GRPO update (group_weight
-        ``prompt`` gives every trained group the same weight, whatever its size)
-    clip_eps_high, betas, weight_decay, adam_eps, adv_eps, epochs, only_effective,
-        compute_entropy: the rest of the update (``rlvr_core.grpo.trainer.TrainerConfig``,
-        built from this section by ``TrainerConfig.from_train``); clip_eps_high is DAPO's
-        clip-higher (null: symmetric), grad_clip null disables clipping
-    temperature, top_p, max_new_tokens: sampling (max_new_tokens <= MAX_NEW_TOKENS)
-    eval_every: steps between held-out evaluations (0: only at the end)
-    eval_every_rollouts: also evaluate after each step whose cumulative rollouts cross a multiple of this (0:
-        off); the same grid for every allocator, which ``eval_every`` (steps) is not when allocators spend
-        different rollouts per step
-    eval_size: held-out problems per evaluation; eval_samples: samples each for pass@k
-    eval_pass_k: the k of pass@k and of the held-out group shares (null: the group size k)
-    checkpoint_every: steps between checkpoints; keep_last: checkpoints kept
-    max_nonfinite: consecutive non-finite updates that stop the run
-    engine: rollout engine name ("hf" in-process; "vllm" the rollout server, see docs/vllm.md)
-    engine_options: extra keyword arguments for the engine (e.g. dtype, server_args, enable_sleep_mode);
-        names the engine does not take are refused here
-    engine_retries, engine_retry_delay_s: retries of a failing generation round, and the pause between
-    verifier_timeout_s: per-call verifier time limit (null: none; at most MAX_VERIFIER_TIMEOUT_S);
-        a timeout scores 0.0 and is counted
-    max_verifier_error_share: the run stops when more than this share of a step's rollouts are
-        verifier errors or timeouts (1: never)
-    verifier_workers: helper processes that score a step's completions in parallel, for verifiers
-        that run out of process (math); the others score in process
-    allow_no_update: a run in which no step updated the policy (no effective group, or every loss
-        non-finite) ends FAILED without a summary; true lets it end with a summary saying ``updates: 0``
-        (pipeline smoke tests on a policy too weak to give mixed groups)
-    device: where the policy trains and the HF engine samples: "cpu", "cuda" (or "cuda:N"),
-        "auto" (cuda when visible, else cpu)
-    dtype: "float32", or "bfloat16" (mixed precision: float32 weights and AdamW state,
-        forward and backward passes under bfloat16 autocast)
-    micro_batch: sequences per forward/backward of the update (gradients accumulate over the
-        batch); lower it for large models: the logits of one micro-batch take
-        micro_batch * sequence length * vocabulary size floats
-    threads: torch's CPU threads in the warm start, train and evaluate stages (torch.set_num_threads,
-        set by each flow before any computation); float sums depend on it, so it is a param, not
-        the environment's OMP_NUM_THREADS
-
-    Defaults are params.yaml's values (the CPU default of ``make run``).
+    Each field's ``help`` (field metadata) documents it: docs/configuration.md and params.yaml's comments
+    are generated from them (``make docs``). The update's keys are copied into
+    ``rlvr_core.grpo.trainer.TrainerConfig`` by ``TrainerConfig.from_train``.
     """
 
-    allocator: str = "sara"
-    allocators: tuple[str, ...] = ("grpo", "dapo", "sara", "vigor")
-    seeds: tuple[int, ...] = (0, 1, 2)
-    allocator_params: dict[str, dict[str, Any]] = field(default_factory=lambda: {"dapo": {"max_gen_batches": 4}})
-    k: int = 8
-    batch_size: int = 32
-    steps: int = 1000
-    seed: int = 0
-    max_rollouts: int | None = 12000
-    lr: float = 1e-4
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    grad_clip: float | None = 1.0
-    kl_coef: float = 0.0
-    advantage: str = "grpo"
-    adv_eps: float = 1e-6
-    aggregation: str = "token_mean"
-    group_weight: str = "none"
-    betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = 0.0
-    adam_eps: float = 1e-8
-    epochs: int = 1
-    only_effective: bool = True
-    compute_entropy: bool = True
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 8
-    eval_every: int = 0
-    eval_every_rollouts: int = 512
-    eval_size: int = 500
-    eval_samples: int = 0
-    eval_pass_k: int | None = None
-    checkpoint_every: int = 25
-    keep_last: int = 2
-    max_nonfinite: int = 5
-    engine: str = "hf"
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    engine_retries: int = 2
-    engine_retry_delay_s: float = 1.0
-    verifier_timeout_s: float | None = None
-    max_verifier_error_share: float = 0.5
-    verifier_workers: int = 2
-    allow_no_update: bool = False
-    device: str = "cpu"
-    dtype: str = "float32"
-    micro_batch: int = 256
-    threads: int = 1
+    allocator: str = field(default="sara", metadata={"help": (
+        "The flow's allocator, and the `experiment` stage's. A registered name "
+        "(`rlvr_core.allocation.ALLOCATORS`); an unknown one is refused with the valid names.")})
+    allocators: tuple[str, ...] = field(default=("grpo", "dapo", "sara", "vigor"), metadata={"help": (
+        "The allocators `dvc repro` trains and the report compares. One train stage per allocator and seed.")})
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": (
+        "The seeds `dvc repro` trains each allocator with. Distinct ints >= 0, one run per allocator and seed; "
+        "the report gives medians over seeds.")})
+    allocator_params: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"dapo": {"max_gen_batches": 4}}, metadata={"help": (
+            "Per-allocator parameter overrides, {name: {param: value}}. E.g. `{sara: {tau_low: 0.4}}`: the "
+            "parameters of each allocator's `Params` dataclass (`rlvr_core/allocation/`), checked by "
+            "`make_allocator` before the run starts. The default caps a dapo step at 4 generation batches.")})
+    k: int = field(default=8, metadata={"help": "Rollouts per full group (the group size)."})
+    batch_size: int = field(default=32, metadata={"help": (
+        "Prompts per step, or effective groups for the allocators that fill a batch with them.")})
+    steps: int = field(default=1000, metadata={"help": (
+        "Training steps. A cap: at the default `max_rollouts` the rollout budget ends every run first.")})
+    seed: int = field(default=0, metadata={"help": "Seeds the allocator, the sampler and the prompt order."})
+    max_rollouts: int | None = field(default=12000, metadata={"help": (
+        "Stop once this many rollouts were generated (null: no budget). A fixed compute budget for the whole "
+        "run, so that allocators compare at equal rollouts rather than steps; SARA's per-step cap is its own "
+        "`max_step_rollouts`.")})
+    lr: float = field(default=1e-4, metadata={"help": (
+        "AdamW learning rate of the GRPO update, in (0, 1). benchmarks/results/ablation.md: 2e-4 overshoots "
+        "(VIGOR collapses).")})
+    clip_eps: float = field(default=0.2, metadata={"help": (
+        "Lower half-width of the ratio clip band, and the upper one when `clip_eps_high` is null.")})
+    clip_eps_high: float | None = field(default=None, metadata={"help": (
+        "Upper clip half-width, DAPO's clip-higher (e.g. 0.28; null: `clip_eps`).")})
+    grad_clip: float | None = field(default=1.0, metadata={"help": (
+        "Largest global gradient L2 norm of an update. Null disables clipping (the norm is still reported).")})
+    kl_coef: float = field(default=0.0, metadata={"help": (
+        "Weight of the k3 KL to the frozen reference policy (0: none).")})
+    advantage: str = field(default="grpo", metadata={"help": (
+        "Advantage estimator (`rlvr_core.grpo.advantages.ADVANTAGES`): `grpo`, `dr_grpo` or `rloo`.")})
+    adv_eps: float = field(default=1e-6, metadata={"help": "Added to the group reward std (advantage `grpo`)."})
+    aggregation: str = field(default="token_mean", metadata={"help": (
+        "Loss aggregation (`rlvr_core.grpo.loss.AGGREGATIONS`). `token_mean`, `seq_mean_token_mean` or "
+        "`seq_mean_token_sum`.")})
+    group_weight: str = field(default="none", metadata={"help": (
+        "How much each trained group weighs: `none` or `prompt`. `none`: rows weigh as the aggregation says "
+        "(a prompt grown to 32 rollouts weighs 8x one of 4); `prompt`: every trained group weighs the same, "
+        "whatever its size.")})
+    betas: tuple[float, float] = field(default=(0.9, 0.99), metadata={"help": "AdamW (beta1, beta2)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW decoupled weight decay."})
+    adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon."})
+    epochs: int = field(default=1, metadata={"help": "Optimizer passes over each step's batch."})
+    only_effective: bool = field(default=True, metadata={"help": (
+        "Train only on groups with mixed rewards (the effective groups).")})
+    compute_entropy: bool = field(default=True, metadata={"help": (
+        "Log the policy entropy on completion tokens (one extra softmax).")})
+    temperature: float = field(default=1.0, metadata={"help": (
+        "Sampling temperature of the rollouts (> 0). The update divides the logits by it as well.")})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass of the rollouts, in (0, 1]."})
+    max_new_tokens: int = field(default=8, metadata={"help": (
+        f"Longest completion in tokens, at most {MAX_NEW_TOKENS:,}. The engines reserve batch_size * k * "
+        "max_new_tokens token slots up front; a task may need more (countdown: 16).")})
+    eval_every: int = field(default=0, metadata={"help": (
+        "Evaluate on held-out problems every n steps (0: no step cadence). The last step is always "
+        "evaluated.")})
+    eval_every_rollouts: int = field(default=512, metadata={"help": (
+        "Also evaluate after each step whose cumulative rollouts cross a multiple of this (0: off). The same "
+        "grid for every allocator, which `eval_every` (steps) is not when allocators spend different rollouts "
+        "per step.")})
+    eval_size: int = field(default=500, metadata={"help": (
+        "Held-out problems per evaluation, drawn once per run from the held-out split.")})
+    eval_samples: int = field(default=0, metadata={"help": (
+        "Samples per held-out problem for pass@k (0: greedy accuracy only; else at least the pass@k k).")})
+    eval_pass_k: int | None = field(default=None, metadata={"help": (
+        "The k of the held-out pass@k and group shares (null: `k`, the group size).")})
+    checkpoint_every: int = field(default=25, metadata={"help": "Steps between checkpoints."})
+    keep_last: int = field(default=2, metadata={"help": "Checkpoints kept (the newest)."})
+    max_nonfinite: int = field(default=5, metadata={"help": (
+        "Consecutive non-finite updates (loss or gradient) that stop the run.")})
+    engine: str = field(default="hf", metadata={"help": (
+        "Rollout engine: `hf` (in-process) or `vllm` (the rollout server, docs/vllm.md).")})
+    engine_options: dict[str, Any] = field(default_factory=dict, metadata={"help": (
+        "Keyword arguments for the engine's constructor (e.g. dtype, server_args, enable_sleep_mode). Names "
+        "the engine does not take, and those the run sets (train.temperature, ...), are refused.")})
+    engine_retries: int = field(default=2, metadata={"help": (
+        "Retries of a failing generation round. The round is retried exactly; an out-of-memory is not "
+        "retried.")})
+    engine_retry_delay_s: float = field(default=1.0, metadata={"help": (
+        "Seconds between the retries of a failing generation round.")})
+    verifier_timeout_s: float | None = field(default=None, metadata={"help": (
+        "Per-call verifier time limit in seconds (null: none; math keeps its own). At most "
+        f"{MAX_VERIFIER_TIMEOUT_S:g}; a timeout scores 0.0 and is counted.")})
+    max_verifier_error_share: float = field(default=0.5, metadata={"help": (
+        "Stop when more of a step's rollouts are verifier errors or timeouts. A share in [0, 1] (1: never).")})
+    verifier_workers: int = field(default=2, metadata={"help": (
+        "Helper processes scoring a step's completions (math). For verifiers that run out of process; the "
+        "others score in process.")})
+    allow_no_update: bool = field(default=False, metadata={"help": (
+        "True: a run in which no step updated the policy ends, its summary saying updates: 0. False: such a "
+        "run (no effective group, or every loss non-finite) ends FAILED without a summary; true is for "
+        "pipeline smoke tests on a policy too weak to give mixed groups.")})
+    device: str = field(default="cpu", metadata={"help": (
+        "Where the policy trains and the HF engine samples. `cpu`, `cuda`, `cuda:N` or `auto` (cuda when "
+        "visible, else cpu; docs/gpu.md).")})
+    dtype: str = field(default="float32", metadata={"help": (
+        "`float32`, or `bfloat16` (mixed precision). bfloat16 keeps float32 weights and AdamW state and runs "
+        "the forward and backward passes under bfloat16 autocast.")})
+    micro_batch: int = field(default=256, metadata={"help": (
+        "Sequences per forward/backward of the update. Gradients accumulate over the batch; lower it for "
+        "large models (one micro-batch's logits take micro_batch * sequence length * vocabulary size "
+        "floats).")})
+    threads: int = field(default=1, metadata={"help": (
+        "Torch CPU threads of the warmstart, train and evaluate stages (not $OMP_NUM_THREADS). Set by each "
+        "flow before any computation (`torch.set_num_threads`): float sums depend on it, so it is a param "
+        "and equal params give byte-identical results.")})
 
     def __post_init__(self) -> None:
         from rlvr_core.allocation import ALLOCATORS

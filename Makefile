@@ -14,7 +14,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MPLBACKEND := Agg
 
-.PHONY: install test run verify serve bench clean vllm-cpu-env
+.PHONY: install test run verify serve bench docs clean vllm-cpu-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,6 +45,10 @@ verify: $(STAMP)
 # then `prefect deployment run train/sara` from another shell (PREFECT_API_URL=http://127.0.0.1:4200/api)
 serve: $(STAMP)
 	$(BIN)/python -m flows.local_server --home .prefect --port 4200 -- $(BIN)/python -m flows.serve
+
+# docs/configuration.md's tables and params.yaml's key comments, from the config dataclasses' field help
+docs: $(STAMP)
+	$(BIN)/python scripts/config_reference.py
 
 # the benchmarks behind the README tables (allocation: ~1 min; training: tens of minutes)
 bench: $(STAMP)

@@ -16,7 +16,7 @@ class EvaluateConfig:
 
     k: int = field(default=8, metadata={"help": "The k of the checkpoints' held-out pass@k."})
     n_samples: int = field(default=8, metadata={"help": (
-        "Samples per held-out problem for pass@k (0: greedy accuracy only; else at least `k`).")})
+        "Samples per held-out problem for pass@k (0: greedy accuracy only). Else at least `k`.")})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the pass@k samples (> 0)."})
     max_new_tokens: int = field(default=8, metadata={"help": (
         f"Longest completion in tokens, 1 to {MAX_NEW_TOKENS:,}. A task may need more (countdown: 16).")})

@@ -38,8 +38,8 @@ class PrepareConfig:
         "Hub tasks only: hub loader of the training split (null: the task's first). One the task reads "
         "(math: math, gsm8k, math500, aime2024; code: livecodebench); generated tasks refuse it unless null.")})
     path: str | None = field(default=None, metadata={"help": (
-        "Hub tasks only: hub name, or a local directory or file in the hub format (null: the loader's hub "
-        "name).")})
+        "Hub tasks only: hub name or local copy in the hub format (null: the loader's hub name). A local copy "
+        "is a directory or a file.")})
     split: str = field(default="train", metadata={"help": (
         "Hub tasks only: split of `dataset` used for training. livecodebench's split names a release file "
         "(`test`: release v1, `test2`: the problems release v2 added, ...).")})
@@ -47,7 +47,7 @@ class PrepareConfig:
     eval_dataset: str | None = field(default=None, metadata={"help": (
         "Hub tasks only: hub loader of the held-out split (null: `dataset`).")})
     eval_path: str | None = field(default=None, metadata={"help": (
-        "Hub tasks only: hub name or local copy of the held-out split (null: the loader's hub name).")})
+        "Hub tasks only: `path` for the held-out split (null: the loader's hub name).")})
     eval_split: str | None = field(default=None, metadata={"help": (
         "Hub tasks only: split of the held-out rows (null: the loader's default split).")})
     eval_limit: int | None = field(default=None, metadata={"help": (

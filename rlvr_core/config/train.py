@@ -45,7 +45,7 @@ class TrainConfig:
             "`make_allocator` before the run starts. The default caps a dapo step at 4 generation batches.")})
     k: int = field(default=8, metadata={"help": "Rollouts per full group (the group size)."})
     batch_size: int = field(default=32, metadata={"help": (
-        "Prompts per step, or effective groups for the allocators that fill a batch with them.")})
+        "Prompts per step. Effective groups per step for the allocators that fill a batch with them.")})
     steps: int = field(default=1000, metadata={"help": (
         "Training steps. A cap: at the default `max_rollouts` the rollout budget ends every run first.")})
     seed: int = field(default=0, metadata={"help": "Seeds the allocator, the sampler and the prompt order."})
@@ -57,7 +57,7 @@ class TrainConfig:
         "AdamW learning rate of the GRPO update, in (0, 1). benchmarks/results/ablation.md: 2e-4 overshoots "
         "(VIGOR collapses).")})
     clip_eps: float = field(default=0.2, metadata={"help": (
-        "Lower half-width of the ratio clip band, and the upper one when `clip_eps_high` is null.")})
+        "Lower half-width of the ratio clip band. Also the upper one when `clip_eps_high` is null.")})
     clip_eps_high: float | None = field(default=None, metadata={"help": (
         "Upper clip half-width, DAPO's clip-higher (e.g. 0.28; null: `clip_eps`).")})
     grad_clip: float | None = field(default=1.0, metadata={"help": (
@@ -65,7 +65,8 @@ class TrainConfig:
     kl_coef: float = field(default=0.0, metadata={"help": (
         "Weight of the k3 KL to the frozen reference policy (0: none).")})
     advantage: str = field(default="grpo", metadata={"help": (
-        "Advantage estimator (`rlvr_core.grpo.advantages.ADVANTAGES`): `grpo`, `dr_grpo` or `rloo`.")})
+        "Advantage estimator: `grpo`, `dr_grpo` or `rloo`. The names of "
+        "`rlvr_core.grpo.advantages.ADVANTAGES`.")})
     adv_eps: float = field(default=1e-6, metadata={"help": "Added to the group reward std (advantage `grpo`)."})
     aggregation: str = field(default="token_mean", metadata={"help": (
         "Loss aggregation (`rlvr_core.grpo.loss.AGGREGATIONS`). `token_mean`, `seq_mean_token_mean` or "
@@ -92,13 +93,14 @@ class TrainConfig:
         "Evaluate on held-out problems every n steps (0: no step cadence). The last step is always "
         "evaluated.")})
     eval_every_rollouts: int = field(default=512, metadata={"help": (
-        "Also evaluate after each step whose cumulative rollouts cross a multiple of this (0: off). The same "
-        "grid for every allocator, which `eval_every` (steps) is not when allocators spend different rollouts "
-        "per step.")})
+        "Also evaluate each time cumulative rollouts cross a multiple of this (0: off). After the step that "
+        "crosses it: the same grid for every allocator, which `eval_every` (steps) is not when allocators "
+        "spend different rollouts per step.")})
     eval_size: int = field(default=500, metadata={"help": (
         "Held-out problems per evaluation, drawn once per run from the held-out split.")})
     eval_samples: int = field(default=0, metadata={"help": (
-        "Samples per held-out problem for pass@k (0: greedy accuracy only; else at least the pass@k k).")})
+        "Samples per held-out problem for pass@k (0: greedy accuracy only). Else at least the pass@k k "
+        "(`eval_pass_k`, null: `k`).")})
     eval_pass_k: int | None = field(default=None, metadata={"help": (
         "The k of the held-out pass@k and group shares (null: `k`, the group size).")})
     checkpoint_every: int = field(default=25, metadata={"help": "Steps between checkpoints."})
@@ -108,7 +110,7 @@ class TrainConfig:
     engine: str = field(default="hf", metadata={"help": (
         "Rollout engine: `hf` (in-process) or `vllm` (the rollout server, docs/vllm.md).")})
     engine_options: dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "Keyword arguments for the engine's constructor (e.g. dtype, server_args, enable_sleep_mode). Names "
+        "Keyword arguments for the engine's constructor. E.g. dtype, server_args, enable_sleep_mode; names "
         "the engine does not take, and those the run sets (train.temperature, ...), are refused.")})
     engine_retries: int = field(default=2, metadata={"help": (
         "Retries of a failing generation round. The round is retried exactly; an out-of-memory is not "

@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# the CPU build first: a bare torch requirement would pull a multi-GB CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,trl]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,trl,pipeline]'
 	touch $(STAMP)
 
 install: $(STAMP)

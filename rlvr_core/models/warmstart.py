@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -51,45 +51,43 @@ Progress = Callable[[int, dict[str, float]], None]
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    """Knobs of the warm start (defaults: the measured CPU default, ~3 minutes).
+    """Knobs of the warm start (the ``warmstart`` section; defaults: the measured CPU default).
 
     Measured on 1-3 digit problems (held-out, 900 rows, 1 thread, noise 0.6):
     lr 3e-3 and 1.5e-3 trained much worse (loss 0.84 / 0.64) than 1e-3 and 7e-4
     (0.34 / 0.32 after 2400 steps); 7e-4 keeps a margin from that cliff.
 
-    steps:         optimiser steps
-    batch_size:    sequences per step
-    lr:            peak AdamW learning rate
-    warmup:        linear warm-up steps (then cosine decay to ``min_lr_ratio * lr``)
-    min_lr_ratio:  final learning rate as a fraction of ``lr``
-    weight_decay:  AdamW weight decay
-    noise:         probability that the teacher drops carries/borrows on a noisy-difficulty row
-    noisy_difficulties: difficulties (operand digit counts) the teacher is sloppy on
-    seed:          model init, batch order and teacher coins
-    hidden, layers, heads, intermediate: tiny policy size (see ``build_tiny_policy``)
-    log_every:     steps between progress reports / loss-curve points
-    base_model:    a pretrained causal LM (hub id such as "Qwen/Qwen2.5-1.5B-Instruct", or a
-                   local folder) to start RL from instead of the tiny policy: the warm-start
-                   stage then trains nothing and snapshots that model and its tokenizer
-                   (``rlvr_core.models.policy.snapshot_base_model``); the other knobs are unused.
-                   null (default): the supervised warm start above.
+    Each field's ``help`` (field metadata) documents it, as in ``rlvr_core.config``.
     """
 
-    steps: int = 2400
-    batch_size: int = 64
-    lr: float = 7e-4
-    warmup: int = 100
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    noise: float = 0.8
-    noisy_difficulties: tuple[int, ...] = (2, 3, 4)
-    seed: int = 0
-    hidden: int = 128
-    layers: int = 2
-    heads: int = 4
-    intermediate: int = 512
-    log_every: int = 100
-    base_model: str | None = None
+    steps: int = field(default=2400, metadata={"help": "Optimiser steps of the supervised warm start."})
+    batch_size: int = field(default=64, metadata={"help": "Sequences per warm-start step."})
+    lr: float = field(default=7e-4, metadata={"help": (
+        "Peak AdamW learning rate of the warm start, in (0, 1). 3e-3 and 1.5e-3 train much worse (see the "
+        "class docstring).")})
+    warmup: int = field(default=100, metadata={"help": (
+        "Linear warm-up steps, then cosine decay to `min_lr_ratio * lr`.")})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "Final learning rate as a fraction of `lr`."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay of the warm start."})
+    noise: float = field(default=0.8, metadata={"help": (
+        "Probability that the teacher writes a noisy-difficulty row sloppily. Arithmetic: every carry or "
+        "borrow dropped; countdown: a random expression over the problem's numbers.")})
+    noisy_difficulties: tuple[int, ...] = field(default=(2, 3, 4), metadata={"help": (
+        "Difficulties the sloppy teacher writes (1 to 4). A row's difficulty: its operand digits (arithmetic), "
+        "how many numbers it gives (countdown).")})
+    seed: int = field(default=0, metadata={"help": "Model init, batch order and the teacher's coins."})
+    hidden: int = field(default=128, metadata={"help": (
+        "Hidden size of the tiny Llama policy (`build_tiny_policy`). Divisible by `heads`, with an even head "
+        "size.")})
+    layers: int = field(default=2, metadata={"help": "Decoder layers of the tiny policy."})
+    heads: int = field(default=4, metadata={"help": "Attention heads of the tiny policy."})
+    intermediate: int = field(default=512, metadata={"help": "MLP width of the tiny policy."})
+    log_every: int = field(default=100, metadata={"help": "Steps between progress reports and loss-curve points."})
+    base_model: str | None = field(default=None, metadata={"help": (
+        "A pretrained causal LM to start RL from instead of the tiny policy (docs/gpu.md). A hub id such as "
+        "`Qwen/Qwen2.5-1.5B-Instruct` or a local folder: the stage trains nothing and snapshots that model and "
+        "its tokenizer (`rlvr_core.models.policy.snapshot_base_model`); the other warmstart keys are unused. "
+        "Null: the supervised warm start.")})
 
     def __post_init__(self) -> None:
         require(self.base_model is None or (isinstance(self.base_model, str) and self.base_model.strip() != ""),

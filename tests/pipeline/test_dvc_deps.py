@@ -17,8 +17,8 @@ PACKAGES = ("flows", "tasks", "rlvr_core")
 # Imports that decide whether a stage may run, never what it writes: params validation looks the allocator
 # and engine names up in their registries and checks the update's knobs (TrainerConfig). A stage does not
 # depend on them through this edge.
-VALIDATION_ONLY = {("rlvr_core/config.py", "rlvr_core.allocation"), ("rlvr_core/config.py", "rlvr_core.rollout"),
-                   ("rlvr_core/config.py", "rlvr_core.grpo")}
+VALIDATION_ONLY = {("rlvr_core/config/train.py", "rlvr_core.allocation"),
+                   ("rlvr_core/config/train.py", "rlvr_core.rollout"), ("rlvr_core/config/train.py", "rlvr_core.grpo")}
 
 
 def module_file(name: str) -> Path | None:

@@ -23,6 +23,7 @@ from prefect import flow
 
 from flows.serve import ALLOCATORS
 from rlvr_core.errors import ConfigError
+from rlvr_core.registry import slug
 
 
 def check_params_in_repo(params: str, ref: str, repo_dir: Path) -> None:
@@ -53,7 +54,7 @@ def deploy(source: str, pool: str, ref: str = "main", params: str | None = None,
     train_flow = flow.from_source(source=repo, entrypoint="flows/train.py:train")
     eval_flow = flow.from_source(source=repo, entrypoint="flows/evaluate.py:evaluate")
     extra = {"params_file": params} if params else {}
-    ids = [train_flow.deploy(name=a.replace("+", "-"), work_pool_name=pool, parameters={"allocator": a, **extra},
+    ids = [train_flow.deploy(name=slug(a), work_pool_name=pool, parameters={"allocator": a, **extra},
                              tags=["train", a, "gpu"], job_variables=jobvars, build=False, push=False,
                              print_next_steps=False, ignore_warnings=True)
            for a in ALLOCATORS]

@@ -9,7 +9,7 @@ Workers clone ``--source`` at ``--ref`` and run ``flows/train.py:train`` / ``flo
 there; each train deployment presets its allocator like flows/serve.py, and evaluate/nightly keeps its cron.
 ``--remote`` and ``--tracking-uri`` go to the runs' environment as RLVR_DVC_REMOTE and MLFLOW_TRACKING_URI:
 a run then pulls its inputs from that DVC remote, pushes its outputs and dvc.lock back, and logs to the
-tracking server (tasks/remote.py). Use ``--params`` to point the workers at a params file committed to the
+tracking server (pipeline/remote.py). Use ``--params`` to point the workers at a params file committed to the
 repository (without a remote; with one, dvc.lock records params.yaml, so commit the values there).
 """
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.output import results_dir
+from benchmarks.common import results_dir
 
 FULL = {"steps": 5, "policy": "models/warmstart", "data": "data/arithmetic", "repeats": 3}  # behind the results
 

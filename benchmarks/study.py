@@ -60,7 +60,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 from benchmarks import regimes as R
-from benchmarks.common import MATCHED, PROTOCOLS, VARIANTS, save_figure, slug, study_cell_dir
+from benchmarks.common import MATCHED, PROTOCOLS, RESULTS, VARIANTS, save_figure, slug, study_cell_dir
 from benchmarks.common import default_out as _default_out
 from rlvr_core.stats import (
     TARGET_FRACTION,
@@ -691,6 +691,10 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     floor.write(results, study_out=out)
     study_targets.write(study_targets.measure(out, results / "allocation.json"), results)
     write_study_doc(out, results, records)
+    if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
+        from benchmarks import results_index
+
+        results_index.write(results)
     return records
 
 

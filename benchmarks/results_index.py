@@ -45,6 +45,8 @@ WRITERS: tuple[Writer, ...] = (
            "rewritten by every python -m benchmarks.study summary"),
     Writer("training_candidates.md", "python -m benchmarks.study_targets", "study_targets",
            "rewritten by every python -m benchmarks.study summary"),
+    Writer("training_warmstarts.*", "python -m benchmarks.warmstarts", "warmstarts",
+           "rewritten by every python -m benchmarks.study summary"),
     Writer("training_headline.md", "python -m benchmarks.readme", "readme", "from training_protocols.json"),
     Writer("training_*", "python -m benchmarks.study --regime R --protocol P (or --summarize-only)", "study",
            "training_<regime>_<protocol>.{csv,md,png}, training_protocols.json, training_study.md"),

@@ -686,10 +686,11 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
         if proto == "equal-batch" and (regime, "reference", "grpo") in cells:
             rs = {"grpo (reference)": cells[(regime, "reference", "grpo")], **rs}
         write_cell_outputs(results, regime, proto, sub, rs, json.loads(target_path(out, regime).read_text()))
-    from benchmarks import floor, study_targets  # the targets read the same run files, and the floor beside them
+    from benchmarks import floor, study_targets, warmstarts  # they read the same run files
 
     floor.write(results, study_out=out)
     study_targets.write(study_targets.measure(out, results / "allocation.json"), results)
+    warmstarts.write(warmstarts.measure(out), results)
     write_study_doc(out, results, records)
     if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
         from benchmarks import results_index

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import rlvr_core.training as training
+from rlvr_core.rewards import scoring
 from tasks.data import load_split
 from tests.pipeline.conftest import PROJECT
 
@@ -57,7 +58,7 @@ def _params(tmp: Path, **sections) -> str:
 def _record_verifier(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     """Wrap the verifier the training loop's Scorer looks up; returns the (verifier, reward) of every call."""
     calls: list[tuple[str, float]] = []
-    lookup = training.get_verifier
+    lookup = scoring.get_verifier
 
     def recording(name: str):
         verify = lookup(name)
@@ -69,7 +70,7 @@ def _record_verifier(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]
 
         return scored
 
-    monkeypatch.setattr(training, "get_verifier", recording)
+    monkeypatch.setattr(scoring, "get_verifier", recording)
     return calls
 
 

@@ -1,6 +1,6 @@
 """Empirical-Bayes Beta(a, b) fits from observed pass rates (method of moments, binomial noise removed).
 
-Pure numpy, on the ground floor of rlvr_core (docs/design.md §2.2): SARA's carried posterior
+Pure numpy, on the ground floor of rlvr_core (docs/design.md §2.1): SARA's carried posterior
 (``rlvr_core.allocation.posterior``), the simulated engine's replay (``rlvr_core.rollout.simulated``) and
 the advisor (``rlvr_core.advise.model``) fit their populations with it.
 """

@@ -10,14 +10,13 @@ and a key given twice. Messages show values through ``short_repr``.
 from __future__ import annotations
 
 import re
-import reprlib
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from rlvr_core.errors import ConfigError
+from rlvr_core.errors import ConfigError, short_repr  # short_repr: on the ground floor, imported here
 
 # the most nodes a params file or a --set value may expand to (aliases counted each time they are used);
 # params.yaml has a few hundred
@@ -25,15 +24,6 @@ MAX_YAML_NODES = 20_000
 # the most digits of an int in a params file: past 309 digits an int no longer fits a float
 MAX_INT_DIGITS = 309
 
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 8, 8, 8, 8
-_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 120, 120, 60
-
-
-def short_repr(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` bounded in depth, width and length (safe on values that expand to gigabytes)."""
-    r = _REPR.repr(value)
-    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 # ----------------------------------------------------------------------------- reading YAML

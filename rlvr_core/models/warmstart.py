@@ -27,7 +27,9 @@ Each task with a warm start declares its teacher in ``rlvr_core.tasks`` (``Task.
 expression over the problem's numbers instead of the recorded solution (difficulty: how many
 numbers, so the default noisy difficulties (2, 3) make the 3-number problems noisy). Tasks
 without one (math, code: text the character vocabulary cannot write) start from a pretrained
-model (``base_model``).
+model (``base_model``). ``warm_start`` receives the teacher (``rlvr_core.tasks.warm_start_teacher``
+looks a task's up) and, for held-out figures, an evaluation function: this module sits on the
+models floor, below the task registry and the evaluation (docs/design.md §2.1).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from rlvr_core.models.tiny import build_tiny_policy, num_parameters, save_policy
 from rlvr_core.models.tokenizer import EOS_ID, PAD_ID, encode_prompts
 
 Progress = Callable[[int, dict[str, float]], None]
+Evaluate = Callable[[Any, Any], Mapping[str, Any]]  # (model, tokenizer) -> held-out figures
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,9 @@ class TeacherTargets:
     difficulty: list[int]
 
 
+Teacher = Callable[[Any], TeacherTargets]  # a task's warm-start teacher: training rows -> targets
+
+
 def _columns(rows: Any, names: Sequence[str], made_by: str) -> dict[str, list]:
     if hasattr(rows, "column_names"):  # datasets.Dataset
         missing = [c for c in names if c not in rows.column_names]
@@ -229,18 +235,6 @@ def _encode_targets(prompt_ids: list[list[int]], targets: Sequence[str], tok: An
         ids[i, : len(p) + len(t)] = torch.as_tensor(p + t)
         mask[i, len(p) - 1 : len(p) + len(t) - 1] = True
     return ids, mask
-
-
-def _teacher(task: str) -> Callable[[Any], TeacherTargets]:
-    """The warm-start teacher of ``task`` (``rlvr_core.tasks``); ConfigError when the task has none."""
-    from rlvr_core.errors import ConfigError
-    from rlvr_core.tasks import get_task
-
-    spec = get_task(task)
-    if spec.teacher is None:
-        raise ConfigError(f"task {task!r}: the tiny policy has no warm start for it ({spec.needs}); "
-                          "start from a pretrained model instead (warmstart.base_model)")
-    return spec.teacher
 
 
 def _lr_at(cfg: WarmStartConfig, step: int) -> float:
@@ -349,13 +343,10 @@ def _train(targets: TeacherTargets, cfg: WarmStartConfig, progress: Progress | N
     return model, tok, metrics
 
 
-def _heldout_metrics(model: Any, tok: Any, eval_rows: Any, task: str, eval_samples: int, seed: int) -> dict[str, Any]:
-    """``evaluate_policy``'s figures on ``eval_rows`` as heldout_*, and eval_seconds."""
-    from rlvr_core.evaluation import evaluate_policy
-
+def _heldout_metrics(model: Any, tok: Any, evaluate: Evaluate) -> dict[str, Any]:
+    """``evaluate(model, tok)``'s figures as heldout_*, and eval_seconds."""
     t_eval = time.perf_counter()
-    ev = evaluate_policy((model, tok), eval_rows, task, k=8, n_samples=eval_samples, seed=seed)
-    metrics: dict[str, Any] = {f"heldout_{k}": v for k, v in ev.items()}
+    metrics: dict[str, Any] = {f"heldout_{k}": v for k, v in evaluate(model, tok).items()}
     metrics["eval_seconds"] = time.perf_counter() - t_eval
     return metrics
 
@@ -363,7 +354,7 @@ def _heldout_metrics(model: Any, tok: Any, eval_rows: Any, task: str, eval_sampl
 def warm_start(
     train_rows: Any,
     *,
-    task: str = "arithmetic",
+    teacher: Teacher = arithmetic_targets,
     steps: int = WarmStartConfig.steps,
     batch_size: int = WarmStartConfig.batch_size,
     lr: float = WarmStartConfig.lr,
@@ -380,23 +371,22 @@ def warm_start(
     log_every: int = WarmStartConfig.log_every,
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
-    eval_rows: Any = None,
-    eval_samples: int = 8,
+    evaluate: Evaluate | None = None,
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Train a fresh tiny policy on sloppy-teacher answers to ``train_rows``.
 
     Args:
-        train_rows: rows of ``task`` (arithmetic: ``make_arithmetic(...)["train"]`` or mappings
+        train_rows: rows the teacher reads (arithmetic: ``make_arithmetic(...)["train"]`` or mappings
             with prompt, a, b, op, difficulty; countdown: ``make_countdown``'s rows with id,
             prompt, numbers, answer); batches are drawn with replacement.
-        task: a task with a warm-start teacher (``rlvr_core.tasks``: arithmetic, countdown),
-            which writes the targets (``TeacherTargets``).
+        teacher: writes the targets (``TeacherTargets``) from ``train_rows``: a task's
+            ``Task.teacher`` (``rlvr_core.tasks.warm_start_teacher(name)``; arithmetic's by default).
         steps ... log_every: see ``WarmStartConfig`` (validated there).
         out_dir: if given, the policy is saved there with ``save_policy``.
         progress: called as ``progress(step, {"loss": ..., "lr": ...})`` every
             ``log_every`` steps and after the last one.
-        eval_rows: optional held-out rows; adds ``heldout_*`` metrics from
-            ``evaluate_policy`` (greedy per difficulty, pass@1, pass@8, group shares).
+        evaluate: optional ``evaluate(model, tokenizer) -> {name: value}`` run on the trained policy
+            (e.g. ``evaluate_policy`` on held-out rows); its figures become ``heldout_*`` metrics.
     Returns:
         (model, tokenizer, metrics) with metrics: params, steps, seconds,
         train_seconds, final_loss, loss_curve (list of [step, loss]),
@@ -409,16 +399,16 @@ def warm_start(
         hidden=hidden, layers=layers, heads=heads, intermediate=intermediate, log_every=log_every,
     )  # fmt: skip
     t_start = time.perf_counter()
-    targets = _teacher(task)(train_rows)
+    targets = teacher(train_rows)
     require(len(targets.prompts) > 0, "train_rows", "is empty")
     model, tok, metrics = _train(targets, cfg, progress)
-    if eval_rows is not None:
-        metrics.update(_heldout_metrics(model, tok, eval_rows, task, eval_samples, cfg.seed))
+    if evaluate is not None:
+        metrics.update(_heldout_metrics(model, tok, evaluate))
     if out_dir is not None:
         save_policy(model, tok, out_dir)
     metrics["seconds"] = time.perf_counter() - t_start
     return model, tok, metrics
 
 
-__all__ = ["TeacherTargets", "WarmStartConfig", "arithmetic_targets", "countdown_targets", "sloppy_value",
+__all__ = ["Teacher", "TeacherTargets", "WarmStartConfig", "arithmetic_targets", "countdown_targets", "sloppy_value",
            "warm_start"]

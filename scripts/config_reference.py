@@ -7,7 +7,7 @@ field metadata (``field(default=..., metadata={"help": ...})``). Two files are w
 
 - docs/configuration.md keeps its hand-written text; what lies between ``<!-- config-reference:start -->``
   and ``<!-- config-reference:end -->`` is one table per section (key, default, the whole help) and the
-  train keys a resumed run may change (``rlvr_core.training.RESUMABLE_KEYS``);
+  train keys a resumed run may change (``rlvr_core.preflight.RESUMABLE_KEYS``);
 - params.yaml keeps its values, blank lines and whole-line comments; each key of a section gets the first
   sentence of its help as its comment. The file must parse to the same values after the rewrite.
 
@@ -91,11 +91,11 @@ def section_table(section: str, cls: type) -> str:
 
 
 def resumable_keys() -> str:
-    from rlvr_core.training import RESUMABLE_KEYS
+    from rlvr_core.preflight import RESUMABLE_KEYS
 
     keys = ", ".join(f"`{k}`" for k in RESUMABLE_KEYS)
     return (f"A resumed run may change only these train keys: {keys} (`RESUMABLE_KEYS` in "
-            "`rlvr_core/training.py`). Every other train key shapes the trajectory, and a change is refused.")
+            "`rlvr_core/preflight.py`). Every other train key shapes the trajectory, and a change is refused.")
 
 
 def reference() -> str:

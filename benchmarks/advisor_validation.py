@@ -35,7 +35,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from benchmarks.output import results_dir
+from benchmarks.common import results_dir
 from rlvr_core.advise.core import default_pool
 from rlvr_core.advise.logs import load_log
 from rlvr_core.advise.model import simulate, token_model

@@ -31,7 +31,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from benchmarks.output import results_dir
+from benchmarks.common import VARIANTS as ALL_VARIANTS
+from benchmarks.common import Variant, results_dir, save_figure
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
@@ -55,36 +55,10 @@ def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:
     return not quick and {"seeds": seeds, "steps": steps, "batch_size": batch_size} == FULL
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One benchmarked configuration: a label, an allocator name and its parameters."""
-
-    label: str
-    allocator: str
-    params: dict[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-
-VARIANTS = (
-    Variant("grpo", "grpo", {}, "B prompts x k, train on all"),
-    Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)"),
-    Variant("sara", "sara", {}, "uniform prior, B committed groups per step"),
-    Variant("sara[carry]", "sara", {"prior": "carry+eb", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8},
-            "carried per-prompt evidence + empirical-Bayes prior, probes k/4, k/2, k"),
-    Variant("sara[budget]", "sara", {"mode": "rollouts"}, "fixed budget B*k per step (empirical-Bayes prior)"),
-    Variant("vigor", "vigor", {}, "budget B*k, m0=k/2, T=3, alpha=0.5, gamma=2"),
-    Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt"),
-    Variant("greso", "greso", {}, "DAPO + pre-rollout skipping"),
-    Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection"),
-    Variant("sara[floor]", "sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0),
-                                    "max_rounds": 8}, "the screening floor's stop rule, empirical-Bayes prior"),
-    Variant("pilot-commit", "pilot-commit", {},
-            "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B"),
-    Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass"),
-    Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone"),
-    Variant("reinforce-ada", "reinforce-ada", {},
-            "rounds of k until k/2 passes and k/2 fails (at most 4); groups of k"),
-)
+# the allocation benchmark's variants (benchmarks/common.py holds their parameters), in its tables' order
+LABELS = ("grpo", "dapo", "sara", "sara[carry]", "sara[budget]", "vigor", "pods", "greso", "sara+dps", "sara[floor]",
+          "pilot-commit", "ar3po", "ar3po[no-reuse]", "reinforce-ada")
+VARIANTS = tuple(ALL_VARIANTS[label] for label in LABELS)
 
 
 def run_one(variant: Variant, scenario: str, k: int, seed: int, steps: int, batch_size: int) -> dict[str, Any]:
@@ -294,9 +268,7 @@ def plot(summary: pd.DataFrame, path: Path) -> None:
             ax.set_title(ttl, fontsize=10)
             ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

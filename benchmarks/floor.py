@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import PROTOCOLS, RESULTS, save_figure, study_cell_dir
 from rlvr_core.allocation.floor import Floor, screening_floor
 from rlvr_core.rollout.simulated import REPLAY_FILE, SCENARIOS, ReplayLog
 
-RESULTS = Path(__file__).resolve().parent / "results"
 STATIC = ("early", "late", "ushape", "uniform")
 # allocators of the allocation benchmark that carry a prompt's history across steps (the floor does not bind them):
 # ar3po reuses an earlier step's correct completion, pilot-commit evicts prompts its pilot found solved
@@ -83,12 +83,10 @@ def study_rows(out: Path, floor_over_k: float, regime: str = "hard") -> list[dic
     """Rollouts per effective group of the training study's equal-batch cells (median over seeds), beside
     the saving over its dapo cell and, in every row alike, the largest saving over that cell that the
     replay floor leaves an allocator without prompt information."""
-    from benchmarks.study import PROTOCOLS, _fname
-
     rows = []
     for lab in PROTOCOLS["equal-batch"]:
-        runs = [json.loads(p.read_text()) for p in
-                sorted((out / "study" / regime / "equal-batch" / _fname(lab)).glob("s*.json"))]
+        cell = study_cell_dir(out, regime, "equal-batch", lab)
+        runs = [json.loads(p.read_text()) for p in sorted(cell.glob("s*.json"))]
         if runs:
             per = [r["ledger"]["rollouts"] / max(r["ledger"]["effective_groups_per_step"] * r["ledger"]["steps"], 1)
                    for r in runs]
@@ -189,9 +187,7 @@ def plot(static: list[dict[str, Any]], replay: list[dict[str, Any]], path: Path)
     a1.set_ylabel("rollouts per effective group / k")
     a1.set_title("replay log, k = 8")
     a1.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write(results: Path, study_out: Path | None = None, replay: Path = REPLAY_FILE) -> dict[str, Any]:

@@ -29,7 +29,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import numpy as np
 import pandas as pd
 
-from benchmarks.output import results_dir
+from benchmarks.common import results_dir, save_figure
 from rlvr_core.advise import advise
 
 TRACES = Path(__file__).resolve().parent / "replay"
@@ -110,9 +110,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     ax.set_yticks(range(pivot.shape[0]), pivot.index)
     fig.colorbar(im, ax=ax, label="rollouts per effective group / k")
     ax.set_title("replay leaderboard (lower is better)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

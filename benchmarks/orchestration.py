@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.output import results_dir
+from benchmarks.common import results_dir
 
 FULL = {"steps": 5, "policy": "models/warmstart", "data": "data/arithmetic", "repeats": 3}  # behind the results
 
@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("PREFECT_HOME", str(tmp / "temporary_home"))
     from prefect import flow
 
+    from pipeline import tracking
     from rlvr_core.config import load_params
     from rlvr_core.training import train
-    from tasks import tracking
     from tasks.data import load_split
     from tasks.training import run_training
 

@@ -41,13 +41,15 @@ def build(name: str) -> dict[str, Any]:
     """Build ``name``'s warm start and record it; returns its manifest entry."""
     from rlvr_core.evaluation import evaluate_policy
     from rlvr_core.models.warmstart import warm_start
+    from rlvr_core.tasks import warm_start_teacher
 
     torch.set_num_threads(1)
     params, heldout = params_of(name)
     train_rows = list(R.dataset(params)["train"])
     key = policy_key(params.prepare, params.warmstart)
     with tempfile.TemporaryDirectory() as tmp:
-        model, tok, metrics = warm_start(train_rows, task=params.prepare.task, **params.warmstart.sft_kwargs(),
+        model, tok, metrics = warm_start(train_rows, teacher=warm_start_teacher(params.prepare.task),
+                                         **params.warmstart.sft_kwargs(),
                                          out_dir=Path(tmp) / "policy")
         acc = evaluate_policy((model, tok), heldout, params.prepare.task, k=8, n_samples=0)["greedy_acc"]
         info = {"name": name, "metrics": {k: v for k, v in metrics.items() if k not in TIMING_KEYS},

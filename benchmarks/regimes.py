@@ -44,10 +44,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 
+from benchmarks.common import RESULTS
 from rlvr_core.config import Params, load_params
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 PARAMS_FILE = ROOT / "params.yaml"
 RECORDED = ROOT / "artifacts" / "warmstart"  # the recorded policies (rlvr_core.models.recorded)
 

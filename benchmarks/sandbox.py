@@ -25,7 +25,9 @@ import warnings
 from math import gcd
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "results" / "sandbox.json"
+from benchmarks.common import RESULTS
+
+OUT = RESULTS / "sandbox.json"
 
 # family -> (program, make_input(size, rng) -> str, answer(input) -> str)
 SUM = "import sys\nd = sys.stdin.read().split()\nprint(sum(map(int, d[1:])))\n"

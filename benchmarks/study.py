@@ -16,7 +16,7 @@ Protocols (each named in every output):
 
 Configurations are params.yaml plus the regime's overrides (benchmarks/regimes.py) plus the protocol's
 settings, read through ``rlvr_core.config.load_params``. Allocator parameters are params.yaml's
-``train.allocator_params`` plus the variant's (named as in benchmarks/allocation.py).
+``train.allocator_params`` plus the variant's (benchmarks/common.py VARIANTS, the allocation benchmark's table too).
 
 Target: after the reference runs of a regime, target = median start accuracy + 0.8 x the median gain at the
 end of the budget (the mean of each run's last three evaluations), written to
@@ -48,7 +48,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -61,6 +60,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 from benchmarks import regimes as R
+from benchmarks.common import MATCHED, PROTOCOLS, RESULTS, VARIANTS, save_figure, slug, study_cell_dir
+from benchmarks.common import default_out as _default_out
 from rlvr_core.stats import (
     TARGET_FRACTION,
     accuracy_at,
@@ -74,58 +75,9 @@ from rlvr_core.stats import (
 )
 from rlvr_core.stats import reach as _reach
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
-# variant label -> (allocator, parameters on top of params.yaml's train.allocator_params[allocator][, train
-# settings on top of the regime's]); the labels and parameters of sara[carry] and sara[budget] are
-# benchmarks/allocation.py's. vigor[screen] follows VIGOR's source: every prompt starts small (m0 = 2 instead of
-# k // 2), so the same step budget screens about twice GRPO's batch of prompts (51 instead of 25 at B=32, k=8);
-# [prompt] gives every trained group the same loss weight (train.group_weight), whatever its size.
-VARIANTS: dict[str, tuple] = {
-    "grpo": ("grpo", {}),
-    "dapo": ("dapo", {}),
-    "greso": ("greso", {}),
-    "sara": ("sara", {}),
-    "sara[carry]": ("sara", {"prior": "carry+eb", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
-    "sara[budget]": ("sara", {"mode": "rollouts"}),
-    "sara+dps": ("sara+dps", {}),
-    "vigor": ("vigor", {}),
-    "pods": ("pods", {}),
-    "vigor[screen]": ("vigor", {"m0": 2}),
-    "vigor[prompt]": ("vigor", {}, {"group_weight": "prompt"}),
-    "vigor[screen+prompt]": ("vigor", {"m0": 2}, {"group_weight": "prompt"}),
-    "sara[context]": ("sara", {"prior": "context", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
-    "sara+dps[context]": ("sara+dps", {"prior": "carry+context"}),
-    # the screening floor's stop rule (docs/design.md §4.10) in place of tau_low, with the empirical-Bayes
-    # population it prices effective groups by
-    "sara[floor]": ("sara", {"prior": "eb", "stop_rule": "floor", "probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}),
-    "sara+dps[context+floor]": ("sara+dps", {"prior": "carry+context", "stop_rule": "floor"}),
-    # the strongest published allocators (docs/design.md §4.11-§4.13), at their defaults
-    "pilot-commit": ("pilot-commit", {}),
-    "reinforce-ada": ("reinforce-ada", {}),
-    "reinforce-ada[pos]": ("reinforce-ada", {"rule": "positive"}),
-    "ar3po": ("ar3po", {}),
-    "ar3po[no-reuse]": ("ar3po", {"reuse": False}),
-}
-# The allocators of the pool regimes and of the matched-updates protocols (the measurement issue's list)
-MATCHED = ("dapo", "greso", "sara", "sara[carry]", "sara+dps", "sara+dps[context]", "pilot-commit", "reinforce-ada")
-PROTOCOLS: dict[str, tuple[str, ...]] = {
-    "reference": ("grpo",),
-    "equal-batch": ("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]",  # in this order: value first
-                    "sara+dps[context]", "sara[floor]", "sara+dps[context+floor]", "pilot-commit", "reinforce-ada"),
-    # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
-    "equal-rollouts": ("grpo", "vigor", "pods", "sara[budget]", "vigor[screen]", "vigor[prompt]",
-                       "vigor[screen+prompt]", "ar3po", "ar3po[no-reuse]"),
-    # sara+dps[context] joined after the equal-batch study named it our strongest candidate (training_candidates.md)
-    "tuned": ("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]",
-              "sara+dps[context]"),
-    # equal effective groups per update against uniform GRPO at the same lr and schedule (matched_sizes):
-    # grpo with a prompt batch whose expected effective groups equal the equal-batch allocators' B, compared with
-    # the regime's equal-batch cells; and the converse, MATCHED at B = GRPO-B's effective groups per update,
-    # compared with the reference grpo runs
-    "matched-updates": ("grpo",),
-    "matched-updates-small": MATCHED,
-}
+# variant label -> Variant (benchmarks/common.py): allocator, parameters on top of params.yaml's
+# train.allocator_params[allocator], train settings on top of the regime's; the same table as the allocation
+# benchmark's
 # added after the step-grid regimes' warm starts were lost (check_policy refuses new runs there): these run on the
 # pool and warm-start regimes only
 STEP_GRID_EXCLUDE = frozenset({"pilot-commit", "reinforce-ada", "reinforce-ada[pos]", "ar3po", "ar3po[no-reuse]"})
@@ -175,11 +127,12 @@ def run_params(regime: str, label: str, seed: int, *, quick: bool = False, grid:
     of a matched-updates run, from matched_sizes)."""
     size = sizing(regime, quick)
     base = R.regime_params(regime, params_file=params_file)
-    alloc, vparams, *extra = VARIANTS[label]
+    variant = VARIANTS[label]
+    alloc, vparams = variant.allocator, variant.params
     aparams = {**base.train.allocator_params.get(alloc, {}), **vparams}
     if alloc == "vigor" and protocol == "equal-rollouts" and regime not in R.STEP_GRID_REGIMES:
         aparams["fill"] = True  # B x k rollouts per update, as grpo's (the step-grid regimes' runs predate it)
-    train: dict[str, Any] = {**(extra[0] if extra else {}), "allocator": alloc, "seed": seed, "steps": 100000,
+    train: dict[str, Any] = {**variant.train, "allocator": alloc, "seed": seed, "steps": 100000,
                              "max_rollouts": size["rollouts"], "eval_every": size["eval_every"],
                              "eval_every_rollouts": size["eval_every_rollouts"], "eval_size": size["eval_size"],
                              "eval_samples": 0, "checkpoint_every": 5, "keep_last": 1}
@@ -201,16 +154,12 @@ def grid_tag(grid: tuple[int, float] | None) -> str:
     return "" if grid is None else f"-b{grid[0]}-lr{grid[1]:g}"
 
 
-def _fname(label: str) -> str:
-    return label.replace("[", "_").replace("]", "").replace("+", "plus")
-
-
 # ----- one run -------------------------------------------------------------------------------------------
 def run_file(out: Path, regime: str, protocol: str, label: str, seed: int, grid: tuple[int, float] | None = None,
              split: str = "test") -> Path:
     proto_dir = "reference" if (protocol == "equal-rollouts" and label == "grpo") else protocol
-    sub = f"{_fname(label)}{grid_tag(grid)}{'-val' if split == 'validation' else ''}"
-    return out / "study" / regime / proto_dir / sub / f"s{seed}.json"
+    cell = study_cell_dir(out, regime, proto_dir, label)
+    return cell.with_name(f"{cell.name}{grid_tag(grid)}{'-val' if split == 'validation' else ''}") / f"s{seed}.json"
 
 
 def run_one(regime: str, protocol: str, label: str, seed: int, *, out: Path, work: Path, quick: bool,
@@ -566,7 +515,7 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
             for g in _grid(quick):
                 for s in _grid_seeds(quick):
                     go("tuned", lab, s, g, "validation")
-            while locks := list((out / "study" / regime / "tuned").glob(f"{_fname(lab)}-b*-val/s*.lock")):
+            while locks := list((out / "study" / regime / "tuned").glob(f"{slug(lab)}-b*-val/s*.lock")):
                 log(f"[{regime}/tuned] {lab}: waiting for {len(locks)} validation run(s) of another study process")
                 time.sleep(15)
             choice = record_choice(regime, out, quick, lab)
@@ -774,11 +723,16 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
         if proto == "equal-batch" and (regime, "reference", "grpo") in cells:
             rs = {"grpo (reference)": cells[(regime, "reference", "grpo")], **rs}
         write_cell_outputs(results, regime, proto, sub, rs, json.loads(target_path(out, regime).read_text()))
-    from benchmarks import floor, study_targets  # the targets read the same run files, and the floor beside them
+    from benchmarks import floor, study_targets, warmstarts  # they read the same run files
 
     floor.write(results, study_out=out)
     study_targets.write(study_targets.measure(out, results / "allocation.json"), results)
+    warmstarts.write(warmstarts.measure(out), results)
     write_study_doc(out, results, records)
+    if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
+        from benchmarks import results_index
+
+        results_index.write(results)
     return records
 
 
@@ -1018,9 +972,7 @@ def plot_cell(path: Path, regime: str, proto: str, runs: Mapping[str, Sequence[M
     axes[0].set_ylabel("held-out greedy accuracy (median, 95% bootstrap band)")
     axes[0].legend(fontsize=7)
     fig.suptitle(f"training study: regime {regime}, protocol {proto}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 # ----- the price of synchronous rounds -------------------------------------------------------------------
@@ -1106,9 +1058,7 @@ def round_price(regime: str, *, out: Path, work: Path, results: Path, steps: int
 # ----- command line --------------------------------------------------------------------------------------
 def default_out(out: Path | None, quick: bool) -> Path:
     """``out`` when given, else a fresh temporary folder for --quick (never benchmarks/results), else RESULTS."""
-    if out is not None:
-        return out
-    return Path(tempfile.mkdtemp(prefix="study-quick-")) if quick else RESULTS
+    return _default_out(out, quick, "study")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,9 +37,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.common import RESULTS, slug
 from rlvr_core.stats import first_reach, fitted_reach, rank_test
 
-RESULTS = Path(__file__).resolve().parent / "results"
 OURS_PREFIX = ("sara", "vigor")
 SIM_SCENARIOS = ("early", "late", "ushape")
 # candidates of the allocation issue, measured the same way as the targets' allocators (no target of their own)
@@ -60,7 +60,7 @@ def _runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, A
     base = out / "study" / regime / proto_dir
     if not base.exists():
         return []
-    name = label.replace("[", "_").replace("]", "").replace("+", "plus")
+    name = slug(label)
     runs = []
     for p in sorted(base.glob("*/s*.json")):
         sub = p.parent.name

@@ -1,8 +1,9 @@
-"""Training benchmark: every allocator trains the same warm-started tiny policy.
+"""Training benchmark (superseded by the training study, benchmarks/study.py): every allocator trains the same
+warm-started tiny policy.
 
 Each (allocator, seed) run gets the same rollout budget (``--rollouts``) and
 is compared on cumulative rollouts and tokens, not steps. Writes, under
-benchmarks/results/:
+benchmarks/results/archive/training/ (benchmarks/results/archive/README.md says what replaced it):
 
 - training.csv              every evaluation point: allocator, seed, step, cum rollouts/tokens, accuracy
 - training_summary.csv      per run: start/final accuracy, rollouts and tokens to the target accuracy
@@ -20,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pandas as pd
 
+from benchmarks.common import RESULTS, default_out, save_figure
 from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.arithmetic import make_arithmetic
@@ -39,7 +40,7 @@ from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 from rlvr_core.stats import first_reach
 from rlvr_core.training import train
 
-RESULTS = Path(__file__).resolve().parent / "results"
+OUT = RESULTS / "archive" / "training"  # this superseded benchmark's own folder
 ALL = tuple(ALLOCATORS.names())  # every registered allocator
 
 
@@ -58,9 +59,7 @@ def plot(curves: pd.DataFrame, x: str, path: Path, target: float) -> None:
     ax.set_title("tiny policy, arithmetic: accuracy vs " + x.replace("cum_", "cumulative "))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def data_and_policy(work: Path, quick: bool = False) -> tuple[Any, Path]:
@@ -164,14 +163,6 @@ def report(curves: pd.DataFrame, gains: list[float], out: Path, json_path: Path 
     return lines
 
 
-def default_out(out: Path | None, quick: bool) -> Path:
-    """The results folder: ``out`` when given, else a fresh temporary folder for --quick (a quick run never
-    overwrites benchmarks/results), else benchmarks/results."""
-    if out is not None:
-        return out
-    return Path(tempfile.mkdtemp(prefix="training-quick-")) if quick else RESULTS
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one allocator, a few steps, a short warm start")
@@ -187,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=None, help="GRPO learning rate (default: train.lr's default)")
     ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
     ap.add_argument("--out", type=Path, default=None,
-                    help="results folder (default benchmarks/results; --quick: a temporary folder)")
+                    help="results folder (default benchmarks/results/archive/training; --quick: a temporary folder)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    args.out = default_out(args.out, args.quick)
+    args.out = default_out(args.out, args.quick, "training", full=OUT)
     allocators = ["sara"] if args.quick else [a.strip() for a in args.allocators.split(",") if a.strip()]
     for a in allocators:
         if a not in ALL:

@@ -32,10 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import RESULTS
 from rlvr_core.rollout import RolloutEngine
 from tests.integrations.trl_setup import ScriptedReward, arithmetic_rows, grpo_config, tiny_model
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class ScriptedEngine(RolloutEngine):

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pipeline.paths import params_path
 from rlvr_core.config import Params, load_params
 from rlvr_core.config import parse_set as _parse_set
 from rlvr_core.errors import ConfigError
-from tasks.paths import params_path
 
 
 def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:

@@ -9,7 +9,7 @@ Workers clone ``--source`` at ``--ref`` and run ``flows/train.py:train`` / ``flo
 there; each train deployment presets its allocator like flows/serve.py, and evaluate/nightly keeps its cron.
 ``--remote`` and ``--tracking-uri`` go to the runs' environment as RLVR_DVC_REMOTE and MLFLOW_TRACKING_URI:
 a run then pulls its inputs from that DVC remote, pushes its outputs and dvc.lock back, and logs to the
-tracking server (tasks/remote.py). Use ``--params`` to point the workers at a params file committed to the
+tracking server (pipeline/remote.py). Use ``--params`` to point the workers at a params file committed to the
 repository (without a remote; with one, dvc.lock records params.yaml, so commit the values there).
 """
 
@@ -23,6 +23,7 @@ from prefect import flow
 
 from flows.serve import ALLOCATORS
 from rlvr_core.errors import ConfigError
+from rlvr_core.registry import slug
 
 
 def check_params_in_repo(params: str, ref: str, repo_dir: Path) -> None:
@@ -53,7 +54,7 @@ def deploy(source: str, pool: str, ref: str = "main", params: str | None = None,
     train_flow = flow.from_source(source=repo, entrypoint="flows/train.py:train")
     eval_flow = flow.from_source(source=repo, entrypoint="flows/evaluate.py:evaluate")
     extra = {"params_file": params} if params else {}
-    ids = [train_flow.deploy(name=a.replace("+", "-"), work_pool_name=pool, parameters={"allocator": a, **extra},
+    ids = [train_flow.deploy(name=slug(a), work_pool_name=pool, parameters={"allocator": a, **extra},
                              tags=["train", a, "gpu"], job_variables=jobvars, build=False, push=False,
                              print_next_steps=False, ignore_warnings=True)
            for a in ALLOCATORS]

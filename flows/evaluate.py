@@ -24,12 +24,12 @@ from typing import Any
 from prefect import flow
 
 from flows.common import fix_threads, load, tie_children, write_json
+from pipeline import remote, tracking
+from pipeline.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, list_checkpoints, manifest_step, newest_intact
 from rlvr_core.config import Params
 from rlvr_core.errors import ConfigError
-from tasks import remote, tracking
 from tasks.evaluation import evaluate_checkpoint
-from tasks.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 
 NIGHTLY = Path("reports") / "nightly"
 INDEX = "index.json"

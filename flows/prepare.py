@@ -14,8 +14,8 @@ import argparse
 from prefect import flow
 
 from flows.common import load, tie_children
+from pipeline.paths import data_dir
 from tasks.data import generate_dataset
-from tasks.paths import data_dir
 
 
 @flow(name="prepare", log_prints=True)

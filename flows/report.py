@@ -16,8 +16,8 @@ from typing import Any
 from prefect import flow
 
 from flows.common import load, tie_children
+from pipeline.paths import reports_dir, run_dir
 from rlvr_core.errors import ConfigError
-from tasks.paths import reports_dir, run_dir
 from tasks.report import write_report
 
 

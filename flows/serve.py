@@ -1,7 +1,7 @@
 """Serve the deployments in one process against a Prefect server ($PREFECT_API_URL):
 
     train/<allocator> for every registered allocator (rlvr_core.allocation.ALLOCATORS: train/grpo,
-        train/dapo, train/sara, train/sara-dps, ...; a "+" in a name becomes "-")
+        train/dapo, train/sara, train/saraplusdps, ...: the name as rlvr_core.registry.slug spells it)
     evaluate/nightly (cron, default 02:00 every day; --cron to change)
 
 then `prefect deployment run train/sara` (optionally `--param steps=50`) starts a run.
@@ -17,11 +17,12 @@ from prefect import serve
 from flows.evaluate import evaluate
 from flows.train import train
 from rlvr_core.allocation import ALLOCATORS
+from rlvr_core.registry import slug
 
 
 def deployments(cron: str = "0 2 * * *") -> list:
     """The train deployment per allocator (allocator preset) and the scheduled nightly evaluation."""
-    out = [train.to_deployment(name=a.replace("+", "-"), parameters={"allocator": a}, tags=["train", a],
+    out = [train.to_deployment(name=slug(a), parameters={"allocator": a}, tags=["train", a],
                                description=f"GRPO training with the {a} allocator")
            for a in ALLOCATORS.names()]
     out.append(evaluate.to_deployment(name="nightly", parameters={"nightly": True}, cron=cron, tags=["evaluate"],

@@ -2,7 +2,7 @@
 
     python -m flows.train --allocator sara [--steps 50] [--seed 1] [--set lr=1e-4 --set k=4]
 
-Writes runs/<allocator>-s<seed>/ (tasks/paths.run_dir; a deployment's run: runs/deployments/<flow run
+Writes runs/<allocator>-s<seed>/ (pipeline/paths.run_dir; a deployment's run: runs/deployments/<flow run
 name>/), or the folder given by --out: checkpoints/, metrics.jsonl, final_model/, summary.json as DVC
 metrics, curve.csv as a DVC plot; and, outside DVC's hashes (.dvcignore), timings.jsonl (each step's
 seconds), train_timings.json (their totals) and tracking.json with the MLflow run id. The `experiment`
@@ -32,17 +32,17 @@ import torch
 from prefect import flow
 
 from flows.common import fix_threads, flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
+from pipeline import remote, tracking
+from pipeline.curves import write_curve
+from pipeline.lineage import dvc_md5, git_commit
+from pipeline.paths import data_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
 from rlvr_core.runlock import hold_run_folder
-from rlvr_core.training import TIMING_KEYS, TrainingStopped, preflight
-from tasks import remote, tracking
-from tasks.curves import write_curve
+from rlvr_core.training import TIMING_KEYS, CheckedInputs, TrainingStopped, preflight
 from tasks.data import load_split
-from tasks.lineage import dvc_md5, git_commit
 from tasks.models import export_policy
-from tasks.paths import data_dir, root, run_dir, warmstart_dir
 from tasks.training import run_training
 
 DVC_OUTS = ("checkpoints", "final_model", "metrics.jsonl")  # the run folder's outputs in dvc.yaml (persist: true)
@@ -81,13 +81,15 @@ def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: boo
                               "and train.lr (train.allow_no_update: true lets such a run end)")
 
 
-def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> None:
+def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> CheckedInputs:
     """Refuse, before any tracking or rollout: missing data or base model folders, then every check of
-    ``rlvr_core.training.preflight`` (data, base model, device, allocator parameters, checkpoints in ``out``)."""
+    ``rlvr_core.preflight.preflight`` (data, base model, device, allocator parameters, checkpoints in ``out``).
+    Returns the checked inputs, which the training task trains on without checking them again."""
     for path, how in ((data, "python -m flows.prepare"), (base, "python -m flows.warmstart")):
         if not path.is_dir():
             raise ConfigError(f"{path}: missing; run `{how}` (or `dvc repro`) first")
-    preflight(cfg, task, load_split(str(data), "train"), load_split(str(data), "test"), base, out, source=str(data))
+    return preflight(cfg, task, load_split(str(data), "train"), load_split(str(data), "test"), str(base), str(out),
+                     source=str(data))
 
 
 def _quiet(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -123,7 +125,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
 
     ``out_dir`` (relative to the project root) replaces the run folder: by default runs/<allocator>-s<seed>
     (a DVC stage's output), or runs/deployments/<flow run name>/ for a run of a deployment (``deployment_dir``)
-    unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (tasks/remote.py).
+    unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (pipeline/remote.py).
     """
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
@@ -140,9 +142,9 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
         if os.environ.get("DVC_STAGE"):  # in `dvc repro`: its outputs are cleared under the lock (clear_dvc_outputs)
             held.enter_context(hold_run_folder(out))
             clear_dvc_outputs(out)
-        check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / PolicyLoadError: nothing generated yet
+        checked = check_inputs(cfg, task, data, base, out)  # ConfigError / DataError / ...: nothing generated yet
         with hold_run_folder(out):  # one writer per run folder: RunFolderBusy before anything is written or tracked
-            result = _train_in(cfg, task, data, base, out)
+            result = _train_in(checked, data)
     summary = result["summary"]
     if stage:  # dvc commit + push of the stage, dvc.lock to git
         sync.publish(stage, [out / "summary.json", out / "tracking.json"])
@@ -172,8 +174,9 @@ def deployment_dir() -> Path | None:
     return root() / "runs" / "deployments" / name
 
 
-def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> dict[str, Any]:
-    """The body of the train flow, run while this process holds the run folder ``out``."""
+def _train_in(checked: CheckedInputs, data: Path) -> dict[str, Any]:
+    """The body of the train flow, run while this process holds the run folder ``checked.run_dir``."""
+    cfg, task, base, out = checked.cfg, checked.task, checked.policy_dir, checked.run_dir
     for stale in ("summary.json", "train_timings.json", "curve.csv"):  # a crashed rerun must not look complete
         (out / stale).unlink(missing_ok=True)
     shutil.rmtree(out / "final_model", ignore_errors=True)
@@ -191,7 +194,7 @@ def _train_in(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) ->
         if run_id:
             _quiet("log_dataset", tracking.log_dataset, run_id, str(data), "train", data_md5)
         res = run_training(cfg, str(base), str(data), task, str(out), run_id, track=True,
-                           inputs_checked=True)  # check_inputs ran rlvr_core.training.preflight on them
+                           checked=checked)  # check_inputs checked them: trained on as they are
         check_trained(res["history"], out, cfg.allow_no_update)  # no update: FAILED, no summary
         final_ckpt = next(f for f in reversed(list_checkpoints(out / "checkpoints")) if verify(f) is None)
         model_dir = export_policy(str(final_ckpt), str(base), str(out / "final_model"))

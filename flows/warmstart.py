@@ -17,9 +17,9 @@ from typing import Any
 from prefect import flow
 
 from flows.common import fix_threads, load, tie_children, write_json
+from pipeline.paths import data_dir, recorded_dir, reports_dir, warmstart_dir
 from rlvr_core.models.recorded import copy_recorded, policy_key
 from tasks.models import run_warm_start
-from tasks.paths import data_dir, recorded_dir, reports_dir, warmstart_dir
 
 TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds")
 

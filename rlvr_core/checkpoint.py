@@ -45,8 +45,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import torch
 
-from rlvr_core.config import short_repr
-from rlvr_core.errors import ConfigError
+from rlvr_core.errors import ConfigError, short_repr
 
 MANIFEST = "manifest.json"
 STATE = "state.json"

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import reprlib
 from typing import Any, Mapping, TypeVar
 
 C = TypeVar("C")
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 8, 8, 8, 8
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 120, 120, 60
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` bounded in depth, width and length (safe on values that expand to gigabytes)."""
+    r = _REPR.repr(value)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 class ConfigError(ValueError):
@@ -43,6 +55,10 @@ def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> 
         raise ConfigError(msg if msg.startswith(section + ".") else f"{section}.{msg}") from None
     except TypeError as e:
         raise ConfigError(f"{section}: {e}") from None
+
+
+class TrainingStopped(RuntimeError):
+    """Training cannot continue (e.g. repeated non-finite updates); the message says why."""
 
 
 class VerifierTimeout(Exception):

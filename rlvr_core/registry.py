@@ -9,9 +9,38 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
+
+# the one spelling rule of a name where "+", "[" and "]" are not allowed (slug)
+_SLUG_SUBS = (("+", "plus"), ("[", "_"), ("]", ""))
+_SLUG_OK = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def slug(label: str) -> str:
+    """A registered name or a variant label as a file, folder, URL or deployment name.
+
+    The rule: ``+`` becomes ``plus``, ``[`` becomes ``_`` and ``]`` is dropped; letters, digits, ``-``, ``_``
+    and ``.`` stay as they are. So ``sara+dps`` -> ``saraplusdps``, ``sara[carry]`` -> ``sara_carry`` and
+    ``sara+dps[context+floor]`` -> ``saraplusdps_contextplusfloor``. The canonical name is always the label
+    itself (``sara+dps``, as registered); the slug is only where a name must live without those characters:
+    the training study's run folders (benchmarks/results/study/<regime>/<protocol>/<slug>/, committed in this
+    spelling, so the rule must not change) and the Prefect deployments (``train/saraplusdps``). The pipeline's
+    run folders keep the registered name (``runs/sara+dps-s0``): ``+`` is legal in a path there and dvc.yaml
+    spells the folder from the name itself.
+
+    Raises ValueError for an empty label or one with any other character (``/``, a space), which no rule here
+    would make safe.
+    """
+    out = label if isinstance(label, str) else ""
+    for char, sub in _SLUG_SUBS:
+        out = out.replace(char, sub)
+    if not _SLUG_OK.fullmatch(out) or out in (".", ".."):
+        raise ValueError(f"{label!r} cannot be made a file or deployment name: use letters, digits, '-', '_', "
+                         "'.', and '+', '[', ']' (spelled 'plus', '_', '')")
+    return out
 
 
 class UnknownNameError(KeyError):

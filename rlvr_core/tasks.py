@@ -15,8 +15,8 @@ A ``Task`` declares everything the pipeline needs to run it:
 - ``min_new_tokens``: the completion length the task's reference answers need (one token a
   character for the tiny policy); the params check refuses a shorter ``max_new_tokens``
 - ``teacher``: warm-start support, the targets the tiny policy's supervised warm start trains on
-  (``rlvr_core.models.warmstart``); None: the task needs a pretrained base model
-  (``warmstart.base_model``), which the params check demands
+  (``rlvr_core.models.warmstart``, handed to it by ``warm_start_teacher``); None: the task needs a
+  pretrained base model (``warmstart.base_model``), which the params check demands
 
 ``get_task(name)`` looks a task up (an unknown name lists the valid ones); ``TASKS.names()`` are the
 values ``prepare.task`` accepts. Heavy modules (datasets, the verifiers) load only when a task's
@@ -91,6 +91,18 @@ def check_warm_start(task: str, base_model: str | None) -> str | None:
                 f"warmstart.base_model to a pretrained model (a hub id or a local model folder; see "
                 f"params-gpu.yaml), or use task {with_teacher}")
     return None
+
+
+def warm_start_teacher(task: str) -> Callable[[Any], Any]:
+    """The teacher ``rlvr_core.models.warmstart.warm_start`` trains the tiny policy on for ``task``;
+    ConfigError when the task has none (it needs a pretrained base model)."""
+    from rlvr_core.errors import ConfigError
+
+    spec = get_task(task)
+    if spec.teacher is None:
+        raise ConfigError(f"task {task!r}: the tiny policy has no warm start for it ({spec.needs}); "
+                          "start from a pretrained model instead (warmstart.base_model)")
+    return spec.teacher
 
 
 def check_new_tokens(task: str, max_new_tokens: int) -> str | None:
@@ -234,7 +246,7 @@ def build_hub_splits(cfg: Any, keep: Callable[[Mapping[str, Any]], bool] | None 
     overlap = len(splits["train"]) - len(keep_train)
     if overlap:
         splits["train"] = splits["train"].select(keep_train)
-    validate_splits(list(splits["train"]), list(splits["test"]), cfg.task, source="prepare")
+    validate_splits(list(splits["train"]), list(splits["test"]), get_task(cfg.task), source="prepare")
     extra["dropped_overlap"] = overlap
     extra["dropped_near_duplicate"] = overlap - sum(p in exact for p in train_prompts)
     if keep is not None:
@@ -332,4 +344,4 @@ register_task(Task(
 ))
 
 __all__ = ["TASKS", "Task", "build_hub_splits", "check_new_tokens", "check_warm_start",
-           "describe_names", "get_task", "register_task"]
+           "describe_names", "get_task", "register_task", "warm_start_teacher"]

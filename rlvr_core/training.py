@@ -21,8 +21,9 @@ uninterrupted run would.
 
 Faults (see tests/reliability):
 
-- the data is validated before anything is generated (``validate_splits``); a
-  checkpoint written with other trajectory settings or other data is refused;
+- the inputs are checked once, before anything is loaded or generated (``rlvr_core.preflight``:
+  the data, the policy folder, the prompts against its tokenizer and positions, the device, the
+  allocator parameters); a checkpoint written with other trajectory settings or other data is refused;
 - a failing ``engine.generate`` is retried inside the round (``engine_retries``),
   then the step raises ``EngineError`` before its metrics or checkpoint are
   written, so a restart resumes from the last checkpoint;
@@ -30,8 +31,7 @@ Faults (see tests/reliability):
   ``verifier_timeout_s`` scores 0.0 and is counted (``verifier_errors``,
   ``verifier_timeouts``); when more than ``max_verifier_error_share`` of a
   step's rollouts fail so, the step raises ``TrainingStopped`` before its update;
-- prompts are checked against the policy's tokenizer and position limit before
-  anything is generated (``check_prompts_fit``); an out-of-memory in generation,
+- an out-of-memory in generation,
   update or evaluation raises ``TrainingStopped`` naming what to reduce (the same
   work would fail again, so it is not retried);
 - a non-finite loss or gradient skips the update; ``max_nonfinite`` in a row
@@ -44,35 +44,32 @@ Faults (see tests/reliability):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
 import json
 import logging
 import math
 import os
 import shutil
-import signal
-import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
+from rlvr_core.allocation import PromptSource, run_allocation_step
 from rlvr_core.allocation.loop import EngineError
 from rlvr_core.checkpoint import fault_point, load_latest, save_checkpoint
-from rlvr_core.config import TrainConfig, short_repr
+from rlvr_core.config import TrainConfig
 from rlvr_core.data.context import context_keys
-from rlvr_core.data.validate import check_prompts_fit, position_limit, validate_splits
-from rlvr_core.errors import ConfigError, OutOfMemory, VerifierTimeout, is_out_of_memory
+from rlvr_core.errors import OutOfMemory, TrainingStopped, VerifierTimeout, is_out_of_memory
 from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig
 from rlvr_core.models.policy import load_any_policy as load_policy
-from rlvr_core.models.policy import policy_prompts, precision, resolve_device
-from rlvr_core.rewards import get_verifier
+from rlvr_core.models.policy import policy_prompts, precision
+from rlvr_core.preflight import RESUMABLE_KEYS, TRAJECTORY_KEYS, CheckedInputs, check_resumable, data_digest, preflight
+from rlvr_core.rewards.scoring import Scorer
 from rlvr_core.rollout import ENGINES
 from rlvr_core.rollout_log import FILENAME as ROLLOUT_LOG
 from rlvr_core.rollout_log import RolloutLog
@@ -82,27 +79,15 @@ from rlvr_core.types import Rollouts
 StepCallback = Callable[[dict[str, Any]], None]
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineError", "RunState", "Scorer", "TIMINGS", "TIMING_KEYS", "TrainResult", "TrainingStopped",
-           "TRAJECTORY_KEYS", "join_timings",
+# CheckedInputs, preflight, check_resumable, data_digest, RESUMABLE_KEYS and TRAJECTORY_KEYS live in
+# rlvr_core.preflight, Scorer in rlvr_core.rewards.scoring, TrainingStopped in rlvr_core.errors: importable here too
+__all__ = ["CheckedInputs", "EngineError", "RESUMABLE_KEYS", "RunState", "Scorer", "TIMINGS", "TIMING_KEYS",
+           "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "join_timings",
            "VerifierTimeout", "check_resumable", "data_digest", "preflight", "step_record", "train"]
 
-# Keys a resumed run may change: how long it runs and how it is kept, not what it computes. A device
-# or threads change (a run moved to another machine) is allowed too. Every other train key (TRAJECTORY_KEYS) shapes
-# the trajectory or what its records mean, and a checkpoint only resumes under the same values. That
-# includes the evaluation keys (eval_every, eval_size, eval_samples): a run's eval curve is one evaluation
-# set at one cadence, so a change is refused rather than recorded half-way through.
-RESUMABLE_KEYS: tuple[str, ...] = ("allocators", "seeds", "steps", "max_rollouts", "checkpoint_every", "keep_last",
-                                   "max_nonfinite", "engine_retries", "engine_retry_delay_s", "device",
-                                   "compute_entropy", "max_verifier_error_share", "verifier_workers",
-                                   "allow_no_update", "threads")
-TRAJECTORY_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TrainConfig) if f.name not in RESUMABLE_KEYS)
 # A step record's wall-clock seconds: written to TIMINGS beside metrics.jsonl, never into it.
 TIMING_KEYS: tuple[str, ...] = ("generate_s", "verify_s", "allocate_s", "update_s", "eval_s", "step_s")
 TIMINGS = "timings.jsonl"
-
-
-class TrainingStopped(RuntimeError):
-    """Training cannot continue (e.g. repeated non-finite updates); the message says why."""
 
 
 @dataclass
@@ -114,147 +99,6 @@ class TrainResult:
     final_eval: dict[str, float]
 
 
-class Scorer:
-    """Fills rollouts.reward with the verifier; a failed call scores 0.0 and is counted.
-
-    ``errors`` counts calls that raised or returned a non-finite value,
-    ``timeouts`` calls that ran past ``timeout_s`` seconds (None: no limit).
-
-    Verifiers with a ``score_batch`` function (``math``: CPU-bound sympy work)
-    score a whole round at once on a pool of ``workers`` helper processes, each
-    call bounded by the verifier's own wall limit (``timeout_s``, None: the
-    verifier's default); see ``rlvr_core.rewards.math.score_batch``. The others
-    (``arithmetic``: microseconds a call) run here, one after the other. There
-    the limit uses ``signal.setitimer`` on the main thread when no other
-    interval timer is running (it interrupts pure-Python loops); elsewhere the
-    call runs on a daemon thread that is abandoned when it overruns (a thread
-    cannot be stopped: a runaway verifier keeps a share of the interpreter until
-    it returns, so off the main thread prefer verifiers that bound their own
-    work, like the sandboxed code verifier).
-
-    Per step (``begin_step`` ... ``check_step``): when more than
-    ``max_error_share`` of the step's rollouts were errors or timeouts,
-    ``check_step`` raises TrainingStopped naming the verifier and the first
-    failure, so that a run whose rewards are failures does not train on them.
-    """
-
-    def __init__(self, verifier_name: str, rows: Sequence[Mapping[str, Any]], *,
-                 timeout_s: float | None = None, max_error_share: float = 0.5, workers: int = 2) -> None:
-        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s)
-                                          and timeout_s > 0):
-            raise ConfigError(f"train.verifier_timeout_s: need a positive finite number of seconds or null, "
-                              f"got {timeout_s!r}")
-        if not (isinstance(max_error_share, (int, float)) and 0 <= max_error_share <= 1):
-            raise ConfigError(f"train.max_verifier_error_share: need a number in [0, 1], got {max_error_share!r}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ConfigError(f"train.verifier_workers: need an int >= 1, got {workers!r}")
-        self.name = verifier_name
-        self.verify = get_verifier(verifier_name)
-        self.batch = getattr(self.verify, "score_batch", None)
-        self.rows = rows
-        self.timeout_s = timeout_s
-        self.max_error_share = float(max_error_share)
-        self.workers = workers
-        self.errors = 0
-        self.timeouts = 0
-        self.begin_step()
-
-    def begin_step(self) -> None:
-        """Start counting a new step's rollouts and failures."""
-        self.step_scored = 0
-        self.step_failed = 0
-        self.first_failure: str | None = None
-
-    def check_step(self, step: int) -> None:
-        """TrainingStopped when more than ``max_error_share`` of this step's rollouts failed to score."""
-        if self.step_scored and self.step_failed / self.step_scored > self.max_error_share:
-            raise TrainingStopped(
-                f"step {step}: {self.step_failed} of {self.step_scored} rollouts "
-                f"({self.step_failed / self.step_scored:.0%}) were errors or timeouts of the {self.name!r} verifier, "
-                f"more than train.max_verifier_error_share={self.max_error_share:g}; first: {self.first_failure}. "
-                "The run stops before updating on them: fix the verifier or its settings "
-                "(train.verifier_timeout_s) and start again")
-
-    def _failed(self, kind: str, detail: str) -> None:
-        self.step_failed += 1
-        if kind == "timeout":
-            self.timeouts += 1
-        else:
-            self.errors += 1
-        if self.first_failure is None:
-            self.first_failure = detail[:300]
-
-    def __call__(self, rollouts: Rollouts) -> None:
-        texts = [pl["text"] for pl in (rollouts.payload or [])]
-        rows = [self.rows[pid] for pid in rollouts.prompt_id.tolist()[:len(texts)]]
-        if self.batch is not None:
-            results: list[Any] = list(self.batch(texts, rows, timeout_s=self.timeout_s, workers=self.workers))
-        else:
-            results = []
-            for text, row in zip(texts, rows):
-                try:
-                    results.append(self._call(text, row))
-                except Exception as e:  # noqa: BLE001 - a broken verifier must not stop training by itself
-                    results.append(e)
-        rewards = np.zeros(len(rollouts))
-        for i, r in enumerate(results):
-            self.step_scored += 1
-            if isinstance(r, VerifierTimeout):
-                self._failed("timeout", f"timeout ({r})" if str(r) else f"timeout after {self.timeout_s} s")
-            elif isinstance(r, BaseException):
-                self._failed("error", f"{r.__class__.__name__}: {r}")
-            elif math.isfinite(r := float(r)):
-                rewards[i] = r
-            else:
-                self._failed("error", f"non-finite reward {r}")
-        rollouts.reward[:] = rewards
-
-    def close(self) -> None:
-        """Stop the verifier's helper processes, if it has any."""
-        close = getattr(self.verify, "close", None)
-        if close is not None:
-            close()
-
-    def _call(self, text: str, row: Mapping[str, Any]) -> float:
-        if self.timeout_s is None:
-            return float(self.verify(text, row))
-        if threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
-            return self._call_with_alarm(text, row)
-        return self._call_on_thread(text, row)
-
-    def _call_with_alarm(self, text: str, row: Mapping[str, Any]) -> float:
-        def on_alarm(signum: int, frame: Any) -> None:
-            raise VerifierTimeout()
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        try:
-            try:
-                signal.setitimer(signal.ITIMER_REAL, float(self.timeout_s))  # type: ignore[arg-type]
-                return float(self.verify(text, row))
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        finally:
-            signal.signal(signal.SIGALRM, previous)
-
-    def _call_on_thread(self, text: str, row: Mapping[str, Any]) -> float:
-        out: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                out["value"] = float(self.verify(text, row))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                out["error"] = e
-
-        worker = threading.Thread(target=work, name="verifier", daemon=True)
-        worker.start()
-        worker.join(self.timeout_s)
-        if worker.is_alive():
-            raise VerifierTimeout()  # the daemon thread is abandoned
-        if "error" in out:
-            raise out["error"]
-        return out["value"]
-
-
 def _rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}
 
@@ -264,54 +108,10 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
-def data_digest(rows: Sequence[Mapping[str, Any]]) -> str:
-    """sha256 over the prompts in order: identifies the training split a checkpoint belongs to."""
-    h = hashlib.sha256()
-    for r in rows:
-        h.update(r["prompt"].encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, where: str,
-                    step: int | None = None) -> None:
-    """Raise ConfigError unless a checkpoint (its state, or its manifest's meta) was written under ``cfg``'s
-    trajectory settings (``TRAJECTORY_KEYS``), on the same training split (``data_digest``), and at a
-    ``step`` no later than ``cfg.steps`` (a shorter run cannot be had from a longer one). A checkpoint that
-    does not record every trajectory key and the digest is refused: what it does not record could differ."""
-    old, new = saved.get("config"), asdict(cfg)
-    missing = [k for k in TRAJECTORY_KEYS if not isinstance(old, Mapping) or k not in old]
-    if missing or not isinstance(saved.get("data_digest"), str):  # a setting it does not record could differ
-        what = f"train.{', train.'.join(missing[:4])}{', ...' if len(missing) > 4 else ''}" if missing else \
-            "the training split's digest"
-        raise ConfigError(f"{where}: cannot resume, the checkpoint does not record {what}, so a changed setting "
-                          "could not be told; start a fresh run folder")
-    changed = [k for k in TRAJECTORY_KEYS if _plain(old[k]) != _plain(new[k])]
-    if changed:
-        diffs = ", ".join(f"train.{k}={short_repr(old[k])} there, {short_repr(new[k])} now" for k in changed)
-        raise ConfigError(f"{where}: cannot resume, the run was started with other settings ({diffs}); "
-                          "use the same settings, or start a fresh run folder")
-    if saved["data_digest"] != digest:
-        raise ConfigError(f"{where}: cannot resume, the run was trained on a different training split "
-                          "(prompt digest differs); use the same data, or start a fresh run folder")
-    if step is not None and step > cfg.steps:
-        raise ConfigError(f"{where}: cannot resume, the run already has {step} steps done, more than "
-                          f"train.steps={cfg.steps}; ask for {step} or more steps, or start a fresh run folder")
-
-
-def _plain(v: Any) -> Any:
-    """Tuples and lists compare alike (a config read back from a checkpoint or YAML)."""
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
-
-
 def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
           test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
           resume: bool = True, on_step: StepCallback | None = None, device: str | None = None,
-          inputs_checked: bool = False) -> TrainResult:
+          checked: CheckedInputs | None = None) -> TrainResult:
     """Train the policy in ``policy_dir`` with ``cfg.allocator``; see the module docstring.
 
     Args:
@@ -322,9 +122,9 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         run_dir: where checkpoints and metrics.jsonl go (resumed if present)
         task: verifier name
         on_step: called with each step's metrics dict (progress, tracking)
-        device: overrides ``cfg.device`` (None: ``cfg.device``, "auto" resolved here)
-        inputs_checked: ``preflight`` already checked these rows against this policy folder (the training
-            flow runs it before MLflow opens a run), so the splits and the prompts' fit are not checked again
+        device: overrides ``cfg.device`` (None: ``cfg.device``, "auto" resolved by ``preflight``)
+        checked: what ``rlvr_core.preflight.preflight`` returned for these same arguments (the training
+            flow runs it before MLflow opens a run); nothing is checked again. None: ``train`` runs it.
     Prompts: the engine and the evaluation get each row's prompt through the policy
     tokenizer's chat template when it has one (``policy_prompts``), unchanged otherwise.
     With ``cfg.dtype`` "bfloat16" generation, updates and evaluations run under bfloat16
@@ -336,67 +136,26 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         a bad policy folder or a checkpoint of another configuration; RunFolderBusy
         (a ConfigError) when another process holds ``run_dir``;
         EngineError when generation keeps failing; TrainingStopped after
-        ``cfg.max_nonfinite`` non-finite updates in a row.
+        ``cfg.max_nonfinite`` non-finite updates in a row; ValueError for ``checked`` inputs
+        that ``preflight`` made for other arguments.
     """
-    train_rows = list(train_rows) if not isinstance(train_rows, list) else train_rows
-    test_rows = list(test_rows) if not isinstance(test_rows, list) else test_rows
-    if not inputs_checked:
-        validate_splits(train_rows, test_rows, task)
-    device = resolve_device(cfg.device if device is None else device)
-    digest = data_digest(train_rows)
-    run_dir = Path(run_dir)
+    if checked is None:
+        checked = preflight(cfg, task, train_rows, test_rows, policy_dir, run_dir, device=device, resume=resume)
+    elif other := checked.differences(cfg, task, policy_dir, run_dir, train_rows, test_rows, device):
+        raise ValueError(f"train: checked= holds the inputs preflight checked, which differ from this call's "
+                         f"{', '.join(other)}; pass the same arguments (or checked=None to check these)")
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
-
-    model, tok = load_policy(policy_dir, device=device)
-    if not inputs_checked:
-        limit = position_limit(model.config, tok)  # prompts the tokenizer cannot encode or the model cannot hold
-        for split, rows in (("train", train_rows), ("test", test_rows)):
-            check_prompts_fit(rows, tok, task, split, max_new_tokens=cfg.max_new_tokens, max_positions=limit)
+    model, tok = load_policy(checked.policy_dir, device=checked.device)
     # one writer per run folder (RunFolderBusy names the holder), taken once the inputs passed their checks
-    with hold_run_folder(run_dir):
-        return _train_held(cfg, model, tok, policy_dir=policy_dir, train_rows=train_rows, test_rows=test_rows,
-                           run_dir=run_dir, task=task, resume=resume, on_step=on_step, device=device, digest=digest)
-
-
-def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any]],
-              test_rows: Sequence[Mapping[str, Any]], policy_dir: str | os.PathLike,
-              run_dir: str | os.PathLike, *, source: str | None = None) -> None:
-    """Every check a run can fail before it loads weights or generates anything: the splits, the policy
-    folder and its tokenizer against the prompts, the device, the allocator parameters, and a checkpoint in
-    ``run_dir`` written with other settings or data (or in the refused pickle format).
-
-    ``train`` checks its own inputs as it loads the policy; the training flow calls this first, so that a
-    bad input fails before MLflow opens a run. ``source`` names the data in error messages.
-    """
-    from rlvr_core.checkpoint import check_format, latest_manifest
-    from rlvr_core.data.validate import check_against_policy
-    from rlvr_core.models.policy import check_policy_folder
-
-    validate_splits(train_rows, test_rows, task, source=source)
-    check_policy_folder(policy_dir)  # PolicyLoadError names the folder and what is wrong with it
-    # prompts outside the tokenizer's vocabulary, or too long for the model's positions (a certain OOM)
-    check_against_policy(train_rows, test_rows, policy_dir, task, max_new_tokens=cfg.max_new_tokens, source=source)
-    resolve_device(cfg.device)  # cuda on a machine without one fails here
-    make_allocator(cfg.allocator, **cfg.allocator_kwargs())  # allocator_params are checked here
-    if (latest := latest_manifest(Path(run_dir) / "checkpoints")) is not None:
-        check_format(*latest)  # CheckpointError for a pickle-format checkpoint
-        check_resumable(latest[1].get("meta", {}), cfg, data_digest(train_rows), str(latest[0]),
-                        step=latest[1].get("step"))
-
-
-def _train_held(cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.PathLike,
-                train_rows: list[Mapping[str, Any]], test_rows: list[Mapping[str, Any]], run_dir: Path, task: str,
-                resume: bool, on_step: StepCallback | None, device: str, digest: str) -> TrainResult:
-    """The body of ``train`` once its inputs are checked and this process holds ``run_dir``."""
-    run = _Run(cfg, model, tok, policy_dir=policy_dir, train_rows=train_rows, test_rows=test_rows, run_dir=run_dir,
-               task=task, on_step=on_step, device=device, digest=digest)
-    try:
-        run.restore(resume)
-        run.loop()
-    finally:
-        run.close()
-    return run.result()
+    with hold_run_folder(checked.run_dir):
+        run = _Run(checked, model, tok, on_step=on_step)
+        try:
+            run.restore(resume)
+            run.loop()
+        finally:
+            run.close()
+        return run.result()
 
 
 @dataclass
@@ -427,14 +186,15 @@ class _Run:
     """One training run's components and its phases: restore, then per step allocate, update, record,
     evaluate and checkpoint (``loop``), then close."""
 
-    def __init__(self, cfg: TrainConfig, model: Any, tok: Any, *, policy_dir: str | os.PathLike,
-                 train_rows: list[Mapping[str, Any]], test_rows: list[Mapping[str, Any]], run_dir: Path, task: str,
-                 on_step: StepCallback | None, device: str, digest: str) -> None:
-        self.cfg, self.model, self.tok, self.task, self.device, self.digest = cfg, model, tok, task, device, digest
+    def __init__(self, checked: CheckedInputs, model: Any, tok: Any, *, on_step: StepCallback | None) -> None:
+        cfg, task, device, policy_dir = checked.cfg, checked.task, checked.device, checked.policy_dir
+        train_rows, test_rows, run_dir = checked.train_rows, checked.test_rows, checked.run_dir
+        self.cfg, self.model, self.tok, self.task, self.device = cfg, model, tok, task, device
+        self.digest = checked.digest
         self.train_rows, self.on_step = train_rows, on_step
         self.run_dir, self.ckpt_dir, self.metrics_path = run_dir, run_dir / "checkpoints", run_dir / "metrics.jsonl"
         self.timings_path = run_dir / TIMINGS
-        self.allocator = make_allocator(cfg.allocator, **cfg.allocator_kwargs())
+        self.allocator = checked.make_allocator()
         # each prompt's feature key, for allocators with a contextual prior (the others ignore it)
         self.source = PromptSource(len(train_rows), seed=cfg.seed, context=context_keys(train_rows, task))
         self.engine = _build_engine(cfg, model, tok, policy_prompts(tok, train_rows, task), policy_dir=policy_dir,

@@ -2,7 +2,8 @@
 
 Runs in the vLLM environment (``make vllm-cpu-env`` -> ``.venv-vllm``; on GPU a
 venv with requirements-vllm-gpu.txt), never in the training environment. The
-client is ``rlvr_core/rollout/vllm.py``, which starts this program itself:
+client is ``rlvr_core/rollout/vllm.py``, whose ``VLLMServer`` (``rlvr_core/rollout/vllm_server.py``)
+starts this program itself:
 
     .venv-vllm/bin/python scripts/vllm_server.py --model models/policy --port 0 --ready-fd 5
 

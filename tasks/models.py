@@ -28,9 +28,11 @@ def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str, task: str 
         log.info("warmstart: snapshot of %s (%s, %d parameters, %s) -> %s", cfg.base_model, info["model_type"],
                  info["params"], info["dtype"], out_dir)
         return info
+    from rlvr_core.tasks import warm_start_teacher
     from tasks.data import load_split
 
-    _, _, metrics = warm_start(load_split(data_dir, "train"), task=task, **cfg.sft_kwargs(), out_dir=out_dir,
+    _, _, metrics = warm_start(load_split(data_dir, "train"), teacher=warm_start_teacher(task), **cfg.sft_kwargs(),
+                               out_dir=out_dir,
                                progress=lambda s, m: log.info("warmstart step %d loss %.4f", s, m["loss"]))
     return metrics
 

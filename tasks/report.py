@@ -18,8 +18,8 @@ import numpy as np
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from pipeline.curves import CURVE_FIELDS, curve_rows, read_history
 from rlvr_core.stats import TARGET_FRACTION, first_reach, fitted_reach, gain_target, median_ci
-from tasks.curves import CURVE_FIELDS, curve_rows, read_history
 
 REFERENCE = "grpo"  # the allocator the target is set on, when compared (else the first one listed)
 

@@ -9,12 +9,12 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from pipeline.tracking import SPOOL, StepLogger
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
-from rlvr_core.models.policy import PolicyLoadError, resolve_device
-from rlvr_core.training import TrainingStopped, train
+from rlvr_core.models.policy import PolicyLoadError
+from rlvr_core.training import CheckedInputs, TrainingStopped, train
 from tasks.data import load_split
-from tasks.tracking import SPOOL, StepLogger
 
 # Failures a retry cannot fix: bad settings or data, a bad policy folder, a run stopped on purpose.
 NOT_RETRIED: tuple[type[BaseException], ...] = (ConfigError, PolicyLoadError, TrainingStopped)
@@ -59,13 +59,17 @@ def should_retry(task: Any, task_run: Any, state: Any) -> bool:
 # retried: the run resumes from its newest checkpoint, so a retry never repeats finished steps
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=should_retry, cache_policy=NO_CACHE)
 def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: str, run_dir: str,
-                 mlflow_run_id: str | None, track: bool | None = None, inputs_checked: bool = False) -> dict[str, Any]:
+                 mlflow_run_id: str | None, track: bool | None = None,
+                 checked: CheckedInputs | None = None) -> dict[str, Any]:
     """Train (resuming from ``run_dir``) and return {history, final_eval, resumed_from, tracking_seconds,
     step_seconds, ...}.
 
     Step metrics go to MLflow run ``mlflow_run_id``, through the spool <run_dir>/mlflow_spool.jsonl when
     MLflow is unreachable (``track=True`` with no run id: everything is spooled for a run created later).
-    ``inputs_checked``: the caller ran ``rlvr_core.training.preflight`` on these inputs (``train`` skips them).
+    ``checked``: what ``rlvr_core.preflight.preflight`` returned for these inputs (the flow checks them before
+    MLflow opens a run); ``train`` then trains on its rows and checks nothing again. None: the splits are
+    read from ``data_dir`` and ``train`` checks them (a ConfigError, e.g. CUDA asked for but absent, is not
+    retried).
     """
     log = get_run_logger()
     track = bool(mlflow_run_id) if track is None else track
@@ -86,10 +90,10 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
             tracker(rec)
 
     t0 = time.perf_counter()
-    device = resolve_device(cfg.device)  # ConfigError (not retried) when CUDA is asked for but absent
-    result = train(cfg, policy_dir=policy_dir, train_rows=load_split(data_dir, "train"),
-                   test_rows=load_split(data_dir, "test"), run_dir=run_dir, task=task_name, on_step=on_step,
-                   device=device, inputs_checked=inputs_checked)
+    rows = (checked.train_rows, checked.test_rows) if checked else (load_split(data_dir, "train"),
+                                                                      load_split(data_dir, "test"))
+    result = train(cfg, policy_dir=policy_dir, train_rows=rows[0], test_rows=rows[1], run_dir=run_dir, task=task_name,
+                   on_step=on_step, checked=checked)
     left = tracker.flush() if tracker is not None else 0
     if left:
         log.warning(f"{left} step record(s) stay spooled in {Path(run_dir) / SPOOL}; MLflow is unreachable")

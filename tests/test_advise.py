@@ -16,7 +16,7 @@ import pytest
 from rlvr_core.advise import LogError, advise, load_log
 from rlvr_core.advise.core import AllocatorAdvice, recommend
 from rlvr_core.allocation import ALLOCATORS
-from rlvr_core.allocation.uniform import GRPOAllocator
+from rlvr_core.allocation.grpo import GRPOAllocator
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"k": 4, "batch": 8, "seeds": 2, "steps": 6}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
-CODE_DIRS = ("rlvr_core", "flows", "tasks", "benchmarks", "tests", "scripts")
+CODE_DIRS = ("rlvr_core", "flows", "tasks", "pipeline", "benchmarks", "tests", "scripts")
 POINTER = re.compile(r"docs/design\.md ((?:§\d+(?:\.\d+)*(?:, )?)+)")
 SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)\.? ", re.M)
-FILE = re.compile(r"`((?:rlvr_core|flows|tasks|benchmarks|tests|scripts|docs)/[\w/.-]+\.(?:py|md))`")
+FILE = re.compile(r"`((?:rlvr_core|flows|tasks|pipeline|benchmarks|tests|scripts|docs)/[\w/.-]+\.(?:py|md))`")
 
 
 def sections(text: str) -> list[str]:

@@ -39,11 +39,11 @@ def test_generated_rows_meet_their_schema_and_checks(name: str) -> None:
     ds, extra = get_task(name).build(PrepareConfig(task=name, n_train=30, n_test=10, seed=3))
     train, test = list(ds["train"]), list(ds["test"])
     assert (len(train), len(test), extra) == (30, 10, {})
-    validate_splits(train, test, name)
+    validate_splits(train, test, get_task(name))
     # the task's own consistency check catches a row edited to contradict itself
     bad = dict(train[0], prompt=test[0]["prompt"])
     with pytest.raises(DataError, match="contradicts itself"):
-        validate_rows([bad], name, "train")
+        validate_rows([bad], get_task(name), "train")
 
 
 def test_prepare_task_errors_come_from_the_registry() -> None:
@@ -79,10 +79,10 @@ def test_tasks_without_a_teacher_are_refused_up_front(tmp_path) -> None:
     import yaml
 
     from rlvr_core.config import load_params
-    from rlvr_core.models.warmstart import warm_start
+    from rlvr_core.tasks import warm_start_teacher
 
     with pytest.raises(ConfigError, match=r"task 'math': the tiny policy has no warm start for it"):
-        warm_start([{"id": "m", "prompt": "What is $1+1$?", "answer": "2"}], task="math", steps=1)
+        warm_start_teacher("math")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"prepare": {"task": "math"}, "train": {}}))
     with pytest.raises(ConfigError, match=r"warmstart\.base_model: null, but prepare\.task 'math' has no warm start "
@@ -117,12 +117,12 @@ def test_countdown_needs_completions_long_enough_for_its_answers(tmp_path) -> No
 def test_code_rows_need_tests_the_sandbox_can_run() -> None:
     good = {"id": "p", "prompt": "Print A+B.", "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n",
                                                                                   "testtype": "stdin"}])}
-    validate_rows([good], "code", "train")
+    validate_rows([good], get_task("code"), "train")
     with pytest.raises(DataError, match=r"needs one of the fields \['tests', 'public_test_cases'\]"):
-        validate_rows([{"id": "p", "prompt": "Print A+B."}], "code", "train")
+        validate_rows([{"id": "p", "prompt": "Print A+B."}], get_task("code"), "train")
     functional = dict(good, public_test_cases=json.dumps([{"input": "[1]", "output": "1", "testtype": "functional"}]))
     with pytest.raises(DataError, match=r"train row 0 \('p'\): the code verifier cannot run its tests .*'functional'"):
-        validate_rows([functional], "code", "train")
+        validate_rows([functional], get_task("code"), "train")
     with pytest.raises(ConfigError, match=r"dataset: dataset 'math' belongs to another task; "
                                           r"valid names for task 'code': livecodebench"):
         PrepareConfig(task="code", dataset="math")

@@ -186,13 +186,16 @@ def test_contextual_prior_learns_the_rows_feature_cells(setup, tmp_path):
 
 
 def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
-    """preflight checks the splits and the prompts' fit; train(inputs_checked=True) does not check them again,
-    while a plain train() call (the library entry point) does."""
+    """preflight checks the splits, the prompts' fit, the device and the allocator parameters once and returns
+    them; train(checked=...) checks none of them again and builds the allocator from the checked parameters,
+    while a plain train() call (the library entry point) runs preflight itself, once."""
+    import rlvr_core.allocation.base as B
+    import rlvr_core.models.policy as M
+    import rlvr_core.preflight as P
     import rlvr_core.training as T
 
     root, ds = setup
-    calls = {"splits": 0, "fit": 0}
-    real_splits, real_fit = T.validate_splits, T.check_prompts_fit
+    calls = {"splits": 0, "fit": 0, "device": 0, "params": 0, "digest": 0}
 
     def count(key, fn):
         def wrapped(*a, **kw):
@@ -200,16 +203,26 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
             return fn(*a, **kw)
         return wrapped
 
-    monkeypatch.setattr(T, "validate_splits", count("splits", real_splits))
-    monkeypatch.setattr(T, "check_prompts_fit", count("fit", real_fit))
-    cfg = _cfg(allocator="grpo", steps=1, eval_every=0)
-    T.preflight(cfg, "arithmetic", ds["train"], ds["test"], root / "policy", tmp_path / "a")
-    assert calls["splits"] == 1
+    for module, name, key in ((P, "validate_splits", "splits"), (P, "check_prompts_fit", "fit"),
+                              (P, "resolve_device", "device"), (M, "resolve_device", "device"),
+                              (P, "build_params", "params"), (B, "build_params", "params"),
+                              (P, "data_digest", "digest")):
+        monkeypatch.setattr(module, name, count(key, getattr(module, name)))
+    cfg = _cfg(allocator="sara", steps=1, eval_every=0, allocator_params={"sara": {"tau_low": 0.4}})
+    checked = T.preflight(cfg, "arithmetic", ds["train"], ds["test"], root / "policy", tmp_path / "a")
+    once = {"splits": 1, "fit": 2, "device": 1, "params": 1, "digest": 1}
+    assert calls == once
+    assert (checked.device, type(checked.allocator_params).__name__, checked.allocator_params.tau_low) == \
+        ("cpu", "SARAParams", 0.4)
     T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "a",
-            inputs_checked=True)
-    assert calls == {"splits": 1, "fit": 0}
+            checked=checked)
+    assert calls == once
     T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "b")
-    assert calls == {"splits": 2, "fit": 2}
+    assert calls == {k: 2 * v for k, v in once.items()}
+    other = _cfg(allocator="grpo", steps=1, eval_every=0)
+    with pytest.raises(ValueError, match=r"differ from this call's cfg, run_dir; pass the same arguments"):
+        T.train(other, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
+                run_dir=tmp_path / "c", checked=checked)
 
 
 def test_eval_every_rollouts_evaluates_on_one_rollout_grid(setup, tmp_path):

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator, run_allocation_step
-from rlvr_core.allocation.beta_binomial import fit_beta_moments
 from rlvr_core.allocation.floor import screening_floor
+from rlvr_core.beta_moments import fit_beta_moments
 from rlvr_core.errors import ConfigError
 from rlvr_core.rollout.simulated import ReplayLog, Scenario, SimulatedEngine
 

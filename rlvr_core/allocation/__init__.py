@@ -4,7 +4,7 @@ Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po,
 """
 
 # registration
-from rlvr_core.allocation import ar3po, dapo, greso, pilot_commit, pods, reinforce_ada, sara, uniform, vigor  # noqa: F401
+from rlvr_core.allocation import ar3po, dapo, greso, grpo, pilot_commit, pods, reinforce_ada, sara, vigor  # noqa: F401
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import p_effective
 from rlvr_core.allocation.loop import run_allocation_step

@@ -13,13 +13,17 @@ observed prefix, that the completed group of k is mixed:
 - all-pass prefix (s = n):   1 - B(a + k, b) / B(a + n, b)
 
 With the uniform prior (a = b = 1) the all-fail case is (k - n)/(k + 1).
-All functions broadcast over numpy arrays and use log-Beta (no loops).
+All functions broadcast over numpy arrays and use log-Beta (no loops). The empirical-Bayes fit of a
+Beta prior (``fit_beta_moments``, ``beta_from_moments``) is in ``rlvr_core.beta_moments``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.special import betaln
+
+# the empirical-Bayes fit lives on the ground floor (the simulated engine uses it too); kept importable here
+from rlvr_core.beta_moments import beta_from_moments, fit_beta_moments
 
 ArrayLike = np.ndarray | float | int
 
@@ -59,36 +63,4 @@ def group_mixed_probability(p: ArrayLike, k: ArrayLike) -> np.ndarray:
     return 1.0 - p**k - (1.0 - p) ** k
 
 
-def fit_beta_moments(rates: np.ndarray, counts: np.ndarray, *, min_concentration: float = 0.2,
-                     max_concentration: float = 50.0) -> tuple[float, float]:
-    """Empirical-Bayes Beta(a, b) from observed per-prompt pass rates s/n.
-
-    Method of moments with the binomial sampling noise removed: for rates
-    observed from n rollouts, Var(s/n) = Var(p) (1 - h) + m (1 - m) h with
-    h = E[1/n], so Var(p) = (Var(s/n) - m (1 - m) h) / (1 - h). ``counts`` are
-    the n behind each rate. The concentration a + b is clipped to
-    [min_concentration, max_concentration] so a handful of observations never
-    produces a degenerate prior.
-    """
-    rates = np.asarray(rates, np.float64)
-    counts = np.asarray(counts, np.float64)
-    if rates.size < 2:
-        return 1.0, 1.0
-    return beta_from_moments(float(rates.mean()), float(rates.var()), float(np.mean(1.0 / np.maximum(counts, 1.0))),
-                             min_concentration=min_concentration, max_concentration=max_concentration)
-
-
-def beta_from_moments(mean: float, var: float, h: float, *, min_concentration: float = 0.2,
-                      max_concentration: float = 50.0) -> tuple[float, float]:
-    """Beta(a, b) from the mean and variance of observed rates s/n and h = E[1/n] (see ``fit_beta_moments``).
-
-    The moments may be weighted (the contextual prior decays old observations). h >= 1 (single-rollout
-    observations) carries no spread information and gives Beta(1, 1).
-    """
-    m = float(np.clip(mean, 1e-3, 1 - 1e-3))
-    if h >= 1.0:  # single-rollout observations carry no spread information
-        return 1.0, 1.0
-    var_p = (var - m * (1 - m) * h) / (1.0 - h)
-    conc = m * (1 - m) / max(var_p, 1e-9) - 1.0
-    conc = float(np.clip(conc, min_concentration, max_concentration))
-    return m * conc, (1 - m) * conc
+__all__ = ["ArrayLike", "beta_from_moments", "fit_beta_moments", "group_mixed_probability", "p_effective"]

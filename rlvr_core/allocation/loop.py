@@ -20,7 +20,7 @@ from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts, StepStats, TrainBatch
 
 # Fills rollouts.reward in place (a verifier over the payloads; the training loop passes its
-# rlvr_core.training.Scorer); None when the engine scores itself.
+# rlvr_core.rewards.scoring.Scorer); None when the engine scores itself.
 ScoreFn = Callable[[Rollouts], None]
 
 log = logging.getLogger(__name__)

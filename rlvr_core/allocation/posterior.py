@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_core.allocation.beta_binomial import beta_from_moments, fit_beta_moments
+from rlvr_core.beta_moments import beta_from_moments, fit_beta_moments
 from rlvr_core.errors import require
 
 

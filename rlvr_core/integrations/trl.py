@@ -105,10 +105,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from accelerate.utils import gather, gather_object
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOConfig, GRPOTrainer
+
+try:  # the [trl] extra: the base install (the library alone) leaves TRL and accelerate out
+    from accelerate.utils import gather, gather_object
+    from trl import GRPOConfig, GRPOTrainer
+except ImportError as e:
+    raise ImportError(f"rlvr_core.integrations.trl needs TRL 1.16 and accelerate, which the base install of "
+                      f"rlvr-alloc leaves out ({e}); install them with: pip install 'rlvr-alloc[trl]'") from e
 
 from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator
 from rlvr_core.errors import ConfigError

@@ -27,14 +27,16 @@ Each task with a warm start declares its teacher in ``rlvr_core.tasks`` (``Task.
 expression over the problem's numbers instead of the recorded solution (difficulty: how many
 numbers, so the default noisy difficulties (2, 3) make the 3-number problems noisy). Tasks
 without one (math, code: text the character vocabulary cannot write) start from a pretrained
-model (``base_model``).
+model (``base_model``). ``warm_start`` receives the teacher (``rlvr_core.tasks.warm_start_teacher``
+looks a task's up) and, for held-out figures, an evaluation function: this module sits on the
+models floor, below the task registry and the evaluation (docs/design.md §2.1).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,49 +49,48 @@ from rlvr_core.models.tiny import build_tiny_policy, num_parameters, save_policy
 from rlvr_core.models.tokenizer import EOS_ID, PAD_ID, encode_prompts
 
 Progress = Callable[[int, dict[str, float]], None]
+Evaluate = Callable[[Any, Any], Mapping[str, Any]]  # (model, tokenizer) -> held-out figures
 
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    """Knobs of the warm start (defaults: the measured CPU default, ~3 minutes).
+    """Knobs of the warm start (the ``warmstart`` section; defaults: the measured CPU default).
 
     Measured on 1-3 digit problems (held-out, 900 rows, 1 thread, noise 0.6):
     lr 3e-3 and 1.5e-3 trained much worse (loss 0.84 / 0.64) than 1e-3 and 7e-4
     (0.34 / 0.32 after 2400 steps); 7e-4 keeps a margin from that cliff.
 
-    steps:         optimiser steps
-    batch_size:    sequences per step
-    lr:            peak AdamW learning rate
-    warmup:        linear warm-up steps (then cosine decay to ``min_lr_ratio * lr``)
-    min_lr_ratio:  final learning rate as a fraction of ``lr``
-    weight_decay:  AdamW weight decay
-    noise:         probability that the teacher drops carries/borrows on a noisy-difficulty row
-    noisy_difficulties: difficulties (operand digit counts) the teacher is sloppy on
-    seed:          model init, batch order and teacher coins
-    hidden, layers, heads, intermediate: tiny policy size (see ``build_tiny_policy``)
-    log_every:     steps between progress reports / loss-curve points
-    base_model:    a pretrained causal LM (hub id such as "Qwen/Qwen2.5-1.5B-Instruct", or a
-                   local folder) to start RL from instead of the tiny policy: the warm-start
-                   stage then trains nothing and snapshots that model and its tokenizer
-                   (``rlvr_core.models.policy.snapshot_base_model``); the other knobs are unused.
-                   null (default): the supervised warm start above.
+    Each field's ``help`` (field metadata) documents it, as in ``rlvr_core.config``.
     """
 
-    steps: int = 2400
-    batch_size: int = 64
-    lr: float = 7e-4
-    warmup: int = 100
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    noise: float = 0.8
-    noisy_difficulties: tuple[int, ...] = (2, 3, 4)
-    seed: int = 0
-    hidden: int = 128
-    layers: int = 2
-    heads: int = 4
-    intermediate: int = 512
-    log_every: int = 100
-    base_model: str | None = None
+    steps: int = field(default=2400, metadata={"help": "Optimiser steps of the supervised warm start."})
+    batch_size: int = field(default=64, metadata={"help": "Sequences per warm-start step."})
+    lr: float = field(default=7e-4, metadata={"help": (
+        "Peak AdamW learning rate of the warm start, in (0, 1). 3e-3 and 1.5e-3 train much worse (see the "
+        "class docstring).")})
+    warmup: int = field(default=100, metadata={"help": (
+        "Linear warm-up steps, then cosine decay to `min_lr_ratio * lr`.")})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "Final learning rate as a fraction of `lr`."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay of the warm start."})
+    noise: float = field(default=0.8, metadata={"help": (
+        "Probability that the teacher writes a noisy-difficulty row sloppily. Arithmetic: every carry or "
+        "borrow dropped; countdown: a random expression over the problem's numbers.")})
+    noisy_difficulties: tuple[int, ...] = field(default=(2, 3, 4), metadata={"help": (
+        "Difficulties the sloppy teacher writes (1 to 4). A row's difficulty: its operand digits (arithmetic), "
+        "how many numbers it gives (countdown).")})
+    seed: int = field(default=0, metadata={"help": "Model init, batch order and the teacher's coins."})
+    hidden: int = field(default=128, metadata={"help": (
+        "Hidden size of the tiny Llama policy (`build_tiny_policy`). Divisible by `heads`, with an even head "
+        "size.")})
+    layers: int = field(default=2, metadata={"help": "Decoder layers of the tiny policy."})
+    heads: int = field(default=4, metadata={"help": "Attention heads of the tiny policy."})
+    intermediate: int = field(default=512, metadata={"help": "MLP width of the tiny policy."})
+    log_every: int = field(default=100, metadata={"help": "Steps between progress reports and loss-curve points."})
+    base_model: str | None = field(default=None, metadata={"help": (
+        "A pretrained causal LM to start RL from instead of the tiny policy (docs/gpu.md). A hub id such as "
+        "`Qwen/Qwen2.5-1.5B-Instruct` or a local folder: the stage trains nothing and snapshots that model and "
+        "its tokenizer (`rlvr_core.models.policy.snapshot_base_model`); the other warmstart keys are unused. "
+        "Null: the supervised warm start.")})
 
     def __post_init__(self) -> None:
         require(self.base_model is None or (isinstance(self.base_model, str) and self.base_model.strip() != ""),
@@ -165,6 +166,9 @@ class TeacherTargets:
     difficulty: list[int]
 
 
+Teacher = Callable[[Any], TeacherTargets]  # a task's warm-start teacher: training rows -> targets
+
+
 def _columns(rows: Any, names: Sequence[str], made_by: str) -> dict[str, list]:
     if hasattr(rows, "column_names"):  # datasets.Dataset
         missing = [c for c in names if c not in rows.column_names]
@@ -231,18 +235,6 @@ def _encode_targets(prompt_ids: list[list[int]], targets: Sequence[str], tok: An
         ids[i, : len(p) + len(t)] = torch.as_tensor(p + t)
         mask[i, len(p) - 1 : len(p) + len(t) - 1] = True
     return ids, mask
-
-
-def _teacher(task: str) -> Callable[[Any], TeacherTargets]:
-    """The warm-start teacher of ``task`` (``rlvr_core.tasks``); ConfigError when the task has none."""
-    from rlvr_core.errors import ConfigError
-    from rlvr_core.tasks import get_task
-
-    spec = get_task(task)
-    if spec.teacher is None:
-        raise ConfigError(f"task {task!r}: the tiny policy has no warm start for it ({spec.needs}); "
-                          "start from a pretrained model instead (warmstart.base_model)")
-    return spec.teacher
 
 
 def _lr_at(cfg: WarmStartConfig, step: int) -> float:
@@ -351,13 +343,10 @@ def _train(targets: TeacherTargets, cfg: WarmStartConfig, progress: Progress | N
     return model, tok, metrics
 
 
-def _heldout_metrics(model: Any, tok: Any, eval_rows: Any, task: str, eval_samples: int, seed: int) -> dict[str, Any]:
-    """``evaluate_policy``'s figures on ``eval_rows`` as heldout_*, and eval_seconds."""
-    from rlvr_core.evaluation import evaluate_policy
-
+def _heldout_metrics(model: Any, tok: Any, evaluate: Evaluate) -> dict[str, Any]:
+    """``evaluate(model, tok)``'s figures as heldout_*, and eval_seconds."""
     t_eval = time.perf_counter()
-    ev = evaluate_policy((model, tok), eval_rows, task, k=8, n_samples=eval_samples, seed=seed)
-    metrics: dict[str, Any] = {f"heldout_{k}": v for k, v in ev.items()}
+    metrics: dict[str, Any] = {f"heldout_{k}": v for k, v in evaluate(model, tok).items()}
     metrics["eval_seconds"] = time.perf_counter() - t_eval
     return metrics
 
@@ -365,7 +354,7 @@ def _heldout_metrics(model: Any, tok: Any, eval_rows: Any, task: str, eval_sampl
 def warm_start(
     train_rows: Any,
     *,
-    task: str = "arithmetic",
+    teacher: Teacher = arithmetic_targets,
     steps: int = WarmStartConfig.steps,
     batch_size: int = WarmStartConfig.batch_size,
     lr: float = WarmStartConfig.lr,
@@ -382,23 +371,22 @@ def warm_start(
     log_every: int = WarmStartConfig.log_every,
     out_dir: str | Path | None = None,
     progress: Progress | None = None,
-    eval_rows: Any = None,
-    eval_samples: int = 8,
+    evaluate: Evaluate | None = None,
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Train a fresh tiny policy on sloppy-teacher answers to ``train_rows``.
 
     Args:
-        train_rows: rows of ``task`` (arithmetic: ``make_arithmetic(...)["train"]`` or mappings
+        train_rows: rows the teacher reads (arithmetic: ``make_arithmetic(...)["train"]`` or mappings
             with prompt, a, b, op, difficulty; countdown: ``make_countdown``'s rows with id,
             prompt, numbers, answer); batches are drawn with replacement.
-        task: a task with a warm-start teacher (``rlvr_core.tasks``: arithmetic, countdown),
-            which writes the targets (``TeacherTargets``).
+        teacher: writes the targets (``TeacherTargets``) from ``train_rows``: a task's
+            ``Task.teacher`` (``rlvr_core.tasks.warm_start_teacher(name)``; arithmetic's by default).
         steps ... log_every: see ``WarmStartConfig`` (validated there).
         out_dir: if given, the policy is saved there with ``save_policy``.
         progress: called as ``progress(step, {"loss": ..., "lr": ...})`` every
             ``log_every`` steps and after the last one.
-        eval_rows: optional held-out rows; adds ``heldout_*`` metrics from
-            ``evaluate_policy`` (greedy per difficulty, pass@1, pass@8, group shares).
+        evaluate: optional ``evaluate(model, tokenizer) -> {name: value}`` run on the trained policy
+            (e.g. ``evaluate_policy`` on held-out rows); its figures become ``heldout_*`` metrics.
     Returns:
         (model, tokenizer, metrics) with metrics: params, steps, seconds,
         train_seconds, final_loss, loss_curve (list of [step, loss]),
@@ -411,16 +399,16 @@ def warm_start(
         hidden=hidden, layers=layers, heads=heads, intermediate=intermediate, log_every=log_every,
     )  # fmt: skip
     t_start = time.perf_counter()
-    targets = _teacher(task)(train_rows)
+    targets = teacher(train_rows)
     require(len(targets.prompts) > 0, "train_rows", "is empty")
     model, tok, metrics = _train(targets, cfg, progress)
-    if eval_rows is not None:
-        metrics.update(_heldout_metrics(model, tok, eval_rows, task, eval_samples, cfg.seed))
+    if evaluate is not None:
+        metrics.update(_heldout_metrics(model, tok, evaluate))
     if out_dir is not None:
         save_policy(model, tok, out_dir)
     metrics["seconds"] = time.perf_counter() - t_start
     return model, tok, metrics
 
 
-__all__ = ["TeacherTargets", "WarmStartConfig", "arithmetic_targets", "countdown_targets", "sloppy_value",
+__all__ = ["Teacher", "TeacherTargets", "WarmStartConfig", "arithmetic_targets", "countdown_targets", "sloppy_value",
            "warm_start"]

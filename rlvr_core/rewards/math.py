@@ -318,6 +318,6 @@ def score_batch(
     return out
 
 
-# the training loop's Scorer scores a round through these (see rlvr_core.training.Scorer)
+# the training loop's Scorer scores a round through these (see rlvr_core.rewards.scoring.Scorer)
 verify_math.score_batch = score_batch  # type: ignore[attr-defined]
 verify_math.close = shutdown_helpers  # type: ignore[attr-defined]

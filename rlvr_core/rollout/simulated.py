@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_core.allocation.beta_binomial import fit_beta_moments
+from rlvr_core.beta_moments import fit_beta_moments
 from rlvr_core.errors import ConfigError, require
 from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import regimes, study
 from benchmarks import training as training_bench
+from benchmarks.common import RESULTS, default_out
 
 KEYS = {"regime", "protocol", "allocator", "seeds", "reached", "rollouts_to_target", "seconds_to_target",
         "final_accuracy"}
@@ -80,10 +81,13 @@ def test_regimes_build_from_params_yaml():
 
 
 def test_quick_never_defaults_to_benchmarks_results():
-    assert study.default_out(None, True) != study.RESULTS
-    assert training_bench.default_out(None, True) != training_bench.RESULTS
-    assert study.default_out(None, False) == study.RESULTS
+    assert study.default_out(None, True) != RESULTS
+    assert study.default_out(None, False) == RESULTS
     assert study.default_out(Path("x"), True) == Path("x")
+    # the superseded training benchmark writes to its own folder of the archive, never beside the study's files
+    assert training_bench.OUT == RESULTS / "archive" / "training" and (training_bench.OUT / "training.md").is_file()
+    assert default_out(None, False, "training", full=training_bench.OUT) == training_bench.OUT
+    assert default_out(None, True, "training", full=training_bench.OUT) not in (RESULTS, training_bench.OUT)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.data.countdown import make_countdown
 from rlvr_core.data.disk import save_splits
 from rlvr_core.data.validate import DataError, check_consistent, validate_rows, validate_splits
+from rlvr_core.tasks import get_task
 from tasks.data import load_split
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def _saved(ds: datasets.DatasetDict, path: Path) -> Path:
 
 def _load_both(path: Path) -> None:
     tr, te = load_split(str(path), "train"), load_split(str(path), "test")
-    validate_splits(tr, te, "arithmetic", source=str(path))
+    validate_splits(tr, te, get_task("arithmetic"), source=str(path))
 
 
 def _arrow(path: Path, split: str = "train") -> Path:
@@ -62,40 +63,40 @@ def test_a_flipped_prompt_digit_in_the_arrow_file_is_refused(arith: datasets.Dat
 
 
 def test_arithmetic_prompt_and_answer_must_agree_without_the_operand_fields() -> None:
-    assert check_consistent({"prompt": "0377+0012=", "answer": "389"}, "arithmetic") is None
+    assert check_consistent({"prompt": "0377+0012=", "answer": "389"}, get_task("arithmetic")) is None
     assert "is not the value of the prompt '0379+0012=' (391)" in check_consistent(
-        {"prompt": "0379+0012=", "answer": "389"}, "arithmetic")
+        {"prompt": "0379+0012=", "answer": "389"}, get_task("arithmetic"))
     row = {"id": "r", "prompt": "0377+0012=", "a": 377, "op": "+", "b": 12, "difficulty": 3, "answer": "389"}
-    assert check_consistent(row, "arithmetic") is None
-    assert "'difficulty' 2" in check_consistent({**row, "difficulty": 2}, "arithmetic")
-    assert "op='-'" in check_consistent({**row, "op": "-"}, "arithmetic")
-    assert "not an arithmetic problem" in check_consistent({**row, "op": "/"}, "arithmetic")
+    assert check_consistent(row, get_task("arithmetic")) is None
+    assert "'difficulty' 2" in check_consistent({**row, "difficulty": 2}, get_task("arithmetic"))
+    assert "op='-'" in check_consistent({**row, "op": "-"}, get_task("arithmetic"))
+    assert "not an arithmetic problem" in check_consistent({**row, "op": "/"}, get_task("arithmetic"))
 
 
 def test_countdown_rows_agree_with_their_numbers_target_and_answer() -> None:
     ds = make_countdown(20, 5, 0)
     rows = list(ds["train"])
-    validate_rows(rows, "countdown", "train")
+    validate_rows(rows, get_task("countdown"), "train")
     bad_prompt = [dict(r) for r in rows]
     bad_prompt[2]["prompt"] = bad_prompt[2]["prompt"].replace(">", ">1", 1)
     with pytest.raises(DataError, match=r"train row 2 .*field 'prompt' .* does not match its fields numbers="):
-        validate_rows(bad_prompt, "countdown", "train")
+        validate_rows(bad_prompt, get_task("countdown"), "train")
     bad_answer = [dict(r) for r in rows]
     bad_answer[3]["answer"] = "+".join(map(str, bad_answer[3]["numbers"][:-1]))  # leaves a number out
     with pytest.raises(DataError, match=r"train row 3 .*field 'answer' .* does not use every number"):
-        validate_rows(bad_answer, "countdown", "train")
+        validate_rows(bad_answer, get_task("countdown"), "train")
 
 
 @pytest.mark.parametrize("answer", ["--5", "-5", "+5", "05", "5 ", "\u0665", "1e3", "", "1" * 13])
 def test_malformed_arithmetic_answers_are_refused(answer: str) -> None:
     row = {"id": "r0", "prompt": "1+1?", "answer": answer}
     with pytest.raises(DataError, match=r"train row 0 \('r0'\): field 'answer' must be a decimal integer"):
-        validate_rows([row], "arithmetic", "train")
+        validate_rows([row], get_task("arithmetic"), "train")
 
 
 @pytest.mark.parametrize("answer", ["0", "5", "130", "99980001"])
 def test_canonical_answers_pass(answer: str) -> None:
-    validate_rows([{"id": "r0", "prompt": "1+1?", "answer": answer}], "arithmetic", "train")
+    validate_rows([{"id": "r0", "prompt": "1+1?", "answer": answer}], get_task("arithmetic"), "train")
 
 
 # ----------------------------------------------------------------------------- unreadable dataset folders

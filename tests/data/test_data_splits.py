@@ -58,6 +58,7 @@ def test_near_duplicate_prompts_count_as_overlap():
     """Only exact duplicates were caught: a trailing space, NBSP or CRLF made a held-out problem "new"."""
     from rlvr_core.data.splits import normalize_prompt
     from rlvr_core.data.validate import DataError, validate_splits
+    from rlvr_core.tasks import get_task
 
     base = "Find $x$ if $2^x = 32$.\nShow your work."
     for variant in (base + " ", base.replace(" ", "\u00a0", 1), base.replace("\n", "\r\n"), "  " + base + "\t",
@@ -68,7 +69,7 @@ def test_near_duplicate_prompts_count_as_overlap():
     test = [{"id": "t", "prompt": base.replace("\n", "\r\n") + " ", "answer": "5"}]
     with pytest.raises(DataError, match=r"problem 'Find .*\\r\\n.* ' appears in both 'train' \(as 'Find .*\\n.*': "
                                         r"the same text up to whitespace, NBSP or CRLF\) and split 'test'.*1 of 1"):
-        validate_splits(train, test, "math")
+        validate_splits(train, test, get_task("math"))
 
 
 def test_hub_preparation_drops_near_duplicates_of_held_out_problems(tmp_path):

@@ -87,7 +87,8 @@ def test_short_warm_start_beats_random_init() -> None:
     model0, tok0 = build_tiny_policy(hidden=64, layers=2, heads=2, intermediate=128, seed=0)
     before = evaluate_policy((model0, tok0), rows, "arithmetic", n_samples=0, max_new_tokens=4)["greedy_acc"]
     _, _, met = warm_start(rows, steps=300, batch_size=32, lr=3e-3, noise=0.0, seed=0, warmup=20,
-                           hidden=64, layers=2, heads=2, intermediate=128, eval_rows=rows, eval_samples=8)  # fmt: skip
+                           hidden=64, layers=2, heads=2, intermediate=128,
+                           evaluate=lambda m, t: evaluate_policy((m, t), rows, "arithmetic", k=8, n_samples=8))
     assert before < 0.05
     assert met["heldout_greedy_acc"] >= before + 0.5, met
     assert met["heldout_pass_at_8"] >= met["heldout_pass_at_1"]

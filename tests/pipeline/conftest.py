@@ -65,7 +65,7 @@ def in_env(pipeline_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dic
 def copy_project(dest: Path) -> None:
     """Copy what the pipeline needs to run from ``dest`` (its code, the recorded warm starts, dvc.yaml, params.yaml,
     the README)."""
-    for name in ("flows", "tasks", "rlvr_core", "artifacts"):
+    for name in ("flows", "tasks", "pipeline", "rlvr_core", "artifacts"):
         shutil.copytree(PROJECT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", "README.md"):
         shutil.copy(PROJECT / name, dest / name)

@@ -68,7 +68,7 @@ def worker_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_no_remote_is_local_mode(worker_clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks import remote
+    from pipeline import remote
 
     monkeypatch.delenv("RLVR_DVC_REMOTE")
     assert remote.setup() is None
@@ -78,7 +78,7 @@ def test_no_remote_is_local_mode(worker_clone: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_remote_without_credentials(worker_clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks import remote
+    from pipeline import remote
 
     sh(None, worker_clone, PY, "-m", "dvc", "remote", "add", "s3store", "s3://rlvr-bucket/cache")
     sh(None, worker_clone, PY, "-m", "dvc", "remote", "add", "sshstore", "ssh://gpu-host/srv/dvc")
@@ -93,7 +93,7 @@ def test_remote_without_credentials(worker_clone: Path, monkeypatch: pytest.Monk
 
 def test_unreachable_or_unknown_remote(worker_clone: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.train import train
-    from tasks import remote
+    from pipeline import remote
 
     shutil.rmtree(tmp_path / "remote")  # the shared directory is not mounted on this worker
     with pytest.raises(ConfigError, match=r"DVC remote 'store' .* unreachable from this worker: .*remote is not a dir"):
@@ -109,7 +109,7 @@ def test_unreachable_or_unknown_remote(worker_clone: Path, tmp_path: Path, monke
 
 def test_unreachable_tracking_server(worker_clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.evaluate import evaluate
-    from tasks import remote
+    from pipeline import remote
 
     uri = os.environ["MLFLOW_TRACKING_URI"]
     with pytest.raises(ConfigError, match=rf"MLflow tracking server {uri} is unreachable .*spool.*still spooled"):
@@ -122,7 +122,7 @@ def test_unreachable_tracking_server(worker_clone: Path, monkeypatch: pytest.Mon
 
 def test_params_file_not_in_repository(worker_clone: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.deploy import check_params_in_repo, deploy
-    from tasks import remote
+    from pipeline import remote
 
     monkeypatch.setattr(remote, "check_tracking_server", lambda uri: None)  # the server is not what is tested here
     (worker_clone / "params_gpu.yaml").write_text(tiny_params_yaml())  # on disk, never committed
@@ -142,7 +142,7 @@ def test_params_file_not_in_repository(worker_clone: Path, monkeypatch: pytest.M
 def test_run_params_must_match_params_yaml(worker_clone: Path) -> None:
     """With a remote, dvc.lock records params.yaml: a run with other values is refused, not recorded wrongly."""
     from flows.common import load
-    from tasks import remote
+    from pipeline import remote
 
     sync = remote.Remote("store", worker_clone)
     (worker_clone / "dvc.yaml").write_text((PROJECT / "dvc.yaml").read_text())
@@ -324,7 +324,7 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
 
 def test_nightly_index_from_the_tracking_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's clone has no reports/nightly/index.json: finished nightly evaluations come from MLflow."""
-    from tasks import tracking
+    from pipeline import tracking
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("RLVR_ROOT", str(tmp_path))
@@ -341,7 +341,7 @@ def test_nightly_index_from_the_tracking_store(tmp_path: Path, monkeypatch: pyte
 
 def test_inputs_missing_from_the_remote(worker_clone: Path) -> None:
     """A clone whose dvc.lock records no data or warm start stops, naming them, before check_inputs runs."""
-    from tasks import remote
+    from pipeline import remote
 
     (worker_clone / "dvc.yaml").write_text((PROJECT / "dvc.yaml").read_text())
     sync = remote.Remote("store", worker_clone)

@@ -13,12 +13,12 @@ from tests.pipeline.conftest import PROJECT
 
 STAGES = yaml.safe_load((PROJECT / "dvc.yaml").read_text())["stages"]
 
-PACKAGES = ("flows", "tasks", "rlvr_core")
+PACKAGES = ("flows", "tasks", "pipeline", "rlvr_core")
 # Imports that decide whether a stage may run, never what it writes: params validation looks the allocator
 # and engine names up in their registries and checks the update's knobs (TrainerConfig). A stage does not
 # depend on them through this edge.
-VALIDATION_ONLY = {("rlvr_core/config.py", "rlvr_core.allocation"), ("rlvr_core/config.py", "rlvr_core.rollout"),
-                   ("rlvr_core/config.py", "rlvr_core.grpo")}
+VALIDATION_ONLY = {("rlvr_core/config/train.py", "rlvr_core.allocation"),
+                   ("rlvr_core/config/train.py", "rlvr_core.rollout"), ("rlvr_core/config/train.py", "rlvr_core.grpo")}
 
 
 def module_file(name: str) -> Path | None:
@@ -98,7 +98,7 @@ def test_allocator_edit_touches_train_stages_only() -> None:
 @pytest.mark.parametrize("allocator", sorted(ALLOCATORS))
 def test_dvc_outs_are_the_run_folder_the_flow_writes(allocator: str, monkeypatch: pytest.MonkeyPatch,
                                                      tmp_path: Path) -> None:
-    from tasks.paths import run_dir
+    from pipeline.paths import run_dir
 
     monkeypatch.setenv("RLVR_ROOT", str(tmp_path))
     body = stage_body("train")
@@ -113,7 +113,7 @@ def test_dvc_outs_are_the_run_folder_the_flow_writes(allocator: str, monkeypatch
 
 
 def test_run_folder_names() -> None:
-    from tasks.paths import run_name
+    from pipeline.paths import run_name
 
     assert run_name("sara+dps", 0) == "sara+dps-s0" and run_name("grpo", 12) == "grpo-s12"
     for bad in (("", 0), ("a/b", 0), ("..", 0), ("grpo", -1), ("grpo", True), ("grpo", "0")):

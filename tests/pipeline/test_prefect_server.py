@@ -32,7 +32,7 @@ def test_deployment_run_train_sara(pipeline_env: dict[str, str], tmp_path: Path)
             assert time.time() < deadline, "train/sara was never registered"
             time.sleep(2)
         ls = subprocess.run([prefect, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=60).stdout
-        for name in ("train/grpo", "train/dapo", "train/vigor", "train/pods", "train/greso", "train/sara-dps",
+        for name in ("train/grpo", "train/dapo", "train/vigor", "train/pods", "train/greso", "train/saraplusdps",
                      "evaluate/nightly"):
             assert name.split("/")[1] in ls
         run = subprocess.run([prefect, "deployment", "run", "train/sara", "--watch", "--watch-timeout", "300"],

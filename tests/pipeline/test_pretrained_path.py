@@ -21,6 +21,7 @@ from rlvr_core.checkpoint import read_state
 from rlvr_core.config import PrepareConfig, TrainConfig, load_params
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.policy import PolicyLoadError, load_any_policy, snapshot_base_model
+from rlvr_core.rewards import scoring
 from tasks.data import hub_dataset, load_split
 from tests.models.chat_model import build_chat_model
 from tests.pipeline.conftest import PROJECT, PY
@@ -143,7 +144,7 @@ def test_train_chat_model_on_math_rows(chat_model, math_rows, tmp_path, monkeypa
 
     train_rows, test_rows = math_rows
     seen = _record_engine_prompts(monkeypatch)
-    monkeypatch.setattr(training, "get_verifier", lambda name: _coin)  # the Scorer's verifier only
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _coin)  # the Scorer's verifier only
     t0 = time.perf_counter()
     res = training.train(_train_cfg(), policy_dir=chat_model, train_rows=train_rows, test_rows=test_rows,
                          run_dir=tmp_path / "run", task="math")
@@ -177,7 +178,7 @@ def test_engine_prompts_encode_chat_tokens_once(chat_model) -> None:
 
 def test_bf16_autocast_training_step_on_cpu(chat_model, math_rows, tmp_path, monkeypatch) -> None:
     train_rows, test_rows = math_rows
-    monkeypatch.setattr(training, "get_verifier", lambda name: _coin)
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _coin)
     res = training.train(_train_cfg(steps=1, dtype="bfloat16"), policy_dir=chat_model, train_rows=train_rows,
                          test_rows=test_rows, run_dir=tmp_path / "run", task="math")
     assert res.steps_done == 1
@@ -245,7 +246,7 @@ def test_flows_prepare_warmstart_train_evaluate(chat_model, pipeline_env, tmp_pa
     assert (tmp_path / "models/warmstart/config.json").is_file()
 
     _flow(env, "flows.train", "--allocator", "grpo")
-    run = tmp_path / "runs/grpo-s0"  # tasks/paths.run_dir: <allocator>-s<train.seed>
+    run = tmp_path / "runs/grpo-s0"  # pipeline/paths.run_dir: <allocator>-s<train.seed>
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and "greedy_acc" in summary["final_eval"]
     model, _ = load_any_policy(run / "final_model")

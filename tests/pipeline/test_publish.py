@@ -1,4 +1,4 @@
-"""Workers publishing dvc.lock to one git origin (tasks/remote.py): two at once both land (issue 26, break 5),
+"""Workers publishing dvc.lock to one git origin (pipeline/remote.py): two at once both land (issue 26, break 5),
 and a clone at a detached HEAD publishes to the branch it is told or is refused clearly (break 13)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import remote
 from rlvr_core.errors import ConfigError
-from tasks import remote
 
 BASE_LOCK = """schema: '2.0'
 stages:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import rlvr_core.training as training
+from rlvr_core.rewards import scoring
 from tasks.data import load_split
 from tests.pipeline.conftest import PROJECT
 
@@ -57,7 +57,7 @@ def _params(tmp: Path, **sections) -> str:
 def _record_verifier(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
     """Wrap the verifier the training loop's Scorer looks up; returns the (verifier, reward) of every call."""
     calls: list[tuple[str, float]] = []
-    lookup = training.get_verifier
+    lookup = scoring.get_verifier
 
     def recording(name: str):
         verify = lookup(name)
@@ -69,7 +69,7 @@ def _record_verifier(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]
 
         return scored
 
-    monkeypatch.setattr(training, "get_verifier", recording)
+    monkeypatch.setattr(scoring, "get_verifier", recording)
     return calls
 
 
@@ -162,7 +162,7 @@ def test_code_runs_the_pipeline_with_rewards_from_the_sandbox(flows_here, tmp_pa
     assert len(runs) >= len(calls)  # every score came from programs run in the sandbox
 
     # the same Scorer the run used: a known program passes every test, public and private
-    scorer = training.Scorer("code", rows)
+    scorer = scoring.Scorer("code", rows)
     i = next(i for i, r in enumerate(rows) if r["id"] == "livecodebench-abc901_a")
     texts = [SUM_PROGRAM, "```python\nprint(3)\n```", "print(int(input()) + 1"]  # right; public test only; broken
     ro = Rollouts(np.full(3, i), np.full(3, np.nan), np.ones(3, dtype=np.int64), [{"text": t} for t in texts])

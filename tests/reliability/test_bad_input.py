@@ -21,6 +21,7 @@ from rlvr_core.data.validate import DataError, validate_rows, validate_splits
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.rollout.hf import HFEngine
+from rlvr_core.tasks import get_task
 from rlvr_core.training import train
 from tests.reliability.common import CFG, dataset, make_flow_root
 
@@ -116,15 +117,15 @@ def test_bad_data_is_refused_before_any_rollout(policy_dir: Path, tmp_path: Path
 
 def test_task_specific_fields() -> None:
     row = {"id": "c0", "prompt": "3,7,25,50>125=", "numbers": [3, 7, 25, 50], "target": 125}
-    validate_rows([row], "countdown", "train")
+    validate_rows([row], get_task("countdown"), "train")
     with pytest.raises(DataError, match=r"field 'numbers' must be list\[int\]"):
-        validate_rows([{**row, "numbers": [3, "7"]}], "countdown", "train")
+        validate_rows([{**row, "numbers": [3, "7"]}], get_task("countdown"), "train")
     with pytest.raises(DataError, match=r"needs one of the fields \['tests', 'public_test_cases'\]"):
-        validate_rows([{"id": "p0", "prompt": "print sum"}], "code", "train")
+        validate_rows([{"id": "p0", "prompt": "print sum"}], get_task("code"), "train")
     with pytest.raises(DataError, match=r"'answer' is empty"):
-        validate_rows([{"id": "m0", "prompt": "1+1?", "answer": " "}], "math", "train")
+        validate_rows([{"id": "m0", "prompt": "1+1?", "answer": " "}], get_task("math"), "train")
     with pytest.raises(DataError, match=r"^data/x: train split is empty"):
-        validate_splits([], [row], "countdown", source="data/x")
+        validate_splits([], [row], get_task("countdown"), source="data/x")
 
 
 # ----------------------------------------------------------------------------- model folder

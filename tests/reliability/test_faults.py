@@ -18,9 +18,11 @@ from rlvr_core.allocation.loop import EngineError, generate_with_retry
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
+from rlvr_core.rewards import scoring
+from rlvr_core.rewards.scoring import Scorer
 from rlvr_core.rollout import RolloutEngine
 from rlvr_core.rollout.hf import HFEngine
-from rlvr_core.training import Scorer, TrainingStopped, train
+from rlvr_core.training import TrainingStopped, train
 from rlvr_core.types import Rollouts
 from tests.reliability.common import CFG, assert_same, dataset, final_state, read_metrics, strip_timing
 
@@ -192,13 +194,13 @@ def test_verifier_timeouts_score_zero_and_are_counted_separately(where: str) -> 
     assert elapsed < 3
     assert r.reward.tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert (s.errors, s.timeouts) == (1, 2)
-    with pytest.raises(ConfigError, match="timeout_s"):
-        Scorer("arithmetic", _rows(1), timeout_s=0)
+    with pytest.raises(ConfigError, match="verifier_timeout_s"):  # refused by the train section, once
+        TrainConfig(verifier_timeout_s=0)
 
 
 def test_verifier_failures_in_training_are_counted_logged_and_checkpointed(
         policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    real = training.get_verifier("arithmetic")
+    real = scoring.get_verifier("arithmetic")
     calls = {"n": 0}
 
     def flaky(text: str, row: Any) -> float:
@@ -207,7 +209,7 @@ def test_verifier_failures_in_training_are_counted_logged_and_checkpointed(
             raise RuntimeError("verifier crashed")
         return real(text, row)
 
-    monkeypatch.setattr(training, "get_verifier", lambda name: flaky)
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: flaky)
     with caplog.at_level(logging.WARNING, logger="rlvr_core.training"):
         res = _train(policy_dir, tmp_path / "run", cfg={"steps": 2})
     errs = [r["verifier_errors"] for r in res.metrics[1:]]
@@ -280,7 +282,7 @@ def test_a_step_without_effective_groups_makes_no_update(policy_dir: Path, tmp_p
                                                          monkeypatch: pytest.MonkeyPatch,
                                                          caplog: pytest.LogCaptureFixture, allocator: str,
                                                          params: dict) -> None:
-    monkeypatch.setattr(training, "get_verifier", lambda name: lambda text, row: 0.0)  # every group all-fail
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: lambda text, row: 0.0)  # every group all-fail
     box = _poison(monkeypatch, set())
     with caplog.at_level(logging.WARNING, logger="rlvr_core.training"):
         res = _train(policy_dir, tmp_path / "run", on_step=_track(box),

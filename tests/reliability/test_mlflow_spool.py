@@ -11,8 +11,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tasks import tracking
-from tasks.tracking import SPOOL, StepLogger, adopt_spool
+from pipeline import tracking
+from pipeline.tracking import SPOOL, StepLogger, adopt_spool
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ the policy never ends looking complete (library and flow)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import math
 from pathlib import Path
@@ -11,10 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlvr_core import training
 from rlvr_core.config import TrainConfig
-from rlvr_core.errors import ConfigError
-from rlvr_core.training import Scorer, TrainingStopped, train
+from rlvr_core.errors import ConfigError, from_mapping
+from rlvr_core.rewards import scoring
+from rlvr_core.rewards.scoring import Scorer
+from rlvr_core.training import TrainingStopped, train
 from rlvr_core.types import Rollouts
 from tests.reliability.common import dataset, make_flow_root, read_metrics
 
@@ -51,19 +54,21 @@ def _rollouts(n: int) -> Rollouts:
     return Rollouts(np.zeros(n, np.int64), np.zeros(n), np.ones(n, np.int64), [{"text": "1"} for _ in range(n)])
 
 
-def test_scorer_refuses_an_infinite_or_negative_timeout_and_bad_keys() -> None:
-    rows = [{"id": "a", "prompt": "0001+0000=", "answer": "1"}]
+def test_the_scorer_knobs_are_refused_once_by_the_train_section() -> None:
+    """The Scorer's three knobs are train keys, checked once when the train section is built (the Scorer does
+    not check them again): an infinite or non-positive timeout, a share outside [0, 1], no worker."""
     for bad in (math.inf, math.nan, 0, -1.0):
-        with pytest.raises(ConfigError, match="train.verifier_timeout_s"):
-            Scorer("arithmetic", rows, timeout_s=bad)
-    with pytest.raises(ConfigError, match=r"train.max_verifier_error_share: need a number in \[0, 1\]"):
-        Scorer("arithmetic", rows, max_error_share=1.5)
-    with pytest.raises(ConfigError, match="train.verifier_workers: need an int >= 1"):
-        Scorer("arithmetic", rows, workers=0)
+        with pytest.raises(ConfigError, match="train.verifier_timeout_s: got"):
+            from_mapping(TrainConfig, {"verifier_timeout_s": bad}, "train")
+    with pytest.raises(ConfigError, match=r"train.max_verifier_error_share: got 1.5; need a share in \[0, 1\]"):
+        from_mapping(TrainConfig, {"max_verifier_error_share": 1.5}, "train")
+    with pytest.raises(ConfigError, match="train.verifier_workers: got 0; need an int >= 1"):
+        from_mapping(TrainConfig, {"verifier_workers": 0}, "train")
+    assert not any(isinstance(n, ast.Raise) for n in ast.walk(ast.parse(inspect.getsource(Scorer.__init__).strip())))
 
 
 def test_scorer_counts_a_step_and_names_the_first_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(training, "get_verifier", lambda name: _alternating())
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _alternating())
     scorer = Scorer("arithmetic", [{"id": "a", "prompt": "0001+0000=", "answer": "1"}], max_error_share=0.5)
     scorer(_rollouts(8))
     assert (scorer.step_scored, scorer.step_failed, scorer.errors) == (8, 4, 4)
@@ -93,7 +98,7 @@ def test_scorer_counts_timeouts() -> None:
 
 def test_a_step_of_verifier_errors_stops_the_run_before_its_update(policy_dir: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(training, "get_verifier", lambda name: _broken)
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _broken)
     tr, te = _rows()
     with pytest.raises(TrainingStopped, match=r"step 1: 16 of 16 rollouts \(100%\) were errors or timeouts of the "
                                               r"'arithmetic' verifier.*first: OverflowError: timer value too large"):
@@ -104,10 +109,10 @@ def test_a_step_of_verifier_errors_stops_the_run_before_its_update(policy_dir: P
 
 def test_the_share_is_a_setting(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tr, te = _rows()
-    monkeypatch.setattr(training, "get_verifier", lambda name: _alternating())
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _alternating())
     res = train(TrainConfig(**SHORT), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "half")
     assert res.steps_done == 2 and res.metrics[-1]["verifier_errors"] == 2 * 16 // 2  # 50% is not more than 0.5
-    monkeypatch.setattr(training, "get_verifier", lambda name: _alternating())
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _alternating())
     with pytest.raises(TrainingStopped, match=r"8 of 16 rollouts \(50%\).*max_verifier_error_share=0\.4"):
         train(TrainConfig(**{**SHORT, "max_verifier_error_share": 0.4}), policy_dir=policy_dir, train_rows=tr,
               test_rows=te, run_dir=tmp_path / "strict")
@@ -146,7 +151,7 @@ def _mlflow_status(root: Path) -> str:
 def test_flow_marks_a_run_of_verifier_errors_failed(flow_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.train import train as train_flow
 
-    monkeypatch.setattr(training, "get_verifier", lambda name: _broken)
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: _broken)
     with pytest.raises(TrainingStopped, match=r"'arithmetic' verifier.*OverflowError"):
         train_flow.fn()
     run = flow_root / "runs/grpo-s1"
@@ -157,7 +162,7 @@ def test_flow_marks_a_run_of_verifier_errors_failed(flow_root: Path, monkeypatch
 def test_flow_marks_a_run_without_any_update_failed(flow_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.train import train as train_flow
 
-    monkeypatch.setattr(training, "get_verifier", lambda name: lambda text, row: 0.0)  # no errors, no signal
+    monkeypatch.setattr(scoring, "get_verifier", lambda name: lambda text, row: 0.0)  # no errors, no signal
     with pytest.raises(TrainingStopped, match=r"2 step\(s\) ran and none updated the policy"):
         train_flow.fn()
     run = flow_root / "runs/grpo-s1"

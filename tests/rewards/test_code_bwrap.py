@@ -38,9 +38,11 @@ from rlvr_core.rewards.sandbox import (  # noqa: E402
     SandboxLimits,
     run_python,
 )
+from rlvr_core.rewards.sandbox import bwrap as bwrap_mod  # noqa: E402
 
 # allow_processes: the hostile programs below must meet the deeper layers (namespaces, daemons, limits),
 # not only the default single-process rule (test_a_runs_memory_in_all_is_bounded_not_only_each_process)
+ROOT = Path(sandbox_mod.__file__).parents[3]  # the repository (rlvr_core/rewards/sandbox/__init__.py)
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, allow_processes=True)
 WALL_BOUND = LIMITS.wall_seconds + 1.5  # the wall limit plus slack for a loaded 2-core machine
 ONE_TEST = {"tests": [{"input": "1 2\n", "output": "3\n"}]}
@@ -210,8 +212,8 @@ def test_a_runs_memory_in_all_is_bounded_not_only_each_process(private_tmp) -> N
 
 def test_without_a_seccomp_table_the_run_is_held_to_one_process(private_tmp, monkeypatch) -> None:
     """The fallback where the filter has no table for the machine: RLIMIT_NPROC=1 (threads refused too)."""
-    monkeypatch.setattr(sandbox_mod, "_seccomp_filter", lambda single_process=False: None)
-    sandbox_mod._bwrap_plan.cache_clear()
+    monkeypatch.setattr(bwrap_mod, "_seccomp_filter", lambda single_process=False: None)
+    bwrap_mod._bwrap_plan.cache_clear()
     try:
         limits = SandboxLimits(cpu_seconds=3, wall_seconds=10, memory_bytes=128 * 2**20)
         result = run_python(FORK_AND_HOLD, "", limits)
@@ -220,7 +222,7 @@ def test_without_a_seccomp_table_the_run_is_held_to_one_process(private_tmp, mon
         threads = run_python("import threading\nthreading.Thread(target=print).start()\n", "", limits)
         assert threads.status == RUNTIME_ERROR and "can't start new thread" in threads.stderr
     finally:
-        sandbox_mod._bwrap_plan.cache_clear()
+        bwrap_mod._bwrap_plan.cache_clear()
     assert list(private_tmp.iterdir()) == []
 
 
@@ -239,9 +241,8 @@ def test_killed_verifier_takes_its_sandbox_along(tmp_path: Path, processes_with)
         "run_python(open(sys.argv[1]).read(), '', SandboxLimits(cpu_seconds=30, wall_seconds=60,\n"
         "                                                  allow_processes=True))\n"
     )
-    root = Path(sandbox_mod.__file__).parents[2]
     verifier = subprocess.Popen([sys.executable, "-c", driver, str(tmp_path / "program.py")],
-                                env={**os.environ, "PYTHONPATH": str(root)})
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         deadline = time.monotonic() + 30
         while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
@@ -619,7 +620,7 @@ def test_as_an_ordinary_user_bwrap_maps_the_uid_itself(tmp_path: Path) -> None:
         pytest.skip("needs root (to become nobody), setpriv and /usr/bin/python3")
     src = Path(tempfile.mkdtemp(prefix="rlvr_nonroot_", dir="/tmp"))
     try:
-        shutil.copytree(Path(sandbox_mod.__file__).parents[2] / "rlvr_core", src / "rlvr_core")
+        shutil.copytree(ROOT / "rlvr_core", src / "rlvr_core")
         script = src / "check.py"
         script.write_text(
             "import os, sys\n"

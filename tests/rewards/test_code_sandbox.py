@@ -20,7 +20,6 @@ if not sys.platform.startswith("linux"):
     pytest.skip("the sandbox relies on Linux rlimits, sessions and /proc", allow_module_level=True)
 
 from rlvr_core.rewards import get_verifier  # noqa: E402
-from rlvr_core.rewards import sandbox as sandbox_mod  # noqa: E402
 from rlvr_core.rewards.code import (  # noqa: E402
     CodeResult,
     extract_code,
@@ -41,6 +40,7 @@ from rlvr_core.rewards.sandbox import (  # noqa: E402
     SandboxWarning,
     run_python,
 )
+from rlvr_core.rewards.sandbox import bwrap as bwrap_mod  # noqa: E402
 
 pytestmark = [
     pytest.mark.usefixtures("private_tmp"),
@@ -175,6 +175,26 @@ HOSTILE = {
 }
 
 
+def test_the_child_runs_prelude_py_verbatim_and_importing_it_runs_nothing(tmp_path: Path) -> None:
+    """The in-process child gets the text of sandbox/prelude.py after ``-c``, unchanged; importing it refuses."""
+    import importlib
+
+    from rlvr_core.rewards.sandbox import inprocess
+
+    prelude = Path(inprocess.__file__).with_name("prelude.py")
+    program = str(tmp_path / "main.py")
+    argv, env, _ = inprocess._inprocess_command((), INPROC, str(tmp_path), program, False)
+    at = argv.index("-c")
+    assert argv[:at] == [INPROC.python, "-S", "-s", "-B", "-P"]
+    assert argv[at + 1] == prelude.read_text(encoding="utf-8")
+    assert argv[at + 2 : at + 4] == [str(tmp_path), "1"] and argv[at + 5 :] == [program]
+    assert argv[at + 4].split(",")[0] == f"RLIMIT_AS={INPROC.memory_bytes}" and env["HOME"] == str(tmp_path)
+    compile(argv[at + 1], "prelude", "exec")  # the text the child runs is a whole program
+    with pytest.raises(ImportError, match="never imported"):
+        importlib.import_module("rlvr_core.rewards.sandbox.prelude")
+    assert "rlvr_core.rewards.sandbox.prelude" not in sys.modules
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_inprocess_hostile_program_is_contained(name: str, private_tmp: Path) -> None:
     code, expected_status, max_wall = HOSTILE[name]
@@ -236,9 +256,9 @@ def test_inprocess_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyP
 def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs with or without bubblewrap installed: its absence is simulated."""
     real_which = shutil.which
-    monkeypatch.setattr(sandbox_mod.shutil, "which",
+    monkeypatch.setattr(bwrap_mod.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
-    sandbox_mod._bwrap_plan.cache_clear()
+    bwrap_mod._bwrap_plan.cache_clear()
     try:
         from rlvr_core.training import Scorer
 
@@ -258,7 +278,7 @@ def test_missing_bubblewrap_refuses_to_start(monkeypatch: pytest.MonkeyPatch) ->
             assert verify_code("```python\nprint(3)\n```", ONE_TEST, inproc) == 1.0
     finally:
         monkeypatch.undo()
-        sandbox_mod._bwrap_plan.cache_clear()
+        bwrap_mod._bwrap_plan.cache_clear()
     if shutil.which("bwrap") is not None:
         assert get_verifier("code") is verify_code
 

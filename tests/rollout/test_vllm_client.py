@@ -443,7 +443,7 @@ def test_a_killed_servers_shared_memory_is_removed(policy, tmp_path):
         assert first.exists()
         eng.update_weights()
         os.kill(pid0, signal.SIGKILL)
-        eng._proc.wait(timeout=10)
+        eng.server.proc.wait(timeout=10)
         assert len(eng.generate({0: 2})) == 2 and eng.restarts == 1
         second = Path(f"{prefix}-{eng.health()['pid']}")
         assert not first.exists() and second.exists()  # the dead server's segment is gone
@@ -511,7 +511,7 @@ def test_another_user_cannot_answer_the_servers_launch(policy, tmp_path):
     try:
         eng = _owned(policy, tmp_path, server_env={"FAKE_START_DELAY": "1.5"})
         try:
-            assert eng.health()["pid"] == eng._proc.pid and len(eng.generate({0: 2})) == 2
+            assert eng.health()["pid"] == eng.server.proc.pid and len(eng.generate({0: 2})) == 2
         finally:
             eng.close()
     finally:
@@ -540,13 +540,13 @@ def test_the_real_server_program_announces_itself_on_the_ready_pipe(policy, tmp_
     eng = _owned(policy, tmp_path, server_script=server_mod.__file__, server_env={"PYTHONPATH": str(tmp_path / "stub")})
     try:
         health = eng.health()
-        assert health["pid"] == eng._proc.pid and health["vllm"] == "stub"
-        assert health["weights_dir"] == str(eng._weights_folder)
-        cmdline = Path(f"/proc/{eng._proc.pid}/cmdline").read_bytes().decode().split("\0")
+        assert health["pid"] == eng.server.proc.pid and health["vllm"] == "stub"
+        assert health["weights_dir"] == str(eng.server.weights_folder)
+        cmdline = Path(f"/proc/{eng.server.proc.pid}/cmdline").read_bytes().decode().split("\0")
         assert "--ready-fd" in cmdline and "--ready-file" not in cmdline  # no path another user could write
     finally:
         eng.close()
-    assert eng._proc is None and "ready on http://127.0.0.1" in (tmp_path / "server.log").read_text()
+    assert eng.server.proc is None and "ready on http://127.0.0.1" in (tmp_path / "server.log").read_text()
 
 
 PORT_SQUATTER = """
@@ -574,8 +574,8 @@ def test_a_port_taken_over_by_another_user_gets_no_token(policy, tmp_path):
     squatter = None
     try:
         port = int(eng.url.rsplit(":", 1)[1])
-        os.killpg(eng._proc.pid, signal.SIGKILL)
-        eng._proc.wait(timeout=10)
+        os.killpg(eng.server.proc.pid, signal.SIGKILL)
+        eng.server.proc.wait(timeout=10)
         squatter = subprocess.Popen([python, "-S", "-c", PORT_SQUATTER, str(port)], user=65534, group=65534,
                                     stdout=subprocess.PIPE, text=True, cwd="/")
         assert squatter.stdout.readline() == "listening\n"
@@ -592,7 +592,7 @@ def test_a_port_taken_over_by_another_user_gets_no_token(policy, tmp_path):
 
 
 def test_peer_uid_names_the_listeners_owner_by_sock_diag_and_by_proc(monkeypatch):
-    from rlvr_core.rollout import vllm as vllm_mod
+    from rlvr_core.rollout import vllm_server as vllm_server_mod
 
     python = "/usr/bin/python3"
     if os.geteuid() != 0 or not os.access(python, os.X_OK):
@@ -606,9 +606,9 @@ def test_peer_uid_names_the_listeners_owner_by_sock_diag_and_by_proc(monkeypatch
         theirs = int(listener.stdout.readline())
         for port, uid in ((theirs, 65534), (mine.getsockname()[1], os.getuid())):
             with socket.create_connection(("127.0.0.1", port)) as c:  # still in the accept queue: not accepted
-                assert vllm_mod._diag_uid(c) == uid and vllm_mod.peer_uid(c) == uid
-                monkeypatch.setattr(vllm_mod, "_diag_uid", lambda sock: None)  # the /proc/net/tcp path
-                assert vllm_mod.peer_uid(c) == uid
+                assert vllm_server_mod._diag_uid(c) == uid and vllm_server_mod.peer_uid(c) == uid
+                monkeypatch.setattr(vllm_server_mod, "_diag_uid", lambda sock: None)  # the /proc/net/tcp path
+                assert vllm_server_mod.peer_uid(c) == uid
                 monkeypatch.undo()
     finally:
         mine.close()
@@ -739,7 +739,7 @@ def test_kill_signal_reaches_the_whole_server_group(policy, tmp_path):
     eng = _owned(policy, tmp_path)
     pid = eng.health()["pid"]
     os.kill(pid, signal.SIGKILL)
-    eng._proc.wait(timeout=10)
+    eng.server.proc.wait(timeout=10)
     assert len(eng.generate({0: 1})) == 1 and eng.restarts == 1
     eng.close()
 
@@ -914,23 +914,43 @@ def test_owned_server_gets_a_fresh_token_per_launch_never_on_its_command_line(po
     argv_log = tmp_path / "argv.jsonl"
     eng = _owned(policy, tmp_path, server_env={"FAKE_ARGV_LOG": str(argv_log)})
     try:
-        first, pid0 = eng._token, eng.health()["pid"]
-        folder = eng._weights_folder
+        first, pid0 = eng.server.token, eng.health()["pid"]
+        folder = eng.server.weights_folder
         assert folder.parent == (tmp_path / "shm").resolve() and (folder.stat().st_mode & 0o777) == 0o700
         with open(f"/proc/{pid0}/cmdline", "rb") as f:
             assert first.encode() not in f.read()
         assert _raw(eng.url, "/health")[0] == 401 and _raw(eng.url, "/health", token=first)[0] == 200
         os.kill(pid0, signal.SIGKILL)
-        eng._proc.wait(timeout=10)
+        eng.server.proc.wait(timeout=10)
         assert len(eng.generate({0: 1})) == 1 and eng.restarts == 1
-        assert eng._token != first and _raw(eng.url, "/health", token=first)[0] == 403
-        assert eng._weights_folder == folder  # the same private folder across restarts
+        assert eng.server.token != first and _raw(eng.url, "/health", token=first)[0] == 403
+        assert eng.server.weights_folder == folder  # the same private folder across restarts
         argv = [json.loads(line) for line in argv_log.read_text().splitlines()]
         assert len(argv) == 2 and all(a[a.index("--weights-dir") + 1] == str(folder) for a in argv)
-        assert not any(first in x or eng._token in x for a in argv for x in a)
+        assert not any(first in x or eng.server.token in x for a in argv for x in a)
     finally:
         eng.close()
     assert not folder.exists()
+
+
+def test_each_launch_gets_the_engines_model_arguments_and_a_restart_the_restored_seed(policy, tmp_path):
+    """The server class starts what the engine asks for; after load_state_dict the next start has its seed."""
+    argv_log = tmp_path / "argv.jsonl"
+    eng = _owned(policy, tmp_path, server_env={"FAKE_ARGV_LOG": str(argv_log)}, server_args=["--max-num-seqs", "4"])
+    try:
+        eng.load_state_dict({"seed": 23, "calls": 5})
+        os.kill(eng.health()["pid"], signal.SIGKILL)
+        eng.server.proc.wait(timeout=10)
+        assert len(eng.generate({0: 1})) == 1 and eng.restarts == 1
+    finally:
+        eng.close()
+    argv = [json.loads(line) for line in argv_log.read_text().splitlines()]
+    assert len(argv) == 2
+    for a, seed in zip(argv, ("11", "23")):
+        flags = dict(zip(a, a[1:]))  # each flag to the word after it
+        assert flags["--model"] == str(policy[2]) and flags["--seed"] == seed and flags["--port"] == "0"
+        assert flags["--max-model-len"] == str(eng.max_model_len) and a[-2:] == ["--max-num-seqs", "4"]
+        assert flags["--ready-fd"].isdigit() and flags["--host"] == "127.0.0.1"
 
 
 def test_server_refuses_to_start_without_a_token_or_with_an_unsafe_setup(policy, tmp_path):

@@ -172,19 +172,19 @@ def test_the_real_server_refuses_other_callers_and_other_weight_files(setup, tmp
     for path, body in (("/health", None), ("/generate", gen), ("/weights_digest", None)):
         assert _raw(eng.url, path, body)[0] == 401, path
         assert _raw(eng.url, path, body, token="x" * 43)[0] == 403, path
-    digest = _raw(eng.url, "/weights_digest", token=eng._token)[1]["digests"]
+    digest = _raw(eng.url, "/weights_digest", token=eng.server.token)[1]["digests"]
     hostile = tmp_path / "hostile.safetensors"
     save_file({k: torch.zeros_like(v) for k, v in model.state_dict().items() if k != "lm_head.weight"}, str(hostile))
-    link = eng._weights_folder / "link.safetensors"
+    link = eng.server.weights_folder / "link.safetensors"
     link.symlink_to(hostile)
     try:
-        for path in (str(hostile), str(link), str(eng._weights_folder / ".." / hostile.name), "/etc/passwd"):
-            code, ans = _raw(eng.url, "/load_weights", {"path": path, "version": 99}, token=eng._token)
+        for path in (str(hostile), str(link), str(eng.server.weights_folder / ".." / hostile.name), "/etc/passwd"):
+            code, ans = _raw(eng.url, "/load_weights", {"path": path, "version": 99}, token=eng.server.token)
             assert code == 403, (path, code, ans)
         assert _raw(eng.url, "/load_weights", {"path": str(hostile), "version": 99})[0] == 401
     finally:
         link.unlink()
-    assert _raw(eng.url, "/weights_digest", token=eng._token)[1]["digests"] == digest  # the policy is unchanged
+    assert _raw(eng.url, "/weights_digest", token=eng.server.token)[1]["digests"] == digest  # the policy is unchanged
     assert eng.health()["weights_version"] == eng.weights_version
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.allocation import full_protocol
-from benchmarks.output import RESULTS, results_dir
+from benchmarks.common import RESULTS, results_dir
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from tasks.paths import root
+from pipeline.paths import root
 
 EXPERIMENT = "rlvr-alloc"
 SPOOL = "mlflow_spool.jsonl"

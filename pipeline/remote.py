@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
+from pipeline.paths import params_path, root
 from rlvr_core.errors import ConfigError
-from tasks.paths import params_path, root
 
 ENV = "RLVR_DVC_REMOTE"
 BRANCH_ENV = "RLVR_GIT_BRANCH"  # the branch workers publish dvc.lock to (default: the branch the clone is on)
@@ -323,7 +323,7 @@ def setup(params_file: str | None = None) -> Remote | None:
     name = remote_name()
     if name is None:
         return None
-    from tasks.tracking import tracking_uri
+    from pipeline.tracking import tracking_uri
 
     top = root()
     name = check_remote(name, top)

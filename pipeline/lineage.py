@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tasks.paths import root
+from pipeline.paths import root
 
 
 def git_commit() -> str:

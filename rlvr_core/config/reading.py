@@ -1,0 +1,141 @@
+"""Reading params files: a YAML loader that refuses what people do not mean, and ``--set`` values.
+
+params.yaml is read with ``read_yaml``: aliases that would expand past ``MAX_YAML_NODES`` nodes are
+refused while composing, before anything is built, and exponent floats as people type them (``5e-5``,
+``1E-4``) are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused with the
+line they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as octal 8, ``1:30`` as 90,
+and a key given twice. Messages show values through ``short_repr``.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr_core.errors import ConfigError, short_repr  # short_repr: on the ground floor, imported here
+
+# the most nodes a params file or a --set value may expand to (aliases counted each time they are used);
+# params.yaml has a few hundred
+MAX_YAML_NODES = 20_000
+# the most digits of an int in a params file: past 309 digits an int no longer fits a float
+MAX_INT_DIGITS = 309
+
+
+
+# ----------------------------------------------------------------------------- reading YAML
+
+
+class _Refused(yaml.YAMLError):
+    """A params file that parses but is refused; the message says where and why."""
+
+
+class _ExpandsTooFar(_Refused):
+    pass
+
+
+def _at(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
+
+
+class ParamsLoader(yaml.SafeLoader):
+    """SafeLoader that refuses alias bombs and reads ``5e-5`` / ``1E-4`` / ``1e5`` as floats."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _count_nodes(node, {})
+        return node
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An int, refused when it is past a float's range (Python refuses 4,301+ digit ints with a
+        ValueError, and no params number can be that large)."""
+        digits = str(node.value).replace("_", "").lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS:
+            raise _Refused(f"the number at {_at(node)} is {len(digits):,} digits long; a params number must fit "
+                           f"a float (at most {MAX_INT_DIGITS} digits)")
+        value = super().construct_yaml_int(node)
+        if ":" in digits:
+            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a colon as base 60); "
+                           f"write {value} or quote the value")
+        if digits[:2] not in ("0x", "0b") and len(digits) > 1 and digits[0] == "0":
+            meant = int(str(node.value).replace("_", ""), 10)
+            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a leading 0 as octal); "
+                           f"write {meant}, or {value} if octal was meant")
+        if abs(value) >= 2 ** 1024:
+            raise _Refused(f"the number at {_at(node)} is past a float's range (about 1.8e308)")
+        return value
+
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping, refused when it gives a key twice (YAML would keep the last one silently)."""
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _Refused(f"the key {short_repr(key, 80)} is given twice, at {_at(seen[key])} and "
+                               f"{_at(key_node)} (YAML would keep the last one silently); give it once")
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+ParamsLoader.add_constructor("tag:yaml.org,2002:int", ParamsLoader.construct_yaml_int)
+
+
+# YAML 1.1 (PyYAML) wants a dot and a signed exponent (5.0e-5); people type 5e-5, 1E-4, 1e5
+ParamsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def _count_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes ``node`` expands to (an alias counts its target again); raises once past MAX_YAML_NODES."""
+    if id(node) in memo:
+        n = memo[id(node)]
+    else:
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(_count_nodes(c, memo) for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(_count_nodes(k, memo) + _count_nodes(v, memo) for k, v in node.value)
+        memo[id(node)] = n
+    if n > MAX_YAML_NODES:
+        m = node.start_mark
+        raise _ExpandsTooFar(f"the value at line {m.line + 1}, column {m.column + 1} expands to more than "
+                             f"{MAX_YAML_NODES:,} nodes through aliases (an alias bomb?); write the values out")
+    return n
+
+
+def read_yaml(text: str, where: str) -> Any:
+    """Parse ``text`` with ``ParamsLoader``; ConfigError naming ``where`` on bad or oversized YAML."""
+    try:
+        return yaml.load(text, Loader=ParamsLoader)  # a SafeLoader subclass
+    except _Refused as e:
+        raise ConfigError(f"{where}: {e}") from None
+    except (yaml.YAMLError, ValueError, OverflowError) as e:  # ValueError: e.g. a date 2001-13-01, !!int 12x
+        why = " ".join(str(e).split())
+        raise ConfigError(f"{where}: not valid YAML ({why if len(why) <= 300 else why[:297] + '...'})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply to be a params value") from None
+
+
+def parse_set(items: typing.Sequence[str], params_file: str | Path, section: str = "train") -> dict[str, Any]:
+    """``--set key=value`` items -> {key: value}, values read as params.yaml reads them.
+
+    Errors name ``params_file`` and ``section.key`` and say the value came from --set.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {short_repr(item)}: use key=value, e.g. --set lr=5e-5")
+        key, value = (s.strip() for s in item.split("=", 1))
+        if not key:
+            raise ConfigError(f"--set {short_repr(item)}: the key is empty; use key=value, e.g. --set lr=5e-5")
+        out[key] = read_yaml(value, f"{params_file}: {section}.{key} (from --set {short_repr(item)})")
+    return out
+

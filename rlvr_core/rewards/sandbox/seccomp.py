@@ -1,0 +1,63 @@
+"""The bubblewrap sandbox's seccomp filter, assembled as classic BPF (no new user namespaces, no foreign
+syscall ABI, optionally no new processes)."""
+
+from __future__ import annotations
+
+import platform
+import struct
+import sys
+from functools import lru_cache
+
+
+def _assemble(prog: list) -> bytes:
+    """Classic BPF from (code, k, jump-if-true label, jump-if-false label) tuples and label strings."""
+    labels: dict[str, int] = {}
+    for item in prog:
+        if isinstance(item, str):
+            labels[item] = sum(1 for x in prog[: prog.index(item)] if not isinstance(x, str))
+    out = bytearray()
+    i = 0
+    for item in prog:
+        if isinstance(item, str):
+            continue
+        code, k, jt, jf = item
+        out += struct.pack("=HBBI", code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k)
+        i += 1
+    return bytes(out)
+
+
+@lru_cache(maxsize=4)
+def _seccomp_filter(single_process: bool = False) -> bytes | None:
+    """A classic-BPF seccomp program: no new user namespaces, no foreign syscall ABI.
+
+    ``single_process``: also refuse new processes (``fork``, ``vfork``, ``clone`` without
+    ``CLONE_THREAD``) with EAGAIN, as RLIMIT_NPROC would; threads (which share the address
+    space, so RLIMIT_AS bounds them together) still start. None on machines without a table
+    here (the other layers still apply).
+    """
+    # audit arch, clone, unshare, clone3, x32 ABI bit to refuse (x86_64 only), fork, vfork (none on aarch64)
+    tables = {
+        "x86_64": (0xC000003E, 56, 272, 435, 0x40000000, (57, 58)),
+        "aarch64": (0xC00000B7, 220, 97, 435, None, ()),
+    }
+    entry = tables.get(platform.machine())
+    if entry is None or sys.byteorder != "little":
+        return None
+    arch, nr_clone, nr_unshare, nr_clone3, x32, forks = entry
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+    allow, kill = 0x7FFF0000, 0x80000000  # SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS
+    eperm, enosys, eagain = 0x00050000 | 1, 0x00050000 | 38, 0x00050000 | 11  # SECCOMP_RET_ERRNO | errno
+    clone_newuser, clone_thread = 0x10000000, 0x00010000
+    prog: list = [(ld, 4, None, None), (jeq, arch, None, "kill"), (ld, 0, None, None)]  # arch, then nr
+    if x32 is not None:
+        prog.append((jge, x32, "kill", None))
+    prog += [(jeq, nr_clone3, "enosys", None), (jeq, nr_unshare, "unshare", None), (jeq, nr_clone, "clone", None)]
+    prog += [(jeq, nr, "eagain", None) for nr in (forks if single_process else ())]
+    prog += [(ret, allow, None, None), "unshare", (ld, 16, None, None), (jset, clone_newuser, "eperm", None),
+             (ret, allow, None, None), "clone", (ld, 16, None, None), (jset, clone_newuser, "eperm", None)]
+    if single_process:
+        prog.append((jset, clone_thread, None, "eagain"))
+    prog += [(ret, allow, None, None), "eperm", (ret, eperm, None, None), "enosys", (ret, enosys, None, None),
+             "eagain", (ret, eagain, None, None), "kill", (ret, kill, None, None)]
+    return _assemble(prog)
+

@@ -1,0 +1,58 @@
+"""Headline comparisons across warm starts (benchmarks/warmstarts.py): per warm start, pooled, stratified."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import warmstarts as W
+from tests.benchmarks.test_study_targets import run, write_cell
+
+
+def regime(root: Path, name: str, target: float, met: bool = True) -> None:
+    (root / "study" / name).mkdir(parents=True, exist_ok=True)
+    (root / "study" / name / "target.json").write_text(json.dumps({"target": target}))
+    (root / "study" / name / "preregistration.json").write_text(json.dumps({"meets": met}))
+
+
+def test_family_is_the_regime_then_its_warm_starts_in_seed_order(tmp_path):
+    for name in ("pool", "pool-ws10", "pool-ws2", "pool-k16", "pool-k16-ws1"):
+        regime(tmp_path, name, 0.5)
+    (tmp_path / "study" / "pool-ws3").mkdir()  # no frozen target yet: not part of the family
+    assert W.family(tmp_path, "pool") == ["pool", "pool-ws2", "pool-ws10"]
+
+
+def test_a_saving_in_one_warm_start_only_says_so_and_the_stratified_test_sees_it(tmp_path):
+    # warm start 0: ours reaches 0.5 at 100 rollouts, dapo at 200; warm start 1: the policy learns fast, both
+    # reach at 100 (no saving). Pooled: one run in two saves half, the other nothing
+    regime(tmp_path, "pool", 0.5)
+    regime(tmp_path, "pool-ws1", 0.5, met=False)
+    write_cell(tmp_path, "pool", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(4)])
+    write_cell(tmp_path, "pool", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(4)])
+    write_cell(tmp_path, "pool-ws1", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(4)])
+    write_cell(tmp_path, "pool-ws1", "equal-batch", "dapo", "dapo", [run([0, 0.5, 1], s) for s in range(4)])
+    rows = W.measure(tmp_path, bases=("pool",))
+    assert [(r["protocol"], r["ours"]) for r in rows] == [("equal-batch", "sara")]
+    r = rows[0]
+    assert r["warm_starts"] == 2 and r["holds_in"] == 1 and r["ours_runs"] == 8
+    per = {p["regime"]: p for p in r["per_warm_start"]}
+    assert per["pool"]["value"] == pytest.approx(0.5) and per["pool-ws1"]["value"] == pytest.approx(0.0)
+    assert per["pool-ws1"]["preregistration_met"] is False
+    assert r["pooled_saving"] == pytest.approx(0.25)  # median of the ratios 0.5 x4 and 1.0 x4
+    # within warm start 0 ours wins every pair (p = 1/70 there); warm start 1 is all ties: significant, not tiny
+    assert 0.0 < r["p_value_stratified"] < 0.05
+    md = "\n".join(W.table(rows))
+    assert "pool-ws1 (pre-reg. missed)" in md and "| 1/2 |" in md
+
+
+def test_a_warm_start_without_both_cells_is_left_out(tmp_path):
+    regime(tmp_path, "pool", 0.5)
+    regime(tmp_path, "pool-ws1", 0.5)
+    write_cell(tmp_path, "pool", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(3)])
+    write_cell(tmp_path, "pool", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(3)])
+    write_cell(tmp_path, "pool-ws1", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(3)])
+    rows = W.measure(tmp_path, bases=("pool",))
+    assert rows[0]["warm_starts"] == 1 and rows[0]["base_runs"] == 3
+    assert W.measure(tmp_path, bases=("hard",)) == []

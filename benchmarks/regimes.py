@@ -203,6 +203,7 @@ def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = Fal
     ``work`` (cached by the same settings)."""
     from rlvr_core.models.recorded import recorded_policy
     from rlvr_core.models.warmstart import warm_start
+    from rlvr_core.tasks import warm_start_teacher
 
     if not quick and (found := recorded_policy(RECORDED, _key(params))) is not None:
         print(f"warm start: the recorded policy {found[0]} (sha256 verified)", flush=True)
@@ -216,7 +217,7 @@ def policy_dir(params: Params, work: Path, train_rows: Any, *, quick: bool = Fal
         print(f"warm start ({kwargs['steps']} steps) -> {out}", flush=True)
         t0 = time.perf_counter()
         tmp = out.with_name(out.name + ".tmp")
-        warm_start(train_rows, task=params.prepare.task, **kwargs, out_dir=tmp)
+        warm_start(train_rows, teacher=warm_start_teacher(params.prepare.task), **kwargs, out_dir=tmp)
         os.replace(tmp, out) if not out.exists() else None
         print(f"warm start done in {time.perf_counter() - t0:.0f} s", flush=True)
     return out

@@ -82,11 +82,13 @@ def test_policy_dir_warm_starts_with_the_regimes_task(tmp_path, monkeypatch) -> 
 
     seen = {}
 
-    def fake(rows, *, task, out_dir, **kwargs):
-        seen.update(task=task, steps=kwargs["steps"])
+    def fake(rows, *, teacher, out_dir, **kwargs):
+        seen.update(task=teacher, steps=kwargs["steps"])
         out_dir.mkdir(parents=True)
         (out_dir / "config.json").write_text("{}")
 
     monkeypatch.setattr(ws, "warm_start", fake)
     out = regimes.policy_dir(regimes.regime_params("steps"), tmp_path, [], quick=True)
-    assert seen == {"task": "arithmetic-steps", "steps": 30} and (out / "config.json").exists()
+    from rlvr_core.tasks import get_task
+
+    assert seen == {"task": get_task("arithmetic-steps").teacher, "steps": 30} and (out / "config.json").exists()

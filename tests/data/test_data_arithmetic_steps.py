@@ -47,7 +47,7 @@ def test_worked_answers_write_each_column_then_the_reversed_answer() -> None:
 def test_rows_validate_and_every_completion_is_writable_by_the_tiny_policy(rows: list[dict],
                                                                            targets: dict[str, list]) -> None:
     ds, extra = get_task("arithmetic-steps").build(PrepareConfig(task="arithmetic-steps", n_train=40, n_test=10))
-    validate_splits(list(ds["train"]), list(ds["test"]), "arithmetic-steps")
+    validate_splits(list(ds["train"]), list(ds["test"]), get_task("arithmetic-steps"))
     for text in targets["clean"] + targets["sloppy"]:
         check_text(text)  # digits, + - * = , > only: no new token
         assert len(text) <= MAX_STEPS_CHARS

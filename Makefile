@@ -26,9 +26,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# one pytest worker per core (TEST_WORKERS=0: one process); a test file stays on one worker, so its fixtures
+# are built once
+TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # the whole pipeline (prepare -> warmstart -> train x allocators -> evaluate -> report) with DVC;
 # `dvc init` once if the repository has no .dvc/ yet. One local Prefect server (SQLite under .prefect/)

@@ -9,3 +9,27 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+from pathlib import Path  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+# The longest files (minutes each: whole pipelines in subprocesses), slowest first. `make test` runs one worker
+# per core and keeps a file on one worker (--dist loadfile), handing out files in collection order: started
+# first, these overlap each other and the many short files instead of one of them running alone at the end.
+SLOW_FIRST = ("pipeline/test_replication.py", "pipeline/test_cluster.py", "pipeline/test_dvc_repro.py",
+              "pipeline/test_flows_local.py", "pipeline/test_pretrained_path.py", "reliability/test_sigkill_resume.py",
+              "reliability/test_runlock.py", "benchmarks/test_study.py", "pipeline/test_bad_params.py",
+              "pipeline/test_local_server.py", "pipeline/test_lifeline.py", "integrations/test_trl.py")
+
+
+def slow_first_key(path: Path) -> int:
+    """The collection rank of a test file: its place in SLOW_FIRST, every other file after them (in its order)."""
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return len(SLOW_FIRST)
+    return SLOW_FIRST.index(rel) if rel in SLOW_FIRST else len(SLOW_FIRST)
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001 (pytest's hook signature)
+    items.sort(key=lambda item: slow_first_key(item.path))  # stable: each file keeps its own order

@@ -40,6 +40,9 @@ WRITERS: tuple[Writer, ...] = (
     Writer("study/", "python -m benchmarks.study --regime R --protocol P", "study",
            "one run file per regime/protocol/variant/seed: study/<regime>/<protocol>/<slug(variant)>/s<seed>.json, "
            "beside each regime's target.json and preregistration.json"),
+    Writer("regimes_steps_*", "", "", "a run file of `python -m benchmarks.study --regime steps --protocol reference` "
+           "under a setting tried on uniform GRPO and dropped before any other allocator ran, moved here by hand "
+           "for the record (docs/training-study.md)"),
     Writer("training_round_price.*", "python -m benchmarks.study --round-price --regime R", "study"),
     Writer("training_targets.*", "python -m benchmarks.study_targets", "study_targets",
            "rewritten by every python -m benchmarks.study summary"),

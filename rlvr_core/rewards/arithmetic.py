@@ -13,15 +13,21 @@ it does O(1) work for any input (oversized text is rejected by length first).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from rlvr_core.data.arithmetic import parse_answer
 
 
 def verify_arithmetic(completion: str, example: Mapping) -> float:
     """1.0 iff ``completion`` is the reversed-digit form of ``example["answer"]``, else 0.0."""
+    return score_parsed(parse_answer, completion, example)
+
+
+def score_parsed(parse: Callable[[str], int | None], completion: str, example: Mapping) -> float:
+    """1.0 iff ``parse(completion)`` equals ``example["answer"]`` (an int or a digit string of at most 20
+    characters), else 0.0; never raises (shared by the arithmetic tasks' verifiers)."""
     try:
-        value = parse_answer(completion)
+        value = parse(completion)
         if value is None:
             return 0.0
         answer = example["answer"]

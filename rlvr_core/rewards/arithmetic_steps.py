@@ -14,17 +14,9 @@ from __future__ import annotations
 from typing import Mapping
 
 from rlvr_core.data.arithmetic_steps import parse_final
+from rlvr_core.rewards.arithmetic import score_parsed
 
 
 def verify_arithmetic_steps(completion: str, example: Mapping) -> float:
     """1.0 iff the final answer of ``completion`` (after its last ``>``) is ``example["answer"]``, else 0.0."""
-    try:
-        value = parse_final(completion)
-        if value is None:
-            return 0.0
-        answer = example["answer"]
-        if not isinstance(answer, (str, int)) or isinstance(answer, bool) or len(str(answer)) > 20:
-            return 0.0
-        return 1.0 if value == int(answer) else 0.0
-    except Exception:  # noqa: BLE001 - a verifier must score, never crash the training step
-        return 0.0
+    return score_parsed(parse_final, completion, example)

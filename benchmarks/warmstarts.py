@@ -100,15 +100,19 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.0f}%"
 
 
+def _p(v: float | None) -> str:
+    return "n/a" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"
+
+
 def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| regimes | protocol | ours vs baseline | per warm start: saving [95% CI] (p) | pooled saving | "
              "stratified p | holds in |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         per = "; ".join(f"{p['regime']}{'' if p['preregistration_met'] is not False else ' (pre-reg. missed)'}: "
-                        f"{_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] (p = {p['p_value']:.3f}, "
+                        f"{_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] (p {'' if p['p_value'] is not None and p['p_value'] < 0.001 else '= '}{_p(p['p_value'])}, "
                         f"{p['ours_reached']}/{p['ours_seeds']} vs {p['base_reached']}/{p['base_seeds']} reached)"
                         for p in r["per_warm_start"])
-        ps = "n/a" if r["p_value_stratified"] is None else f"{r['p_value_stratified']:.3f}"
+        ps = _p(r["p_value_stratified"])
         lines.append(f"| {r['family']} x {r['warm_starts']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | "
                      f"{per} | {_pct(r['pooled_saving'])} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
     return lines

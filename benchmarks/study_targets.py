@@ -20,6 +20,10 @@ false, or null while the cells it needs have not run). The rules were written do
   rollouts-to-target on the *validation* split (tuned/choice.json), never picked on the reported test runs.
 - ``equal-rollouts``: the median accuracy over seeds against the update count, interpolated on 50 points from
   10% of the run to the end of the shorter of the two cells; met when vigor's median is >= grpo's at all of them.
+- ``steps`` (worked answers): ours against dapo at equal batch in rollouts, generated tokens and training seconds
+  to target, and the sources' token claim (sara saves more tokens than rollouts against dapo): the token saving
+  minus the rollout saving with a bootstrap interval that keeps each run's two costs paired; met when the
+  interval lies above zero.
 - the simulator target reads benchmarks/results/allocation.json (k = 8, scenarios early, late and ushape):
   the best allocator's rollouts per effective group over the limit of k.
 - where benchmarks/results/allocation_floor.json exists (``python -m benchmarks.floor``), the simulator row
@@ -178,6 +182,7 @@ def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, An
                              "kind": "saving", "want": None, **s, "met": None})
     rows += _pool_rows(out)
     rows += _matched_rows(out)
+    rows += _steps_rows(out)
     rows += _tuned_rows(out, t)
     for regime in ("hard", "easy"):
         for lab in ("vigor", *CANDIDATES["equal-rollouts"]):
@@ -256,6 +261,56 @@ def _matched_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+# regime steps (worked answers, failing ones longer): what a rollout saved buys in tokens and seconds
+AXES = (("cum_rollouts", "rollouts"), ("cum_tokens", "generated tokens"), ("seconds", "training seconds"))
+
+
+def saving_gap(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], target: float, *,
+               axis: str, than: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
+    """The saving on ``axis`` minus the saving on ``than`` (e.g. tokens minus rollouts), with a 95% bootstrap
+    interval that resamples each side's runs once for both axes (a run's two costs stay paired)."""
+    a = np.asarray([[_cost(r, target, x, True) for x in (axis, than)] for r in ours], float)
+    b = np.asarray([[_cost(r, target, x, False) for x in (axis, than)] for r in base], float)
+    if not len(a) or not len(b):
+        return {"value": None, "lo": None, "hi": None}
+
+    def gap(x: np.ndarray, y: np.ndarray) -> float:
+        d = _sav(x[:, 0], y[:, 0]) - _sav(x[:, 1], y[:, 1])
+        return d if math.isfinite(d) else math.nan
+
+    rng = np.random.default_rng(seed)
+    boots = np.asarray([gap(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
+                        for _ in range(BOOT)])
+    boots = np.sort(boots[np.isfinite(boots)])
+    value = gap(a, b)
+    if not len(boots) or not math.isfinite(value):
+        return {"value": None, "lo": None, "hi": None}
+    return {"value": value, "lo": float(boots[int(0.025 * (len(boots) - 1))]),
+            "hi": float(boots[int(math.ceil(0.975 * (len(boots) - 1)))]), "resamples_used": int(len(boots))}
+
+
+def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:
+    """steps, equal-batch: each of ours against dapo in rollouts, tokens and seconds to target (candidate rows),
+    and the sources' token claim (sara's token saving exceeds its rollout saving), met when the 95% interval of
+    the difference lies above zero."""
+    t = _target_of(out, regime)
+    dapo = _runs(out, regime, "equal-batch", "dapo") if t is not None else []
+    rows: list[dict[str, Any]] = []
+    for lab in ("sara", "sara+dps[context]"):
+        if not dapo or not (ours := _runs(out, regime, "equal-batch", lab)):
+            continue
+        for axis, word in AXES:
+            rows.append({"target": f"(candidate) {regime}, equal-batch: {lab}'s saving against dapo in {word}",
+                         "kind": "saving", "want": None, **saving(ours, dapo, t, axis=axis), "met": None})
+        if lab == "sara":
+            g = saving_gap(ours, dapo, t, axis="cum_tokens")
+            rows.append({"target": f"(the sources' claim) {regime}, equal-batch: sara's saving against dapo is larger "
+                         "in generated tokens than in rollouts", "kind": "gap", "want": 0.0, **g,
+                         "ours_seeds": len(ours), "base_seeds": len(dapo),
+                         "met": _met(g["value"], g["lo"] is not None and g["lo"] > 0)})
+    return rows
+
+
 def _tuned_rows(out: Path, t: float | None) -> list[dict[str, Any]]:
     choice_file = out / "study" / "hard" / "tuned" / "choice.json"
     choice = json.loads(choice_file.read_text()) if choice_file.exists() else {}
@@ -320,6 +375,9 @@ def fmt(row: Mapping[str, Any]) -> str:
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
             "none" if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
         return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} seeds{raw})"
+    if row["kind"] == "gap":
+        return f"{100 * v:+.0f} points [{100 * row['lo']:+.0f}, {100 * row['hi']:+.0f}] (token saving minus rollout " \
+               f"saving; {row['ours_seeds']} vs {row['base_seeds']} seeds)"
     if row["kind"] == "dominance":
         return f"at {v:.0%} of update counts; lowest difference {row['min_difference']:+.3f} " \
                f"({row['ours_seeds']} vs {row['base_seeds']} seeds)"

@@ -134,3 +134,33 @@ def test_pool_rows_name_the_declared_target_and_the_published_allocators(tmp_pat
     vs = rows["(candidate) pool, equal-batch: sara+dps's saving against pilot-commit, the best published allocator "
               "of the cell"]
     assert vs["value"] == pytest.approx(1 - 80 / 60)  # a loss against the published allocator is shown as one
+
+
+def run_tokens(accs, seed, per_step, tokens_per_rollout, variant="x"):
+    curve = [{"step": i, "updates": i, "cum_rollouts": i * per_step, "cum_tokens": i * per_step * tokens_per_rollout,
+              "seconds": 0.5 * i, "greedy_acc": a} for i, a in enumerate(accs)]
+    return {"curve": curve, "seed": seed, "variant": variant, "split": "test"}
+
+
+def test_the_token_gap_is_the_token_saving_minus_the_rollout_saving_with_paired_resamples():
+    base = [run_tokens([0, 0.25, 0.5], s, 100, 40) for s in range(5)]  # 200 rollouts, 8,000 tokens to 0.5
+    short = [run_tokens([0, 0.5, 1], s, 75, 20) for s in range(5)]  # 75 rollouts (62.5%), 1,500 tokens (81.25%)
+    g = T.saving_gap(short, base, 0.5, axis="cum_tokens")
+    assert g["value"] == pytest.approx(0.8125 - 0.625) and g["lo"] == pytest.approx(g["value"])  # no spread
+    same = [run_tokens([0, 0.5, 1], s, 75, 40) for s in range(5)]  # as long per rollout as the baseline's
+    assert T.saving_gap(same, base, 0.5, axis="cum_tokens")["value"] == pytest.approx(0.0)
+    never = [run_tokens([0, 0.1, 0.2], s, 75, 20) for s in range(5)]
+    assert T.saving_gap(never, base, 0.5, axis="cum_tokens")["value"] is None
+
+
+def test_steps_rows_report_three_units_and_the_token_claim(tmp_path):
+    (tmp_path / "study" / "steps").mkdir(parents=True)
+    (tmp_path / "study" / "steps" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "steps", "equal-batch", "dapo", "dapo",
+               [run_tokens([0, 0.25, 0.5], s, 100, 40) for s in range(5)])
+    write_cell(tmp_path, "steps", "equal-batch", "sara", "sara", [run_tokens([0, 0.5, 1], s, 75, 20) for s in range(5)])
+    rows = T._steps_rows(tmp_path)
+    assert [r["target"].split(" in ")[-1] for r in rows[:3]] == ["rollouts", "generated tokens", "training seconds"]
+    claim = rows[-1]
+    assert claim["kind"] == "gap" and claim["met"] is True and "points" in T.fmt(claim)
+    assert T._steps_rows(tmp_path, regime="hard") == []

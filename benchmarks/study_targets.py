@@ -376,7 +376,7 @@ def fmt(row: Mapping[str, Any]) -> str:
             "none" if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
         return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} seeds{raw})"
     if row["kind"] == "gap":
-        return f"{100 * v:+.0f} points [{100 * row['lo']:+.0f}, {100 * row['hi']:+.0f}] (token saving minus rollout " \
+        return f"{100 * v:+.1f} points [{100 * row['lo']:+.1f}, {100 * row['hi']:+.1f}] (token saving minus rollout " \
                f"saving; {row['ours_seeds']} vs {row['base_seeds']} seeds)"
     if row["kind"] == "dominance":
         return f"at {v:.0%} of update counts; lowest difference {row['min_difference']:+.3f} " \

@@ -104,12 +104,16 @@ def _p(v: float | None) -> str:
     return "n/a" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"
 
 
+def _p_eq(v: float | None) -> str:
+    return _p(v) if v is not None and v < 0.001 else f"= {_p(v)}"
+
+
 def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| regimes | protocol | ours vs baseline | per warm start: saving [95% CI] (p) | pooled saving | "
              "stratified p | holds in |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         per = "; ".join(f"{p['regime']}{'' if p['preregistration_met'] is not False else ' (pre-reg. missed)'}: "
-                        f"{_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] (p {'' if p['p_value'] is not None and p['p_value'] < 0.001 else '= '}{_p(p['p_value'])}, "
+                        f"{_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] (p {_p_eq(p['p_value'])}, "
                         f"{p['ours_reached']}/{p['ours_seeds']} vs {p['base_reached']}/{p['base_seeds']} reached)"
                         for p in r["per_warm_start"])
         ps = _p(r["p_value_stratified"])

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 
 from flows import local_server
 from flows.common import tie_children
@@ -69,3 +71,33 @@ def copy_project(dest: Path) -> None:
         shutil.copytree(PROJECT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", "README.md"):
         shutil.copy(PROJECT / name, dest / name)
+
+
+def sh(env: dict[str, str] | None, cwd: Path, *cmd: str, timeout: int = 600) -> str:
+    """Run ``cmd`` and return its stdout; a non-zero exit fails the test with the output's tail."""
+    p = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p.stdout
+
+
+def threads_env(env: dict[str, str], n: int) -> dict[str, str]:
+    """``env`` with ``n`` OpenMP/MKL threads."""
+    return dict(env, OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
+
+
+def tiny_repo(repo: Path, pipeline_env: dict[str, str], **train: object) -> dict[str, str]:
+    """A git + DVC repository in ``repo`` holding the project with the tiny values laid over its params.yaml (dvc
+    needs every key a stage lists), ``train`` overriding train keys; returns the environment its commands run in."""
+    repo.mkdir()
+    copy_project(repo)
+    full = yaml.safe_load((repo / "params.yaml").read_text())
+    for sec, vals in yaml.safe_load(TINY.read_text()).items():
+        full[sec].update(vals)
+    full["train"].update(allocator_params={}, **train)
+    (repo / "params.yaml").write_text(yaml.safe_dump(full))
+    env = dict(pipeline_env, RLVR_ROOT=str(repo), PATH=f"{Path(PY).parent}:{pipeline_env['PATH']}",
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env.pop("RLVR_PARAMS")
+    sh(env, repo, "git", "init", "-q")
+    sh(env, repo, str(Path(PY).with_name("dvc")), "init", "-q")
+    return env

@@ -21,15 +21,9 @@ import yaml
 
 from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.errors import ConfigError
-from tests.pipeline.conftest import PROJECT, PY, TINY, copy_project, free_port, stop
+from tests.pipeline.conftest import PROJECT, PY, TINY, copy_project, free_port, sh, stop
 
 GIT_ID = dict(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-
-
-def sh(env: dict[str, str] | None, cwd: Path, *cmd: str, timeout: int = 600) -> str:
-    p = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
-    return p.stdout
 
 
 def tiny_params_yaml() -> str:

@@ -3,41 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.pipeline.conftest import PY, TINY, copy_project
+from tests.pipeline.conftest import PY, sh, tiny_repo
 
 pytestmark = pytest.mark.slow
 
 
-def sh(env: dict[str, str], cwd: Path, *cmd: str, timeout: int = 600) -> str:
-    p = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
-    return p.stdout
-
-
 def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    repo.mkdir()
-    copy_project(repo)
-    # dvc needs every key a stage lists: the project's params.yaml with the tiny values laid over it
-    full = yaml.safe_load((repo / "params.yaml").read_text())
-    for sec, vals in yaml.safe_load(TINY.read_text()).items():
-        full[sec].update(vals)
-    full["train"]["allocator_params"] = {}
-    full["train"]["allocators"] = ["grpo", "sara+dps"]  # a name with '+' names its run folder as dvc.yaml does
-    full["train"]["seeds"] = [0, 1]  # one stage and one run folder per (allocator, seed)
-    (repo / "params.yaml").write_text(yaml.safe_dump(full))
-    env = dict(pipeline_env, RLVR_ROOT=str(repo), PATH=f"{Path(PY).parent}:{pipeline_env['PATH']}",
-               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    env.pop("RLVR_PARAMS")
+    # a name with '+' names its run folder as dvc.yaml does; one stage and one run folder per (allocator, seed)
+    env = tiny_repo(repo, pipeline_env, allocators=["grpo", "sara+dps"], seeds=[0, 1])
     dvc = str(Path(PY).with_name("dvc"))
-    sh(env, repo, "git", "init", "-q")
-    sh(env, repo, dvc, "init", "-q")
     sh(env, repo, dvc, "repro")
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status

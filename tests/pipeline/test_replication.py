@@ -1,5 +1,5 @@
-"""Exact replication: a stage's results do not depend on the thread environment, two `dvc repro` runs give the
-same dvc.lock (scripts/verify_lock.py says so), and a served deployment run leaves the pipeline up to date."""
+"""Exact replication: two `dvc repro` runs give the same dvc.lock (scripts/verify_lock.py says so), and a served
+deployment run leaves the pipeline up to date. (A stage's results and the thread environment: test_thread_env.py.)"""
 
 from __future__ import annotations
 
@@ -11,48 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr_core.training import TIMING_KEYS
-from tests.pipeline.conftest import PROJECT, PY, TINY, copy_project, stop
+from tests.pipeline.conftest import PROJECT, PY, sh, stop, threads_env, tiny_repo
 
 pytestmark = pytest.mark.slow
 VERIFY = PROJECT / "scripts" / "verify_lock.py"
-
-
-def sh(env: dict[str, str], cwd: Path, *cmd: str, timeout: int = 600) -> str:
-    p = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
-    return p.stdout + p.stderr
-
-
-def threads_env(env: dict[str, str], n: int) -> dict[str, str]:
-    return dict(env, OMP_NUM_THREADS=str(n), MKL_NUM_THREADS=str(n))
-
-
-def results(run: Path) -> dict[str, bytes]:
-    """Every result file of a run folder, by relative path: checkpoints, final policy, metrics, summary, curve."""
-    files = [p for d in ("checkpoints", "final_model") for p in (run / d).rglob("*") if p.is_file()]
-    files += [run / n for n in ("metrics.jsonl", "summary.json", "curve.csv")]
-    return {str(p.relative_to(run)): p.read_bytes() for p in files}
-
-
-def test_training_stage_is_byte_identical_whatever_the_thread_environment(pipeline_env: dict[str, str],
-                                                                         tmp_path: Path) -> None:
-    for mod in ("flows.prepare", "flows.warmstart"):
-        sh(pipeline_env, PROJECT, PY, "-m", mod, timeout=300)
-    for out, omp in (("one", 1), ("two", 2)):
-        sh(threads_env(pipeline_env, omp), PROJECT, PY, "-m", "flows.train", "--allocator", "sara", "--out",
-           f"runs/{out}", timeout=600)
-    one, two = results(tmp_path / "runs/one"), results(tmp_path / "runs/two")
-    assert any(k.endswith("tensors.safetensors") for k in one) and "final_model/model.safetensors" in one, sorted(one)
-    assert one == two, sorted(k for k in one if one[k] != two.get(k))  # OMP_NUM_THREADS=2 changed nothing
-    # torch ran on train.threads (1), not on the environment's two threads
-    assert json.loads((tmp_path / "runs/two/train_timings.json").read_text())["threads"] == 1
-    # the seconds live beside the results, one line per step record
-    metrics = [json.loads(x) for x in one["metrics.jsonl"].decode().splitlines()]
-    timings = [json.loads(x) for x in (tmp_path / "runs/one/timings.jsonl").read_text().splitlines()]
-    assert not any(k in r for r in metrics for k in TIMING_KEYS)
-    assert [t["step"] for t in timings] == [r["step"] for r in metrics] and all(t["step_s"] > 0 for t in timings[1:])
-    assert json.loads((tmp_path / "runs/one/train_timings.json").read_text())["step_s"] > 0
 
 
 def _serve_and_run_train_sara(env: dict[str, str], repo: Path, log_path: Path) -> str:
@@ -88,19 +50,8 @@ def _clean(env: dict[str, str], repo: Path, dvc: str) -> None:
 def test_repro_replicates_and_a_served_run_leaves_the_pipeline_up_to_date(pipeline_env: dict[str, str],
                                                                           tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    repo.mkdir()
-    copy_project(repo)
-    full = yaml.safe_load((repo / "params.yaml").read_text())
-    for sec, vals in yaml.safe_load(TINY.read_text()).items():
-        full[sec].update(vals)
-    full["train"]["allocator_params"] = {}
-    (repo / "params.yaml").write_text(yaml.safe_dump(full))
-    env = dict(pipeline_env, RLVR_ROOT=str(repo), PATH=f"{Path(PY).parent}:{pipeline_env['PATH']}",
-               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    env.pop("RLVR_PARAMS")
+    env = tiny_repo(repo, pipeline_env)
     dvc = str(Path(PY).with_name("dvc"))
-    sh(env, repo, "git", "init", "-q")
-    sh(env, repo, dvc, "init", "-q")
     sh(threads_env(env, 1), repo, dvc, "repro")
     sh(env, repo, "git", "add", "-A")
     sh(env, repo, "git", "commit", "-qm", "a replicated pipeline: dvc.lock committed")

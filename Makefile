@@ -26,12 +26,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# one pytest worker per core (TEST_WORKERS=0: one process); a test file stays on one worker, so its fixtures
-# are built once
-TEST_WORKERS ?= auto
+# one pytest worker per core plus one (the pipeline tests spend a quarter of their time waiting on servers and
+# subprocesses: a third worker fills it); TEST_WORKERS=0 runs one process. A file stays on one worker (its
+# fixtures are built once), and files go out in collection order, the slowest first (tests/conftest.py), not
+# reordered by their number of tests
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the whole pipeline (prepare -> warmstart -> train x allocators -> evaluate -> report) with DVC;
 # `dvc init` once if the repository has no .dvc/ yet. One local Prefect server (SQLite under .prefect/)

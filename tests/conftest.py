@@ -13,13 +13,16 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from pathlib import Path  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
-# The longest files (minutes each: whole pipelines in subprocesses), slowest first. `make test` runs one worker
-# per core and keeps a file on one worker (--dist loadfile), handing out files in collection order: started
-# first, these overlap each other and the many short files instead of one of them running alone at the end.
+# The longest files (minutes each: whole pipelines in subprocesses), slowest first, as measured under
+# `make test` (`--durations`). `make test` runs one worker per core and keeps a file on one worker (--dist
+# loadfile --no-loadscope-reorder: files are handed out in collection order, not by their number of tests),
+# so these start first and overlap each other and the many short files instead of running alone at the end.
 SLOW_FIRST = ("pipeline/test_replication.py", "pipeline/test_cluster.py", "pipeline/test_dvc_repro.py",
-              "pipeline/test_flows_local.py", "pipeline/test_pretrained_path.py", "reliability/test_sigkill_resume.py",
-              "reliability/test_runlock.py", "benchmarks/test_study.py", "pipeline/test_bad_params.py",
-              "pipeline/test_local_server.py", "pipeline/test_lifeline.py", "integrations/test_trl.py")
+              "rollout/test_vllm_cpu.py", "pipeline/test_flows_local.py", "pipeline/test_thread_env.py",
+              "pipeline/test_pretrained_path.py", "reliability/test_sigkill_resume.py", "reliability/test_runlock.py",
+              "pipeline/test_recorded_warmstart.py", "pipeline/test_prefect_server.py", "benchmarks/test_study.py",
+              "reliability/test_flow_resume.py", "pipeline/test_bad_params.py", "pipeline/test_local_server.py",
+              "rollout/test_contract.py", "integrations/test_trl.py", "pipeline/test_lifeline.py")
 
 
 def slow_first_key(path: Path) -> int:

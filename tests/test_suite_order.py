@@ -23,3 +23,11 @@ def test_the_collected_session_starts_with_the_slowest_file(request) -> None:  #
     items = request.session.items
     ranks = [C.slow_first_key(i.path) for i in items]
     assert ranks == sorted(ranks)  # the hook ran on this very session
+
+
+def test_make_test_hands_out_files_in_collection_order() -> None:
+    """xdist reorders files by their number of tests unless told not to: the slow files, which hold few tests,
+    would then start last and run alone at the end of the suite."""
+    make = (C.TESTS.parent / "Makefile").read_text()
+    command = next(line for line in make.splitlines() if "-m pytest" in line)
+    assert "--dist loadfile" in command and "--no-loadscope-reorder" in command, command

@@ -16,8 +16,8 @@ A run whose updates collapse the policy shows it as steps with no effective grou
 
     python -m benchmarks.ablation [--rollouts 30000] [--seeds 3] [--variants grpo,vigor]
 
-Writes benchmarks/results/ablation{.csv,.md,.png}: per variant the accuracy curves, groups and
-effective groups per step (overall and over the last third of the steps), steps without an
+Writes benchmarks/results/ablation/ablation{.csv,.md,.png} and ablation_runs.csv: per variant the
+accuracy curves, groups and effective groups per step (overall and over the last third of the steps), steps without an
 effective group, and the final, best and last-third accuracy (means over the seeds). A run with
 other rollouts, seeds, variants or eval schedule writes to a temporary folder (printed) instead,
 unless --out names one.
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import RESULTS, results_dir, save_figure
+from benchmarks.common import RESULTS, output_dir, results_dir, save_figure
 from benchmarks.training import data_and_policy
 from rlvr_core.config import TrainConfig
 from rlvr_core.training import train
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-size", type=int, default=FULL["eval_size"])
     ap.add_argument("--work", type=Path, default=Path("runs/benchmark"))
     ap.add_argument("--out", type=Path, default=None,
-                    help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
+                    help="results root, written under its ablation/ (default benchmarks/results for the full "
+                         "protocol, else a temporary one)")
     ap.add_argument("--plot-only", action="store_true", help="redraw ablation.png from an existing ablation.csv")
     args = ap.parse_args(argv)
     labels = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -96,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r}; valid: {', '.join(VARIANTS)}")
     if args.plot_only:
-        out = args.out or RESULTS
+        out = output_dir(args.out or RESULTS, "ablation")
         curves = pd.read_csv(out / "ablation.csv")
         plot(curves, [v for v in labels if v in set(curves.variant)], out / "ablation.png")
         return 0
     full = labels == list(VARIANTS) and all(getattr(args, key) == v for key, v in FULL.items())
-    args.out = results_dir(args.out, full, "ablation")
+    out = output_dir(results_dir(args.out, full, "ablation"), "ablation")
 
     ds, policy = data_and_policy(args.work)  # the training benchmark's data and warm start
 
@@ -133,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"(best {max(accs):.3f}) in {time.perf_counter() - t0:.0f} s", flush=True)
 
     curves, per_step = pd.DataFrame(points), pd.DataFrame(steps_rows)
-    curves.to_csv(args.out / "ablation.csv", index=False)
-    per_step.to_csv(args.out / "ablation_runs.csv", index=False)
+    curves.to_csv(out / "ablation.csv", index=False)
+    per_step.to_csv(out / "ablation_runs.csv", index=False)
     lines = [f"Variants on the tiny policy: {args.rollouts:,} rollouts per run, {args.seeds} seed(s), held-out greedy "
              f"accuracy on {args.eval_size} problems; means over the seeds (best acc: the best of any seed).", "",
              "| variant | steps | rollouts/step | groups/step | effective groups/step (last third) | "
@@ -148,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{s.groups_per_step.mean():.1f} | {s.effective_per_step.mean():.1f} "
                      f"({s.effective_per_step_late.mean():.1f}) | {s.steps_without_effective.sum()} | "
                      f"{finals.mean():.3f} | {c.greedy_acc.max():.3f} | {late.mean():.3f} |")
-    (args.out / "ablation.md").write_text("\n".join(lines) + "\n")
+    (out / "ablation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
-    plot(curves, labels, args.out / "ablation.png")
+    plot(curves, labels, out / "ablation.png")
     return 0
 
 

@@ -5,7 +5,8 @@ its steps shifted until it holds at least ``--rows`` rows (50,240 rows over 1,57
 a long real run. It is written as a per-completion CSV too (one row per rollout, over 400,000 rows), the
 format any trainer can write, and both are advised with the advisor's defaults (k = 8, batch = 32, 5 replay
 seeds, 60 simulated steps, every registered allocator). Wall-clock and process CPU seconds go to
-``advisor_speed.json`` under benchmarks/results/ (only with the default --rows; otherwise a temporary folder).
+``advisor_speed.json`` under benchmarks/results/advisor_speed/ (only with the default --rows; otherwise a temporary
+folder, or ``--out DIR``: DIR/advisor_speed/).
 The issue's target: under 30 s for a 50k-row log on this machine.
 """
 
@@ -26,7 +27,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import results_dir
+from benchmarks.common import output_dir, results_dir
 from rlvr_core.advise import advise
 from rlvr_core.advise.report import write
 from rlvr_core.rollout.simulated import REPLAY_FILE
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=ROWS)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    out = results_dir(args.out, args.rows == ROWS, "advisor_speed")
+    out = output_dir(results_dir(args.out, args.rows == ROWS, "advisor_speed"), "advisor_speed")
     df = big_log(args.rows)
     res: dict[str, object] = {"rows": len(df), "target_s": 30.0, "cpus": os.cpu_count(),
                               "load_avg_1m": os.getloadavg()[0], "python": platform.python_version()}

@@ -17,9 +17,9 @@ contextual priors, which need the rows' features, absent from the simulated pool
 training changes the policy differently from GRPO are predicted from GRPO's population. Training-side
 settings of a variant (vigor[prompt]'s group weighting) are invisible to the replay.
 
-Writes advisor_validation.md and advisor_validation.json under benchmarks/results/ (with the default
---seeds; otherwise a temporary folder, or --out). The advisor reads the json's error figures
-(rlvr_core.advise.core.VALIDATION_FILE) and states them in its output.
+Writes advisor_validation.md and advisor_validation.json under benchmarks/results/advisor_validation/
+(with the default --seeds; otherwise a temporary folder, or --out DIR: DIR/advisor_validation/). The advisor
+reads the json's error figures (rlvr_core.advise.core.VALIDATION_FILE) and states them in its output.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from benchmarks.common import results_dir
+from benchmarks.common import output_dir, results_dir
 from rlvr_core.advise.core import default_pool
 from rlvr_core.advise.logs import load_log
 from rlvr_core.advise.model import simulate, token_model
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=SEEDS)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    out = results_dir(args.out, args.seeds == SEEDS, "advisor_validation")
+    out = output_dir(results_dir(args.out, args.seeds == SEEDS, "advisor_validation"), "advisor_validation")
     rows, missing = validate(args.seeds)
     s = summary(rows, missing, args.seeds)
     (out / "advisor_validation.json").write_text(json.dumps(s, indent=1) + "\n", encoding="utf-8")

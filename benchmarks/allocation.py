@@ -1,7 +1,7 @@
 """Allocation benchmark on the simulated engine.
 
 Runs every allocator on every scenario for k in {8, 16} over several seeds and
-writes, under benchmarks/results/:
+writes, under benchmarks/results/allocation/:
 
 - allocation.csv          one row per (allocator, scenario, k) with means and 95% intervals
 - allocation_runs.csv     one row per seed
@@ -14,7 +14,7 @@ A run with --quick or a changed --seeds/--steps/--batch-size writes to a fresh t
 folder (printed) instead, unless --out names one: smoke runs never replace the results.
 
 ``--scenarios A B`` runs only those scenarios and merges: their rows replace the same scenarios' rows
-of the results folder's allocation_runs.csv, every other scenario's rows are kept as they are, and the
+of the results folder's allocation/allocation_runs.csv, every other scenario's rows are kept as they are, and the
 summary, table, plot and targets are rebuilt from the merged runs (the decision-round timing is kept
 from the earlier run). It refuses to merge into files of another protocol (steps, seeds, batch size).
 
@@ -22,6 +22,10 @@ Scenario ``replay`` replays the pass rates of a real training run (rlvr_core.rol
 benchmarks/replay/README.md); its logged steps are mapped onto the run's ``--steps`` updates.
 
 Usage: python -m benchmarks.allocation [--quick] [--scenarios S ...] [--json PATH] [--out DIR]
+
+``--out DIR`` names the results root: the files go to DIR/allocation/. ``--json PATH`` also writes the figures
+as a JSON list; the committed one, benchmarks/results/allocation/allocation.json, is read by benchmarks/floor.py
+and benchmarks/study_targets.py.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from benchmarks.common import VARIANTS as ALL_VARIANTS
-from benchmarks.common import Variant, results_dir, save_figure
+from benchmarks.common import Variant, output_dir, results_dir, save_figure
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
@@ -284,16 +288,18 @@ def main(argv: list[str] | None = None) -> int:
                          "show it, from the results folder's allocation_runs.csv")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as a JSON list here")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
+                    help="results root, written under its allocation/ (default benchmarks/results for the full "
+                         "protocol, else a temporary one)")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.batch_size < 1:
         ap.error("--seeds and --batch-size must be >= 1")
     steps = args.steps or (15 if args.quick else FULL["steps"])
     args.out = results_dir(args.out, full_protocol(args.quick, args.seeds, steps, args.batch_size), "allocation")
+    out = output_dir(args.out, "allocation")
     t_start = time.perf_counter()
     meta: dict[str, Any] = {"steps": steps, "seeds": args.seeds, "batch_size": args.batch_size, "quick": args.quick}
     if args.scenarios or args.timing_only:
-        check_mergeable(args.out, meta)
+        check_mergeable(out, meta)
     runs = []
     scenarios = tuple(s for s in SCENARIOS if s in args.scenarios) if args.scenarios else SCENARIOS
     combos = [] if args.timing_only else [(v, s, k) for k in (8, 16) for s in scenarios for v in VARIANTS]
@@ -306,20 +312,20 @@ def main(argv: list[str] | None = None) -> int:
     runs_df = pd.DataFrame(runs)
     timing, kept = None, []
     if args.timing_only:
-        if not (args.out / "allocation_runs.csv").is_file():
-            raise SystemExit(f"--timing-only: {args.out} holds no allocation_runs.csv; run the benchmark first")
-        runs_df = pd.read_csv(args.out / "allocation_runs.csv")
-        prev = json.loads((args.out / "allocation_targets.json").read_text()).get("run", {})
+        if not (out / "allocation_runs.csv").is_file():
+            raise SystemExit(f"--timing-only: {out} holds no allocation_runs.csv; run the benchmark first")
+        runs_df = pd.read_csv(out / "allocation_runs.csv")
+        prev = json.loads((out / "allocation_targets.json").read_text()).get("run", {})
         meta = {**prev, "timing_remeasured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     elif args.scenarios:
-        runs_df, timing, kept = merge_runs(args.out, runs_df, scenarios)
+        runs_df, timing, kept = merge_runs(out, runs_df, scenarios)
     summary = summarise(runs_df)
     if timing is None:
         timing = time_decision_rounds(repeats=10 if args.quick else 30)
     tgt = targets(summary)
-    runs_df.to_csv(args.out / "allocation_runs.csv", index=False)
-    summary.to_csv(args.out / "allocation.csv", index=False)
-    timing.to_csv(args.out / "allocation_timing.csv", index=False)
+    runs_df.to_csv(out / "allocation_runs.csv", index=False)
+    summary.to_csv(out / "allocation.csv", index=False)
+    timing.to_csv(out / "allocation_timing.csv", index=False)
     tgt["decision_round_ms_1024_live"] = {
         "value": {r.allocator: round(r.median_ms, 3) for _, r in timing.iterrows()},
         "target": 5.0, "met": bool((timing.median_ms < 5.0).all()),
@@ -327,22 +333,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.timing_only:
         meta["seconds"] = round(time.perf_counter() - t_start, 1)
     if args.scenarios and not args.timing_only:
-        earlier = args.out / "allocation_targets.json"
+        earlier = out / "allocation_targets.json"
         meta["scenarios_run"] = list(scenarios)
         meta["scenarios_kept"] = kept
         if kept and earlier.is_file():
             prev = json.loads(earlier.read_text()).get("run", {})
             meta["earlier_run"] = prev.get("earlier_run", prev)
-    (args.out / "allocation_targets.json").write_text(json.dumps({"run": meta, "targets": tgt}, indent=2) + "\n")
-    (args.out / "allocation.md").write_text(markdown_table(summary, timing))
-    plot(summary, args.out / "allocation.png")
+    (out / "allocation_targets.json").write_text(json.dumps({"run": meta, "targets": tgt}, indent=2) + "\n")
+    (out / "allocation.md").write_text(markdown_table(summary, timing))
+    plot(summary, out / "allocation.png")
     if args.json:
         keys = ["allocator", "scenario", "k", "rollouts_per_effective_group", "tokens_per_effective_group",
                 "useful_share", "rounds_per_step", "effective_groups_per_step", "rpeg_ci_low", "rpeg_ci_high"]
         recs = summary[keys].replace({np.nan: None}).to_dict(orient="records")
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(recs, indent=2) + "\n")
-    print(f"wrote {args.out}/allocation.{{csv,md,png}} in {meta['seconds']} s")
+    print(f"wrote {out}/allocation.{{csv,md,png}} in {meta['seconds']} s")
     for name, t in tgt.items():
         print(f"  target {name}: {'met' if t['met'] else 'MISSED'} ({t['value']})")
     return 0

@@ -2,8 +2,10 @@
 
 Each benchmark stays a script (``python -m benchmarks.<name>``) and imports what it shares from here:
 
-- ``RESULTS``, ``results_dir``, ``default_out``: where a run writes (benchmarks/results/ holds full-protocol
-  runs only; a smoke or reduced run goes to a temporary folder unless ``--out`` names one)
+- ``RESULTS``, ``results_dir``, ``default_out``: the results root a run writes under (benchmarks/results/ holds
+  full-protocol runs only; a smoke or reduced run goes to a temporary folder unless ``--out`` names one)
+- ``output_dir``: a benchmark's own folder under a results root, named after its module (benchmarks/results/
+  INDEX.md lists each folder with the command that writes it)
 - ``Variant``, ``VARIANTS``: every benchmarked configuration (label -> allocator, its parameters, train
   settings), one table for the allocation benchmark and the training study alike
 - ``PROTOCOLS``, ``MATCHED``: the training study's protocols and the variants each runs
@@ -22,13 +24,13 @@ from rlvr_core.registry import slug
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-__all__ = ["MATCHED", "PROTOCOLS", "RESULTS", "VARIANTS", "Variant", "default_out", "results_dir", "save_figure",
-           "slug", "study_cell_dir"]
+__all__ = ["MATCHED", "PROTOCOLS", "RESULTS", "VARIANTS", "Variant", "default_out", "output_dir", "results_dir",
+           "save_figure", "slug", "study_cell_dir"]
 
 
 def results_dir(out: Path | None, full: bool, name: str) -> Path:
-    """The folder a benchmark run writes to, created: ``out`` when given, else benchmarks/results/
-    for a run of the full protocol, else a fresh temporary folder (printed).
+    """The results root a benchmark run writes under (into its ``output_dir``), created: ``out`` when given, else
+    benchmarks/results/ for a run of the full protocol, else a fresh temporary folder (printed).
 
     A smoke or reduced run (``--quick``, fewer seeds or steps, a subset of variants) thus never
     replaces the committed results unless ``--out`` names that folder on purpose.
@@ -49,6 +51,17 @@ def default_out(out: Path | None, quick: bool, name: str, full: Path = RESULTS) 
     if out is not None:
         return out
     return Path(tempfile.mkdtemp(prefix=f"{name}-quick-")) if quick else full
+
+
+def output_dir(root: Path, generator: str) -> Path:
+    """The folder of one benchmark's files under the results root ``root``, created: ``root/generator``, where
+    ``generator`` is the writing module's name (benchmarks/<generator>.py). ``--out`` names the root, so a run
+    with ``--out DIR`` writes DIR/<generator>/ and reads another benchmark's files from DIR/<that module>/."""
+    if not generator.isidentifier() or not (Path(__file__).resolve().parent / f"{generator}.py").is_file():
+        raise ValueError(f"output_dir: {generator!r} names no benchmark module (benchmarks/{generator}.py)")
+    path = root / generator
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:

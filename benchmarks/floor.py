@@ -9,9 +9,10 @@ prompt's history (sara[carry], sara+dps, greso, pilot-commit's eviction) or its 
 AR3PO is outside the floor's class: its groups stop at the first correct response (smaller than k), and its
 response reuse is signal that costs no rollout of the step.
 
-Writes under benchmarks/results/:
+Writes under benchmarks/results/floor/ (``--out DIR``: the results root, DIR/floor/; it reads
+DIR/allocation/allocation.json and DIR/study/):
 - allocation_floor.json  the static scenarios (k = 8 and 16) beside the allocation benchmark's measured
-                         rollouts per effective group (allocation.json), and the floor of every logged step
+                         rollouts per effective group (allocation/allocation.json), and the floor of every logged step
                          of the committed replay log (the pass rates of a uniform GRPO run of the ``hard``
                          regime), with the largest saving over DAPO's filter it leaves
                          and, when the training study has run, the rollouts per effective group of its ``hard``
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import PROTOCOLS, RESULTS, save_figure, study_cell_dir
+from benchmarks.common import PROTOCOLS, RESULTS, output_dir, save_figure, study_cell_dir
 from rlvr_core.allocation.floor import Floor, screening_floor
 from rlvr_core.rollout.simulated import REPLAY_FILE, SCENARIOS, ReplayLog
 
@@ -113,7 +114,7 @@ def markdown(static: list[dict[str, Any]], replay_sum: dict[str, Any], study: li
     lines = [
         "Screening floor (rlvr_core/allocation/floor.py): the fewest rollouts per effective group any allocator",
         "deciding from a prompt's own rewards can spend, knowing the population exactly; the best rule abandons a",
-        "prompt after the given number of identical rewards. Measured: benchmarks/results/allocation.json",
+        "prompt after the given number of identical rewards. Measured: benchmarks/results/allocation/allocation.json",
         f"(mean over seeds). Allocators with a prompt's history across steps ({', '.join(HISTORY)}) can go below",
         "the floor, because the simulated pool of 4,096 prompts recurs; no prompt recurred in the real runs.",
         "ar3po is left out of both columns: it stops a prompt at its first correct response, so its effective",
@@ -191,9 +192,9 @@ def plot(static: list[dict[str, Any]], replay: list[dict[str, Any]], path: Path)
 
 
 def write(results: Path, study_out: Path | None = None, replay: Path = REPLAY_FILE) -> dict[str, Any]:
-    """allocation_floor.{json,md,png} under ``results``, from its allocation.json and the training study's
-    run files under ``study_out`` (default: ``results``)."""
-    measured_path = results / "allocation.json"
+    """allocation_floor.{json,md,png} in the results root ``results``'s floor/, from its allocation/allocation.json
+    and the training study's run files under ``study_out`` (default: ``results``)."""
+    measured_path = results / "allocation" / "allocation.json"
     measured = json.loads(measured_path.read_text()) if measured_path.exists() else []
     static, steps = static_rows(measured), replay_rows(replay)
     rsum = summary(steps)
@@ -201,22 +202,23 @@ def write(results: Path, study_out: Path | None = None, replay: Path = REPLAY_FI
     result = {"static": static, "replay": {"source": replay.name, "k": K, "summary": rsum, "steps": steps},
               "study_equal_batch": study, "history_allocators": list(HISTORY),
               "small_group_allocators": list(SMALL_GROUPS)}
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "allocation_floor.json").write_text(json.dumps(result, indent=1) + "\n")
-    (results / "allocation_floor.md").write_text(markdown(static, rsum, study))
-    plot(static, steps, results / "allocation_floor.png")
+    dest = output_dir(results, "floor")
+    (dest / "allocation_floor.json").write_text(json.dumps(result, indent=1) + "\n")
+    (dest / "allocation_floor.md").write_text(markdown(static, rsum, study))
+    plot(static, steps, dest / "allocation_floor.png")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (reads its allocation.json and study/)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results root (writes its floor/, reads its "
+                    "allocation/allocation.json and study/)")
     ap.add_argument("--replay", type=Path, default=REPLAY_FILE, help="rollout log of the replay part")
     args = ap.parse_args(argv)
-    if not (args.out / "allocation.json").exists():
-        print(f"note: {args.out / 'allocation.json'} is missing; the floor is written without measured allocators")
+    if not (measured := args.out / "allocation" / "allocation.json").exists():
+        print(f"note: {measured} is missing; the floor is written without measured allocators")
     write(args.out, replay=args.replay)
-    print((args.out / "allocation_floor.md").read_text())
+    print((args.out / "floor" / "allocation_floor.md").read_text())
     return 0
 
 

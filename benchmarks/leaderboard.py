@@ -10,8 +10,8 @@ parameters, replay seeds behind 95% t-intervals). Reported per (trace, allocator
 group relative to k, the trace's screening floor relative to k, tokens per effective group where the trace has
 tokens, and the saving against uniform GRPO; the overall rank is the mean rank over traces.
 
-Writes ``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png`` under benchmarks/results/ with the
-default protocol (otherwise a temporary folder, or ``--out``).
+Writes ``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png`` under benchmarks/results/leaderboard/
+with the default protocol (otherwise a temporary folder, or ``--out DIR``: DIR/leaderboard/).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import results_dir, save_figure
+from benchmarks.common import output_dir, results_dir, save_figure
 from rlvr_core.advise import advise
 
 TRACES = Path(__file__).resolve().parent / "replay"
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     proto = {key: getattr(args, key) for key in FULL}
-    out = results_dir(args.out, proto == FULL and args.traces == TRACES, "leaderboard")
+    out = output_dir(results_dir(args.out, proto == FULL and args.traces == TRACES, "leaderboard"), "leaderboard")
     found = traces(args.traces)
     rows = [r for path, meta in found for r in rows_of(path, meta, **proto)]
     df = pd.DataFrame(rows)

@@ -7,7 +7,7 @@ with plain rlvr_core.training.train, once through the `train` flow's task with p
 into a temporary SQLite store. Before that it times a process that runs one trivial flow, --repeats
 times each way: with a temporary Prefect server of its own (a bare `dvc repro` stage) and against one local
 server (`make run`: flows/local_server.py); medians side by side. Writes
-benchmarks/results/orchestration.json for the default 5 steps and policy, else a temporary folder
+benchmarks/results/orchestration/orchestration.json for the default 5 steps and policy, else a temporary folder
 (printed) unless --out names one.
 """
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import results_dir
+from benchmarks.common import output_dir, results_dir
 
 FULL = {"steps": 5, "policy": "models/warmstart", "data": "data/arithmetic", "repeats": 3}  # behind the results
 
@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", default=FULL["data"])
     ap.add_argument("--repeats", type=int, default=FULL["repeats"], help="trivial-flow processes timed each way")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results folder (default benchmarks/results for the full protocol, else a temporary one)")
+                    help="results root, written under its orchestration/ (default benchmarks/results for the full "
+                         "protocol, else a temporary one)")
     a = ap.parse_args(argv)
-    out_dir = results_dir(a.out, all(getattr(a, key) == v for key, v in FULL.items()), "orchestration")
+    full = all(getattr(a, key) == v for key, v in FULL.items())
+    out_dir = output_dir(results_dir(a.out, full, "orchestration"), "orchestration")
     tmp = Path(tempfile.mkdtemp(prefix="orch_"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
     os.environ.setdefault("RLVR_ROOT", str(tmp))

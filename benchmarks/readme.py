@@ -1,11 +1,12 @@
 """Paste the benchmark tables into README.md between their markers.
 
 The README holds ``<!-- <name>:start -->`` / ``<!-- <name>:end -->`` pairs; each
-is replaced by benchmarks/results/<name>.md as the benchmark wrote it. A table whose
-<name>_targets.json records a quick (smoke) run is not pasted. Two short headline tables are
-derived here from the benchmarks' JSON files first: ``training_headline.md`` from
-``training_protocols.json`` (the training study) and ``allocation_headline.md`` from
-``allocation_targets.json`` (the simulated allocation benchmark).
+is replaced by benchmarks/results/<generator>/<name>.md as the benchmark wrote it (the one
+generator folder that holds a <name>.md). A table whose <name>_targets.json beside it records a
+quick (smoke) run is not pasted. Two short headline tables are derived here from the benchmarks'
+JSON files first, into benchmarks/results/readme/: ``training_headline.md`` from
+study/training_protocols.json (the training study) and ``allocation_headline.md`` from
+allocation/allocation_targets.json (the simulated allocation benchmark).
 Usage: python -m benchmarks.readme
 """
 
@@ -15,6 +16,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+from benchmarks.common import RESULTS, output_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,9 +31,9 @@ def _interval(cell: dict | None, fmt: str) -> str:
     return f"{one(cell.get('median'))} [{one(cell.get('lo'))}, {one(cell.get('hi'))}]"
 
 
-# the cells the README shows (every cell is in benchmarks/results/training_study.md): the baselines, the allocators
-# the targets name, our strongest candidates and the published baselines; a cell shared from another protocol
-# (equal-rollouts' and matched-updates-small's grpo are the reference runs, matched-updates' allocators the
+# the cells the README shows (every cell is in benchmarks/results/study/training_study.md): the baselines, the
+# allocators the targets name, our strongest candidates and the published baselines; a cell shared from another
+# protocol (equal-rollouts' and matched-updates-small's grpo are the reference runs, matched-updates' allocators the
 # equal-batch runs) is shown once
 README_SHOWS = {("reference", "grpo"), ("equal-batch", "dapo"), ("equal-batch", "sara"), ("equal-batch", "sara+dps"),
                 ("equal-batch", "sara+dps[context]"), ("equal-batch", "pilot-commit"),
@@ -47,7 +50,7 @@ README_REGIMES = ("hard", "pool")
 
 def training_headline(protocols: list[dict], regime: str = "hard") -> str:
     """The README's training table: every cell of the study's ``regime`` that has run, then of the other
-    README_REGIMES (every cell of every regime: benchmarks/results/training_study.md)."""
+    README_REGIMES (every cell of every regime: benchmarks/results/study/training_study.md)."""
     rows = [r for r in protocols if not r.get("quick") and (r["protocol"], r["allocator"]) in README_SHOWS]
     shown = [regime] + sorted({r["regime"] for r in rows} & set(README_REGIMES) - {regime})
     targets = {r["regime"]: r["target"] for r in rows if r.get("target") is not None and r["regime"] in shown}
@@ -86,7 +89,8 @@ ALLOCATION_TARGETS = {
 
 
 def allocation_headline(targets: dict) -> str:
-    """The README's allocation table: each target of benchmarks/results/allocation_targets.json, measured."""
+    """The README's allocation table: each target of benchmarks/results/allocation/allocation_targets.json,
+    measured."""
     out = ["| target (simulated engine, k = 8) | measured | met |", "|---|---|---|"]
     for key, what in ALLOCATION_TARGETS.items():
         t = targets["targets"].get(key)
@@ -105,23 +109,28 @@ def allocation_headline(targets: dict) -> str:
 
 
 def write_headlines(results: Path) -> None:
-    """Derive the headline tables from the benchmarks' JSON files (when they exist) into results/."""
-    protocols, targets = results / "training_protocols.json", results / "allocation_targets.json"
+    """Derive the headline tables from the benchmarks' JSON files under the results root ``results`` (when they
+    exist) into its readme/."""
+    protocols = results / "study" / "training_protocols.json"
+    targets = results / "allocation" / "allocation_targets.json"
     if protocols.is_file():
-        (results / "training_headline.md").write_text(training_headline(json.loads(protocols.read_text())))
+        (output_dir(results, "readme") / "training_headline.md").write_text(
+            training_headline(json.loads(protocols.read_text())))
     if targets.is_file() and not _quick_run(targets):
-        (results / "allocation_headline.md").write_text(allocation_headline(json.loads(targets.read_text())))
+        (output_dir(results, "readme") / "allocation_headline.md").write_text(
+            allocation_headline(json.loads(targets.read_text())))
 
 
-def sync(readme: Path = ROOT / "README.md", results: Path = ROOT / "benchmarks" / "results") -> list[str]:
+def sync(readme: Path = ROOT / "README.md", results: Path = RESULTS) -> list[str]:
+    """Paste each marked section's table from the results root ``results``; the names of the sections pasted."""
     text = readme.read_text()
     done = []
     for name in re.findall(r"<!-- ([\w-]+):start -->", text):
-        src = results / f"{name}.md"
-        if not src.is_file():
-            print(f"skip {name}: {src} not written yet", file=sys.stderr)
+        src = table_file(results, name)
+        if src is None:
+            print(f"skip {name}: no {name}.md in a folder of {results} yet", file=sys.stderr)
             continue
-        if _quick_run(results / f"{name}_targets.json"):
+        if _quick_run(src.with_name(f"{name}_targets.json")):
             print(f"skip {name}: {src} comes from a --quick run; rerun the full benchmark", file=sys.stderr)
             continue
         body = src.read_text().strip()
@@ -133,6 +142,15 @@ def sync(readme: Path = ROOT / "README.md", results: Path = ROOT / "benchmarks" 
     return done
 
 
+def table_file(results: Path, name: str) -> Path | None:
+    """The generator folder's <name>.md under the results root (None: none); more than one is an error."""
+    found = sorted(p for p in results.glob(f"*/{name}.md") if p.parent.name != "archive")
+    if len(found) > 1:
+        raise ValueError(f"README section {name}: more than one {name}.md under {results}: "
+                         f"{[str(p.relative_to(results)) for p in found]}")
+    return found[0] if found else None
+
+
 def _quick_run(meta: Path) -> bool:
     """Whether a benchmark's <name>_targets.json says its run was a --quick one."""
     if not meta.is_file():
@@ -141,5 +159,5 @@ def _quick_run(meta: Path) -> bool:
 
 
 if __name__ == "__main__":
-    write_headlines(ROOT / "benchmarks" / "results")
+    write_headlines(RESULTS)
     print("synced:", ", ".join(sync()) or "nothing")

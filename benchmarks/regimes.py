@@ -20,7 +20,7 @@ GRPO is trained here, so the choice cannot favour an allocator:
 Among the candidates that meet both, the one whose rise spans the most rollouts is chosen; if none
 meets both, the one closest to meeting them (most evaluations below target) is kept and the miss is
 written down. ``python -m benchmarks.regimes`` trains every candidate (one seed) and writes
-benchmarks/results/regimes.{json,md}: each candidate's group shares at the start, its GRPO curve and
+benchmarks/results/regimes/regimes.{json,md}: each candidate's group shares at the start, its GRPO curve and
 the criteria.
 
     python -m benchmarks.regimes [--candidates a,b] [--rollouts 40000] [--out DIR] [--work DIR]
@@ -44,7 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, output_dir
 from rlvr_core.config import Params, load_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,8 +319,9 @@ def run_candidate(name: str, over: Overrides, args: argparse.Namespace) -> dict[
 
 
 def write(results: list[dict[str, Any]], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "regimes.json").write_text(json.dumps({"criteria": CRITERIA, "candidates": results}, indent=1,
+    """regimes.{json,md} under the results root ``out``'s regimes/ (the cost sections read ``out``'s study/)."""
+    dest = output_dir(out, "regimes")
+    (dest / "regimes.json").write_text(json.dumps({"criteria": CRITERIA, "candidates": results}, indent=1,
                                                  default=float) + "\n")
     lines = ["Regime search: uniform GRPO (params.yaml train section, seed 0) on each candidate; criteria fixed "
              "before the runs (benchmarks/regimes.py).", "",
@@ -338,7 +339,7 @@ def write(results: list[dict[str, Any]], out: Path) -> None:
         lines.append(f"- {r['candidate']}: {pts}")
     for regime in EXTRA_CRITERIA:
         lines += cost_section(regime, out)
-    (out / "regimes.md").write_text("\n".join(lines) + "\n")
+    (dest / "regimes.md").write_text("\n".join(lines) + "\n")
 
 
 def cost_section(regime: str, out: Path) -> list[str]:
@@ -387,11 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--eval-size", type=int, default=1000)
     ap.add_argument("--work", type=Path, default=Path("runs/study"))
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results root: writes its regimes/, reads its study/")
     ap.add_argument("--write-only", action="store_true",
                     help="rewrite regimes.md from regimes.json and the pre-registrations; train nothing")
     args = ap.parse_args(argv)
-    prev = args.out / "regimes.json"
+    prev = args.out / "regimes" / "regimes.json"
     results = {r["candidate"]: r for r in json.loads(prev.read_text())["candidates"]} if prev.exists() else {}
     if args.write_only:
         write([results[n] for n in CANDIDATES if n in results], args.out)

@@ -1,11 +1,14 @@
-"""benchmarks/results/INDEX.md: every file and folder of benchmarks/results/ -> the command that wrote it.
+"""benchmarks/results/INDEX.md: every folder and file of benchmarks/results/ -> the command that wrote it.
 
     python -m benchmarks.results_index            # rewrite the index
     python -m benchmarks.results_index --check    # exit 1 when the index is not current
 
-The writers are one table (WRITERS, first match wins); the index adds each script's purpose, the first line of
-its docstring. tests/benchmarks/test_results_index.py checks that the committed index is current, that every
-entry has a writer, and that each writer's script names the files it is said to write.
+Each benchmark writes into its own folder, named after its module (benchmarks/<module>.py writes
+benchmarks/results/<module>/, through benchmarks.common.output_dir); superseded results are in archive/. Nothing but
+this index sits at the top level. The writers are one table (WRITERS, first match wins); the index adds each
+script's purpose, the first line of its docstring. tests/benchmarks/test_results_index.py checks that the committed
+index is current, that every entry has a writer, and that each writer's script names the folder and files it is said
+to write.
 """
 
 from __future__ import annotations
@@ -21,68 +24,72 @@ from benchmarks.common import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = "INDEX.md"
+ARCHIVE = "archive"
+SUMMARY = "rewritten by every python -m benchmarks.study summary"
 
 
 @dataclass(frozen=True)
 class Writer:
-    """Entries matching ``pattern`` (a glob over paths relative to benchmarks/results/; a folder ends in "/") are
-    written by ``command``; ``module`` is the script (benchmarks/<module>.py) whose source names them."""
+    """Entries matching ``pattern`` (a glob over paths relative to benchmarks/results/, "<folder>/<name>"; a
+    folder ends in "/") are written by ``command``; ``module`` is the script (benchmarks/<module>.py) whose source
+    names them, and the folder is the module's name (archive/ aside)."""
 
     pattern: str
     command: str
     module: str
     note: str = ""
 
+    @property
+    def folder(self) -> str:
+        return self.pattern.split("/", 1)[0]
+
 
 WRITERS: tuple[Writer, ...] = (
+    Writer("study/*/", "python -m benchmarks.study --regime R --protocol P", "study",
+           "the run files: study/<regime>/<protocol>/<slug(variant)>/s<seed>.json, beside each regime's target.json "
+           "and preregistration.json"),
+    Writer("study/training_round_price.*", "python -m benchmarks.study --round-price --regime R", "study"),
+    Writer("study/*", "python -m benchmarks.study --summarize-only", "study",
+           "training_<regime>_<protocol>.{csv,md,png}, training_protocols.json, training_study.md: rebuilt from the "
+           "run files after every run too (--regime R --protocol P), with floor/, study_targets/ and warmstarts/"),
+    Writer("study_targets/*", "python -m benchmarks.study_targets", "study_targets", SUMMARY),
+    Writer("warmstarts/*", "python -m benchmarks.warmstarts", "warmstarts", SUMMARY),
+    Writer("floor/*", "python -m benchmarks.floor", "floor", SUMMARY),
+    Writer("readme/*", "python -m benchmarks.readme", "readme",
+           "from study/training_protocols.json and allocation/allocation_targets.json; pasted into README.md"),
+    Writer("allocation/*", "python -m benchmarks.allocation", "allocation",
+           "allocation.json: the figures of --json benchmarks/results/allocation/allocation.json, which floor/ and "
+           "study_targets/ read"),
+    Writer("ablation/*", "python -m benchmarks.ablation", "ablation"),
+    Writer("advisor_speed/*", "python -m benchmarks.advisor_speed", "advisor_speed"),
+    Writer("advisor_validation/*", "python -m benchmarks.advisor_validation", "advisor_validation",
+           "the advisor states the json's error figures (rlvr_core.advise.core.VALIDATION_FILE)"),
+    Writer("leaderboard/*", "python -m benchmarks.leaderboard", "leaderboard"),
+    Writer("orchestration/*", "python -m benchmarks.orchestration", "orchestration"),
+    Writer("regimes/regimes_steps_*", "", "", "a run file of `python -m benchmarks.study --regime steps --protocol "
+           "reference` under a setting tried on uniform GRPO and dropped before any other allocator ran, moved here "
+           "by hand for the record (docs/training-study.md)"),
+    Writer("regimes/*", "python -m benchmarks.regimes", "regimes"),
+    Writer("sandbox/*", "python -m benchmarks.sandbox", "sandbox"),
+    Writer("trl_overhead/*", "python -m benchmarks.trl_overhead", "trl_overhead"),
     Writer("archive/README.md", "", "", "written by hand: what replaced each archived result"),
     Writer("archive/training/", "python -m benchmarks.training", "training", "superseded by benchmarks.study"),
-    Writer("study/", "python -m benchmarks.study --regime R --protocol P", "study",
-           "one run file per regime/protocol/variant/seed: study/<regime>/<protocol>/<slug(variant)>/s<seed>.json, "
-           "beside each regime's target.json and preregistration.json"),
-    Writer("regimes_steps_*", "", "", "a run file of `python -m benchmarks.study --regime steps --protocol reference` "
-           "under a setting tried on uniform GRPO and dropped before any other allocator ran, moved here by hand "
-           "for the record (docs/training-study.md)"),
-    Writer("training_round_price.*", "python -m benchmarks.study --round-price --regime R", "study"),
-    Writer("training_targets.*", "python -m benchmarks.study_targets", "study_targets",
-           "rewritten by every python -m benchmarks.study summary"),
-    Writer("training_candidates.md", "python -m benchmarks.study_targets", "study_targets",
-           "rewritten by every python -m benchmarks.study summary"),
-    Writer("training_warmstarts.*", "python -m benchmarks.warmstarts", "warmstarts",
-           "rewritten by every python -m benchmarks.study summary"),
-    Writer("training_headline.md", "python -m benchmarks.readme", "readme", "from training_protocols.json"),
-    Writer("training_*", "python -m benchmarks.study --regime R --protocol P (or --summarize-only)", "study",
-           "training_<regime>_<protocol>.{csv,md,png}, training_protocols.json, training_study.md"),
-    Writer("allocation_floor.*", "python -m benchmarks.floor", "floor",
-           "rewritten by every python -m benchmarks.study summary"),
-    Writer("allocation_headline.md", "python -m benchmarks.readme", "readme", "from allocation_targets.json"),
-    Writer("allocation*", "python -m benchmarks.allocation", "allocation"),
-    Writer("ablation*", "python -m benchmarks.ablation", "ablation"),
-    Writer("advisor_speed.*", "python -m benchmarks.advisor_speed", "advisor_speed"),
-    Writer("advisor_validation.*", "python -m benchmarks.advisor_validation", "advisor_validation"),
-    Writer("leaderboard.*", "python -m benchmarks.leaderboard", "leaderboard"),
-    Writer("orchestration.*", "python -m benchmarks.orchestration", "orchestration"),
-    Writer("regimes.*", "python -m benchmarks.regimes", "regimes"),
-    Writer("sandbox.*", "python -m benchmarks.sandbox", "sandbox"),
-    Writer("trl.*", "python -m benchmarks.trl_overhead", "trl_overhead"),
 )
 
 
 def entries(results: Path = RESULTS) -> list[str]:
-    """What the index lists: each file (folders end in "/") but the index itself; a folder that a writer names
-    (study/, archive/training/) is one entry, not its files."""
-    folders = {w.pattern for w in WRITERS if w.pattern.endswith("/")}
+    """What the index lists: each file of a top-level folder, and each folder inside one as one entry (ending in
+    "/"; study/<regime>/, archive/training/), not its files. A file at the top level (the index aside) is listed
+    too, so that ``render`` refuses it: every file belongs in its writer's folder."""
     out: list[str] = []
-
-    def walk(d: Path, prefix: str) -> None:
-        for p in sorted(d.iterdir()):
-            rel = f"{prefix}{p.name}" + ("/" if p.is_dir() else "")
-            if p.is_dir() and rel not in folders:
-                walk(p, rel)
-            elif not p.name.startswith(".") and rel != INDEX:
-                out.append(rel)
-
-    walk(results, "")
+    for top in sorted(results.iterdir()):
+        if top.name.startswith(".") or top.name == INDEX:
+            continue
+        if not top.is_dir():
+            out.append(top.name)
+            continue
+        out += [f"{top.name}/{p.name}" + ("/" if p.is_dir() else "") for p in sorted(top.iterdir())
+                if not p.name.startswith(".")]
     return out
 
 
@@ -100,25 +107,27 @@ def purpose(module: str) -> str:
 
 
 def render(results: Path = RESULTS) -> str:
-    """The index's text: one row per writer, its entries, its command and the script's purpose."""
+    """The index's text: one row per writer (rows of one folder together), its folder, command, the script's purpose
+    and its entries."""
     found = entries(results)
     orphans = [e for e in found if writer_of(e) is None]
     if orphans:
-        raise ValueError(f"no writer in benchmarks/results_index.py WRITERS for {orphans}: add the command that "
-                         "writes them")
+        raise ValueError(f"no writer in benchmarks/results_index.py WRITERS for {orphans}: move each into the folder "
+                         "of the benchmark that writes it (benchmarks/results/<module>/) or add its writer")
     lines = ["# benchmarks/results/: what wrote each file", "",
              "Generated by `python -m benchmarks.results_index` (do not edit; tests/benchmarks/test_results_index.py "
              "checks it is current).",
-             "A `--quick` or reduced run writes to a temporary folder instead (or `--out DIR`). Superseded results "
-             "are in [archive/](archive/README.md).", "",
-             "| files | written by | the script | note |", "|---|---|---|---|"]
+             "Each benchmark writes into the folder named after its module (`benchmarks/<module>.py` -> `<module>/`); "
+             "`--out DIR` names another root (DIR/<module>/), and a `--quick` or reduced run writes to a temporary "
+             "one. Superseded results are in [archive/](archive/README.md).", "",
+             "| folder | written by | the script | files | note |", "|---|---|---|---|---|"]
     for w in WRITERS:
         mine = [e for e in found if writer_of(e) is w]
         if mine:
-            files = ", ".join(f"[`{e}`]({e})" for e in mine)
+            files = ", ".join(f"[`{e.split('/', 1)[1]}`]({e})" for e in mine)
             script = f"`benchmarks/{w.module}.py`: {purpose(w.module)}" if w.module else ""
             command = f"`{w.command}`" if w.command else ""
-            lines.append(f"| {files} | {command} | {script} | {w.note} |")
+            lines.append(f"| [`{w.folder}/`]({w.folder}/) | {command} | {script} | {files} | {w.note} |")
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,8 @@ each checked against an answer computed here) through ``rlvr_core.rewards.sandbo
 in both modes, one after the other within each round (the order alternates between
 rounds), on one core-sequential loop as the verifier runs them. Per mode and round:
 candidates per second over the 50; per candidate: wall seconds. Writes the medians
-side by side, with the machine's load, to benchmarks/results/sandbox.json.
+side by side, with the machine's load, to benchmarks/results/sandbox/sandbox.json (``--out DIR``: the
+results root, DIR/sandbox/sandbox.json).
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ import warnings
 from math import gcd
 from pathlib import Path
 
-from benchmarks.common import RESULTS
-
-OUT = RESULTS / "sandbox.json"
+from benchmarks.common import RESULTS, output_dir
 
 # family -> (program, make_input(size, rng) -> str, answer(input) -> str)
 SUM = "import sys\nd = sys.stdin.read().split()\nprint(sum(map(int, d[1:])))\n"
@@ -184,7 +183,7 @@ def _round(cases, limits) -> tuple[float, list[float], int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results root (default benchmarks/results)")
     a = ap.parse_args()
     from rlvr_core.rewards.sandbox import SandboxLimits, SandboxWarning, check_sandbox
 
@@ -232,8 +231,7 @@ def main() -> None:
         },
         "note": "sequential runs, one candidate at a time; medians over rounds (rate) and over all runs (latency)",
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(out, indent=1) + "\n")
+    (output_dir(a.out, "sandbox") / "sandbox.json").write_text(json.dumps(out, indent=1) + "\n")
     headline = ("candidates_per_s_median", "seconds_per_candidate_median", "bwrap_over_inprocess_time")
     print(json.dumps({k: out[k] for k in headline}, indent=1))
 

@@ -4,7 +4,8 @@
 
 Writes ``training_targets.json``, ``training_targets.md`` and ``training_candidates.md`` (the candidates of
 the allocation issue without a target of their own, and on ``easy`` every equal-batch allocator of ours, measured
-the same way) next to ``training_protocols.json``.
+the same way) in benchmarks/results/study_targets/ (``--out DIR``: the results root, DIR/study_targets/; the run
+files are read from DIR/study/).
 Each target holds its measured value, an interval where one applies, the seeds behind it, and ``met`` (true,
 false, or null while the cells it needs have not run). The rules were written down before the cells ran:
 
@@ -24,9 +25,9 @@ false, or null while the cells it needs have not run). The rules were written do
   to target, and the sources' token claim (sara saves more tokens than rollouts against dapo): the token saving
   minus the rollout saving with a bootstrap interval that keeps each run's two costs paired; met when the
   interval lies above zero.
-- the simulator target reads benchmarks/results/allocation.json (k = 8, scenarios early, late and ushape):
+- the simulator target reads benchmarks/results/allocation/allocation.json (k = 8, scenarios early, late and ushape):
   the best allocator's rollouts per effective group over the limit of k.
-- where benchmarks/results/allocation_floor.json exists (``python -m benchmarks.floor``), the simulator row
+- where benchmarks/results/floor/allocation_floor.json exists (``python -m benchmarks.floor``), the simulator row
   also gives each scenario's screening floor (the least any allocator without a prompt's history can spend)
   and the equal-batch rows the most such an allocator can save against the study's dapo cell.
 """
@@ -41,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.common import RESULTS, slug
+from benchmarks.common import RESULTS, output_dir, slug
 from rlvr_core.stats import first_reach, fitted_reach, rank_test
 
 OURS_PREFIX = ("sara", "vigor")
@@ -147,16 +148,18 @@ def _met(value: float | None, ok: bool) -> bool | None:
 
 
 def _floor(results: Path) -> dict[str, Any]:
-    p = results / "allocation_floor.json"
+    p = results / "floor" / "allocation_floor.json"
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def measure(out: Path, allocation_json: Path | None = None) -> list[dict[str, Any]]:
-    """Every target, measured from what has run so far."""
+def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
+    """Every target, measured from what has run so far: the run files under ``out``/study, the simulator row from
+    the results root ``results`` (default ``out``): its allocation/allocation.json and floor/allocation_floor.json."""
     rows: list[dict[str, Any]] = []
     t = _target_of(out, "hard")
-    allocation_json = allocation_json or RESULTS / "allocation.json"
-    floor = _floor(allocation_json.parent)
+    results = out if results is None else results
+    allocation_json = results / "allocation" / "allocation.json"
+    floor = _floor(results)
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
     for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
@@ -399,22 +402,23 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
     """training_targets.json (every row), training_targets.md (the targets) and training_candidates.md (the
-    candidates without a target of their own, measured the same way)."""
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "training_targets.json").write_text(json.dumps(list(rows), indent=1) + "\n")
-    (results / "training_targets.md").write_text(_table([r for r in rows if r.get("want") is not None]))
-    (results / "training_candidates.md").write_text(_table([r for r in rows if r.get("want") is None]))
+    candidates without a target of their own, measured the same way), in the results root ``results``'s
+    study_targets/."""
+    dest = output_dir(results, "study_targets")
+    (dest / "training_targets.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+    (dest / "training_targets.md").write_text(_table([r for r in rows if r.get("want") is not None]))
+    (dest / "training_candidates.md").write_text(_table([r for r in rows if r.get("want") is None]))
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=RESULTS, help="the study's results folder")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="results root (writes its study_targets/, reads its "
+                    "study/, allocation/ and floor/)")
     args = ap.parse_args(argv)
-    rows = measure(args.out, args.out / "allocation.json")
-    write(rows, args.out)
-    print((args.out / "training_targets.md").read_text())
+    write(measure(args.out), args.out)
+    print((args.out / "study_targets" / "training_targets.md").read_text())
     return 0
 
 

@@ -14,7 +14,7 @@
    completion text, so the two must agree exactly when the integration feeds the
    allocator what its own loop does.
 
-Writes benchmarks/results/trl.json and trl.md.
+Writes benchmarks/results/trl_overhead/trl.json and trl.md (``--out DIR``: the results root, DIR/trl_overhead/).
 
     python -m benchmarks.trl_overhead            # ~2-4 min on a busy 2-core machine
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, output_dir
 from rlvr_core.rollout import RolloutEngine
 from tests.integrations.trl_setup import ScriptedReward, arithmetic_rows, grpo_config, tiny_model
 
@@ -134,8 +134,7 @@ def main() -> None:
         "trl": trl.__version__, "python": platform.python_version(), "machine": platform.machine(),
         "overhead": ov, "rollouts_per_effective_group": rpg, "wall_s": time.time() - t0,
     }
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(Path(a.out), "trl_overhead")
     (out / "trl.json").write_text(json.dumps(result, indent=2))
     m = ov["median_step_s"]
     lines = [

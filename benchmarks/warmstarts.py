@@ -17,7 +17,7 @@ side by side:
 Warm starts whose pre-registration (benchmarks/results/study/<regime>/preregistration.json) misses its criteria
 are reported and marked, not dropped: the criteria were fixed before any allocator ran.
 
-Writes ``training_warmstarts.json`` and ``training_warmstarts.md`` next to ``training_protocols.json``.
+Writes ``training_warmstarts.json`` and ``training_warmstarts.md`` in benchmarks/results/warmstarts/.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks import regimes as R
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, output_dir
 from benchmarks.study_targets import _cost, _reach_x, _runs, _target_of, saving
 from rlvr_core.stats import rank_test
 
@@ -123,13 +123,14 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "training_warmstarts.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+    """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/."""
+    dest = output_dir(results, "warmstarts")
+    (dest / "training_warmstarts.json").write_text(json.dumps(list(rows), indent=1) + "\n")
     head = ["# Headline comparisons across warm starts", "",
             "Written by `python -m benchmarks.warmstarts` from the study's run files; the module docstring gives "
             "the rules. Each warm start has its own policy, reference runs and target; a saving is fitted rollouts "
             "to that target. `holds in`: warm starts with a saving above zero.", ""]
-    (results / "training_warmstarts.md").write_text("\n".join(head + table(rows)) + "\n")
+    (dest / "training_warmstarts.md").write_text("\n".join(head + table(rows)) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

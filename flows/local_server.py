@@ -4,7 +4,7 @@
 
 Without $PREFECT_API_URL every flow process starts its own temporary Prefect server: a process
 running one trivial flow took a median 20 s that way and 5 s against a running server
-(benchmarks/results/orchestration.json: flow_process). `dvc repro`
+(benchmarks/results/orchestration/orchestration.json: flow_process). `dvc repro`
 starts one process per stage, so `make run` starts this server once (127.0.0.1, a free port unless
 --port, SQLite under --home), points the command at it with PREFECT_API_URL and PREFECT_HOME, and
 stops the server by its process group when the command ends, however it ends (killed with SIGKILL

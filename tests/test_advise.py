@@ -188,5 +188,5 @@ def test_validation_sentence_states_the_error_and_the_contextual_offset():
     assert line.startswith("predictions were within 10% (median) of measured runs on 3 cells")
     assert "at most 10% off for allocators without a contextual prior" in line and "over-predicts by 30%" in line
     assert validation_sentence(None).startswith("not validated")
-    committed = load_validation()  # the committed benchmarks/results/advisor_validation.json
+    committed = load_validation()  # the committed benchmarks/results/advisor_validation/advisor_validation.json
     assert committed is not None and committed["cells"] == len(committed["rows"]) > 0

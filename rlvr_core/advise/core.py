@@ -26,7 +26,8 @@ from rlvr_core.advise.model import (
 from rlvr_core.rollout.simulated import ReplayLog
 
 # written by `python -m benchmarks.advisor_validation`: how far the advisor's predictions were from measured runs
-VALIDATION_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "advisor_validation.json"
+VALIDATION_FILE = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "advisor_validation"
+                   / "advisor_validation.json")
 
 
 def interval(x: np.ndarray) -> tuple[float, float, float]:
@@ -112,7 +113,7 @@ def validation_sentence(val: dict[str, Any] | None) -> str:
     simulated pool has no prompt features, so the replay cannot see what they use)."""
     if not val or not val.get("rows"):
         return ("not validated against measured runs here (python -m benchmarks.advisor_validation writes "
-                "benchmarks/results/advisor_validation.json)")
+                "benchmarks/results/advisor_validation/advisor_validation.json)")
     ctx = [r for r in val["rows"] if "context" in str(r["params"].get("prior", ""))]
     rest = [abs(r["error"]) for r in val["rows"] if r not in ctx]
     txt = (f"predictions were within {val['median_abs_error']:.0%} (median) of measured runs on {val['cells']} "
@@ -122,7 +123,7 @@ def validation_sentence(val: dict[str, Any] | None) -> str:
     if ctx:
         txt += (f"; for contextual priors the replay over-predicts by {np.mean([r['error'] for r in ctx]):.0%} on "
                 "average (it sees no prompt features)")
-    return txt + "; see benchmarks/results/advisor_validation.md"
+    return txt + "; see benchmarks/results/advisor_validation/advisor_validation.md"
 
 
 def pct(t: tuple[float, float, float]) -> str:

@@ -54,8 +54,8 @@ class TrainConfig:
         "run, so that allocators compare at equal rollouts rather than steps; SARA's per-step cap is its own "
         "`max_step_rollouts`.")})
     lr: float = field(default=1e-4, metadata={"help": (
-        "AdamW learning rate of the GRPO update, in (0, 1). benchmarks/results/ablation.md: 2e-4 overshoots "
-        "(VIGOR collapses).")})
+        "AdamW learning rate of the GRPO update, in (0, 1). benchmarks/results/ablation/ablation.md: 2e-4 "
+        "overshoots (VIGOR collapses).")})
     clip_eps: float = field(default=0.2, metadata={"help": (
         "Lower half-width of the ratio clip band. Also the upper one when `clip_eps_high` is null.")})
     clip_eps_high: float | None = field(default=None, metadata={"help": (

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import pytest
 
 from benchmarks import allocation, floor, study, study_targets
-from benchmarks.common import MATCHED, PROTOCOLS, RESULTS, VARIANTS, slug, study_cell_dir
+from benchmarks.common import MATCHED, PROTOCOLS, RESULTS, VARIANTS, output_dir, slug, study_cell_dir
 from rlvr_core.allocation import ALLOCATORS
 
 
@@ -40,3 +43,13 @@ def test_the_slug_keeps_every_committed_study_folder_readable() -> None:
     path = study_cell_dir(RESULTS, "pool", "equal-batch", "sara+dps[context]")
     assert path == RESULTS / "study" / "pool" / "equal-batch" / "saraplusdps_context" and path.is_dir()
     assert study.run_file(RESULTS, "pool", "equal-batch", "sara+dps[context]", 0).parent == path
+
+
+def test_output_dir_is_the_module_s_folder_under_the_root_and_refuses_other_names(tmp_path: Path) -> None:
+    want = tmp_path / "root" / "floor"
+    assert output_dir(tmp_path / "root", "floor") == want and want.is_dir()
+    assert output_dir(tmp_path / "root", "floor") == want  # an existing folder is kept
+    for bad in ("training_study", "floor/x", "../floor", ""):
+        with pytest.raises(ValueError, match="names no benchmark module"):
+            output_dir(tmp_path, bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]

@@ -25,7 +25,8 @@ def eb_run(seed: int, rollouts: int, steps: int, variant: str) -> dict:
 def test_floor_files_put_the_measured_allocators_beside_the_floor(tmp_path):
     rows = [measured("early", 8, "sara", 16.9), measured("early", 8, "sara+dps", 13.9),
             measured("early", 8, "oracle", 8.0), measured("late", 16, "dapo", 30.0)]
-    (tmp_path / "allocation.json").write_text(json.dumps(rows))
+    (tmp_path / "allocation").mkdir()
+    (tmp_path / "allocation" / "allocation.json").write_text(json.dumps(rows))
     for lab, sub, per in (("dapo", "dapo", 25.6), ("sara", "sara", 20.0)):
         d = tmp_path / "study" / "hard" / "equal-batch" / sub
         d.mkdir(parents=True)
@@ -46,18 +47,19 @@ def test_floor_files_put_the_measured_allocators_beside_the_floor(tmp_path):
     assert study["sara"]["saving_over_dapo"] == pytest.approx(1 - 20.0 / 25.6, abs=1e-3)
     mean_floor = rep["summary"]["floor_over_k"]["mean"] * 8
     assert study["dapo"]["ceiling_without_prompt_information"] == pytest.approx(1 - mean_floor / 25.6, abs=1e-3)
-    md = (tmp_path / "allocation_floor.md").read_text()
+    md = (tmp_path / "floor" / "allocation_floor.md").read_text()
     assert "| early | 8 | 1.82x |" in md and "sara+dps 1.74x" in md and "| sara | 3 | 20.00 |" in md
-    assert (tmp_path / "allocation_floor.png").stat().st_size > 10_000
+    assert (tmp_path / "floor" / "allocation_floor.png").stat().st_size > 10_000
 
 
 def test_targets_show_the_floor_and_the_ceiling(tmp_path):
     rows = [measured(sc, 8, "sara+dps", 8 * x) for sc, x in (("early", 1.74), ("late", 1.77), ("ushape", 1.91))]
-    (tmp_path / "allocation.json").write_text(json.dumps(rows))
-    sim = T._simulator_row(tmp_path / "allocation.json")
+    (tmp_path / "allocation").mkdir()
+    (tmp_path / "allocation" / "allocation.json").write_text(json.dumps(rows))
+    sim = T._simulator_row(tmp_path / "allocation" / "allocation.json")
     assert "floor" not in T.fmt(sim)  # without the floor file: the measured values alone
     F.write(tmp_path)
-    got = {r["target"]: r for r in T.measure(tmp_path, tmp_path / "allocation.json")}
+    got = {r["target"]: r for r in T.measure(tmp_path)}
     sim = next(r for t, r in got.items() if t.startswith("simulator"))
     assert sim["per_scenario"]["ushape"]["floor_over_k"] == pytest.approx(2.125, abs=1e-3)
     assert "ushape: sara+dps 1.91x (floor 2.12x); floor: the least" in T.fmt(sim)
@@ -67,5 +69,5 @@ def test_targets_show_the_floor_and_the_ceiling(tmp_path):
 def test_a_missing_allocation_file_still_writes_the_floor(tmp_path, capsys):
     assert F.main(["--out", str(tmp_path)]) == 0
     assert "is missing" in capsys.readouterr().out
-    res = json.loads((tmp_path / "allocation_floor.json").read_text())
+    res = json.loads((tmp_path / "floor" / "allocation_floor.json").read_text())
     assert res["study_equal_batch"] == [] and all("best_without_history" not in r for r in res["static"])

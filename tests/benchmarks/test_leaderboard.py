@@ -38,15 +38,15 @@ def test_leaderboard_ranks_every_allocator_on_every_trace(tmp_path):
         shutil.copy(TRL_TRACE.with_suffix(".json"), tmp_path / f"{name}.json")
     assert leaderboard.main(["--traces", str(tmp_path), "--seeds", "2", "--steps", "4", "--k", "4", "--batch", "2",
                              "--out", str(tmp_path / "out")]) == 0
-    df = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
+    df = pd.read_csv(tmp_path / "out" / "leaderboard" / "leaderboard.csv")
     assert sorted(df["trace"].unique()) == ["a", "b"]
     assert set(df["allocator"]) <= set(ALLOCATORS.names()) and "grpo" in set(df["allocator"])
     assert (df["rpeg_over_k"] >= 1.0).all() and (df["floor_over_k"] >= 1.0).all()
     a, b = (df[df.trace == t].set_index("allocator")["rpeg_over_k"] for t in ("a", "b"))
     pd.testing.assert_series_equal(a, b, check_names=False)  # the same trace gives the same figures
-    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    md = (tmp_path / "out" / "leaderboard" / "leaderboard.md").read_text()
     assert "## Overall: mean rank over traces" in md and "| grpo |" in md
-    assert (tmp_path / "out" / "leaderboard.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "leaderboard" / "leaderboard.png").stat().st_size > 1000
 
 
 def test_validation_reads_the_study_cells_and_their_ledgers():

@@ -98,7 +98,7 @@ def quick(tmp_path_factory):
 
 
 def test_quick_writes_the_schema(quick):
-    recs = json.loads((quick / "training_protocols.json").read_text())
+    recs = json.loads((quick / "study" / "training_protocols.json").read_text())
     assert {(r["protocol"], r["allocator"]) for r in recs} == {("reference", "grpo"), ("equal-batch", "dapo")}
     for r in recs:
         assert KEYS <= set(r) and r["regime"] == "easy" and r["seeds"] == 2 and 0 <= r["reached"] <= r["seeds"]
@@ -106,7 +106,7 @@ def test_quick_writes_the_schema(quick):
             assert set(r[key]) >= {"median", "lo", "hi"}
         assert 0.0 <= r["final_accuracy"] <= 1.0
     for ext in ("csv", "md", "png"):
-        assert (quick / f"training_easy_equal-batch.{ext}").stat().st_size > 0
+        assert (quick / "study" / f"training_easy_equal-batch.{ext}").stat().st_size > 0
     one = json.loads(next((quick / "study" / "easy" / "equal-batch").glob("*/s0.json")).read_text())
     led = one["ledger"]
     for key in ("rollouts", "generated_tokens", "trained_tokens", "generate_s", "verify_s", "allocate_s", "update_s",
@@ -116,7 +116,7 @@ def test_quick_writes_the_schema(quick):
     assert led["flops"] == pytest.approx(2 * led["params"] * led["generated_tokens"] + 6 * led["params"]
                                          * led["trained_tokens"])
     assert json.loads((quick / "study" / "easy" / "target.json").read_text())["reference_seeds"] == [0, 1]
-    table = (quick / "training_easy_equal-batch.md").read_text()
+    table = (quick / "study" / "training_easy_equal-batch.md").read_text()
     assert "never" in table or all(r["reached"] == r["seeds"] for r in recs)
 
 
@@ -133,13 +133,13 @@ def test_resume_skips_finished_runs_and_redoes_a_missing_one(quick, capsys):
         if f != victim:
             assert f.stat().st_mtime_ns == t
     assert victim.exists()
-    recs = json.loads((quick / "training_protocols.json").read_text())
+    recs = json.loads((quick / "study" / "training_protocols.json").read_text())
     assert all(r["seeds"] == 2 for r in recs)
 
 
 def test_round_price_compares_rounds_with_one_batched_call(quick):
     assert study.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
-    res = json.loads((quick / "training_round_price.json").read_text())
+    res = json.loads((quick / "study" / "training_round_price.json").read_text())
     rows = {r["allocator"]: r for r in res["rows"]}
     assert set(rows) == {"grpo", "dapo"}
     assert rows["grpo"]["rounds_per_step"] == 1.0 and rows["grpo"]["rollouts_per_step"] == 256
@@ -169,7 +169,7 @@ def test_tuned_chooses_each_allocator_on_validation_then_reports_it_on_test(quic
     for p in chosen.glob("s*.json"):
         r = json.loads(p.read_text())
         assert r["split"] == "test" and r["grid"] == choice["sara"]["grid"]
-    recs = json.loads((quick / "training_protocols.json").read_text())
+    recs = json.loads((quick / "study" / "training_protocols.json").read_text())
     assert [r["allocator"] for r in recs if r["protocol"] == "tuned"] == ["sara"]
     with pytest.raises(ValueError, match="no allocator"):
         study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--variants", "vigor",

@@ -59,7 +59,7 @@ def test_tuned_target_takes_our_best_on_validation_not_on_test(tmp_path):
         {"grpo": {"validation_rollouts_to_target": 200, "grid": [32, 1e-4]},
          "sara": {"validation_rollouts_to_target": 90, "grid": [16, 1e-4]},
          "sara[budget]": {"validation_rollouts_to_target": 120, "grid": [16, 1e-4]}}))
-    rows = {r["target"]: r for r in T.measure(tmp_path, tmp_path / "missing.json")}
+    rows = {r["target"]: r for r in T.measure(tmp_path)}
     tuned = [r for t, r in rows.items() if "tuned" in t and "rollouts" in t][0]
     assert tuned["allocator"] == "sara" and tuned["value"] == pytest.approx(150 / 200) and tuned["met"] is False
     sim = [r for t, r in rows.items() if t.startswith("simulator")][0]
@@ -67,9 +67,10 @@ def test_tuned_target_takes_our_best_on_validation_not_on_test(tmp_path):
     eb = [r for t, r in rows.items() if "equal-batch" in t]
     assert all(r["met"] is None for r in eb)  # no equal-batch cells: not run, neither met nor missed
     T.write(list(rows.values()), tmp_path)
-    md = (tmp_path / "training_targets.md").read_text()
+    written = tmp_path / "study_targets"
+    md = (written / "training_targets.md").read_text()
     assert "0.75x" in md and "not run yet" in md
-    saved = [r for r in json.loads((tmp_path / "training_targets.json").read_text()) if r["target"] == tuned["target"]]
+    saved = [r for r in json.loads((written / "training_targets.json").read_text()) if r["target"] == tuned["target"]]
     assert not math.isnan(saved[0]["value"])
 
 
@@ -89,15 +90,16 @@ def test_easy_equal_batch_cells_are_candidate_rows_against_easy_dapo_at_the_easy
     write_cell(tmp_path, "easy", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(5)])
     write_cell(tmp_path, "easy", "equal-batch", "sara_context", "sara[context]",
                [run([0, 0.5, 1], s) for s in range(5)])
-    rows = {r["target"]: r for r in T.measure(tmp_path, tmp_path / "missing.json")}
+    rows = {r["target"]: r for r in T.measure(tmp_path)}
     easy = {t: r for t, r in rows.items() if t.startswith("(candidate) easy, equal-batch")}
     # only the cells that ran; at the easy target (0.5): 100 rollouts against dapo's 200
     assert list(easy) == ["(candidate) easy, equal-batch: sara[context]'s saving against dapo"]
     row = easy["(candidate) easy, equal-batch: sara[context]'s saving against dapo"]
     assert row["value"] == pytest.approx(0.5) and row["want"] is None and row["met"] is None
     T.write(list(rows.values()), tmp_path)
-    assert "easy, equal-batch: sara[context]" in (tmp_path / "training_candidates.md").read_text()
-    assert "easy, equal-batch" not in (tmp_path / "training_targets.md").read_text()  # no target of its own
+    written = tmp_path / "study_targets"
+    assert "easy, equal-batch: sara[context]" in (written / "training_candidates.md").read_text()
+    assert "easy, equal-batch" not in (written / "training_targets.md").read_text()  # no target of its own
 
 
 def test_matched_updates_rows_compare_ours_with_grpo_at_equal_effective_groups(tmp_path):

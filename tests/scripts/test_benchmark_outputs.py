@@ -56,5 +56,5 @@ def test_quick_allocation_run_leaves_results_untouched(tmp_path: Path) -> None:
     out = Path(re.search(r"writing to (\S+)", p.stdout).group(1))
     assert out.parent == tmp_path
     for name in ("allocation.csv", "allocation.md", "allocation.png", "allocation_runs.csv", "allocation_timing.csv"):
-        assert (out / name).stat().st_size > 0, name
-    assert json.loads((out / "allocation_targets.json").read_text())["run"]["quick"] is True
+        assert (out / "allocation" / name).stat().st_size > 0, name
+    assert json.loads((out / "allocation" / "allocation_targets.json").read_text())["run"]["quick"] is True

@@ -38,7 +38,7 @@ from benchmarks.training import data_and_policy
 from rlvr_core.config import TrainConfig
 from rlvr_core.training import train
 
-FULL = {"rollouts": 30000, "seeds": 3, "eval_every": 5, "eval_size": 400}  # behind benchmarks/results/ablation.*
+FULL = {"rollouts": 30000, "seeds": 3, "eval_every": 5, "eval_size": 400}  # behind benchmarks/results/ablation/
 
 # label -> (allocator, train-section overrides, allocator params)
 VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {

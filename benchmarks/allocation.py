@@ -51,7 +51,7 @@ from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_st
 from rlvr_core.rollout.simulated import SimulatedEngine
 
 SCENARIOS = ("early", "late", "ushape", "uniform", "drift", "replay")
-FULL = {"seeds": 5, "steps": 60, "batch_size": 32}  # the protocol behind benchmarks/results/allocation.*
+FULL = {"seeds": 5, "steps": 60, "batch_size": 32}  # the protocol behind benchmarks/results/allocation/
 
 
 def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:

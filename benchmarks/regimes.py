@@ -84,7 +84,7 @@ CANDIDATES: dict[str, Overrides] = {
                                          "intermediate": 768, "heads": 6}},
 }
 
-# The study's regimes. ``hard`` is the candidate the search chose (benchmarks/results/regimes.md),
+# The study's regimes. ``hard`` is the candidate the search chose (benchmarks/results/regimes/regimes.md),
 # ``merge(EASY, CANDIDATES[CHOSEN])``, and params.yaml holds it (tests/benchmarks/test_regimes_default.py).
 # ``pool`` is hard's data and warm start, RL drawing from a finite pool of POOL_PROMPTS training prompts
 # (stratified by digits x op) that recurs: GRPO sees each prompt about 5 times in 40k rollouts, as real RLVR

@@ -215,3 +215,16 @@ def test_the_checker_catches_circles_between_modules_and_between_units() -> None
     assert cycles(unit_edges(graph)) == [["rlvr_core.data", "rlvr_core.training"],
                                         ["rlvr_core.models", "rlvr_core.rewards"]]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"d"}}) == []  # a chain; a self-import is no circle
+
+
+def test_reading_params_and_the_stages_that_train_nothing_import_no_torch() -> None:
+    """rlvr_core.config (every params section, WarmStartConfig included) and the prepare and report stages start
+    without torch or transformers: each pipeline stage is a fresh process, and torch's import is seconds of it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlvr_core.config, flows.prepare, flows.report; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

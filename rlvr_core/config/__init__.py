@@ -1,7 +1,7 @@
 """Typed, frozen configuration per params.yaml section, validated on load.
 
 Each stage reads only its own section: ``prepare`` (``PrepareConfig``), ``warmstart``
-(``WarmStartConfig``, in ``rlvr_core.models.warmstart``), ``train`` (``TrainConfig``) and ``evaluate``
+(``WarmStartConfig``, in ``rlvr_core.models.warmstart_config``: no torch), ``train`` (``TrainConfig``) and ``evaluate``
 (``EvaluateConfig``). Every field documents itself: its ``help`` (field metadata, as TRL's
 ``GRPOConfig`` documents its fields) is the one text behind docs/configuration.md and params.yaml's
 comments (``make docs``). Unknown keys are rejected with the closest valid key; impossible values

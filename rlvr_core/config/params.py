@@ -14,7 +14,7 @@ from rlvr_core.config.prepare import PrepareConfig
 from rlvr_core.config.reading import read_yaml, short_repr
 from rlvr_core.config.train import TrainConfig
 from rlvr_core.errors import ConfigError, from_mapping
-from rlvr_core.models.warmstart import WarmStartConfig
+from rlvr_core.models.warmstart_config import WarmStartConfig
 
 REQUIRED_SECTIONS: tuple[str, ...] = ("prepare", "train")
 

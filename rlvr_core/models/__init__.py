@@ -15,7 +15,7 @@ _EXPORTS = {
     "load_policy": "rlvr_core.models.tiny",
     "save_policy": "rlvr_core.models.tiny",
     "PolicyLoadError": "rlvr_core.models.tiny",
-    "WarmStartConfig": "rlvr_core.models.warmstart",
+    "WarmStartConfig": "rlvr_core.models.warmstart_config",
     "warm_start": "rlvr_core.models.warmstart",
 }
 

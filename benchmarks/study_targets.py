@@ -54,7 +54,7 @@ CANDIDATES = {"equal-batch": ("sara[carry]", "sara[context]", "sara+dps[context]
 BOOT = 5000
 
 
-def _runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+def cell_runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
     """Test-split run files of one cell (equal-rollouts' and matched-updates-small's grpo are the reference cell,
     matched-updates' allocators other than grpo the equal-batch cells)."""
     proto_dir = protocol
@@ -77,14 +77,18 @@ def _runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, A
     return runs
 
 
-def _reach_x(run: Mapping[str, Any], target: float, axis: str, fit: bool = True) -> float:
+def reach_x(run: Mapping[str, Any], target: float, axis: str, fit: bool = True) -> float:
+    """Where on ``axis`` (cum_rollouts, cum_tokens, ...) a run's curve reaches ``target``: the fitted reach, or the
+    first crossing with ``fit=False``; inf when it never does."""
     c = run["curve"]
     xs, ys = np.asarray([e[axis] for e in c], float), np.asarray([e["greedy_acc"] for e in c], float)
     return fitted_reach(xs, ys, target) if fit else first_reach(xs, ys, target)
 
 
-def _cost(run: Mapping[str, Any], target: float, axis: str, ours: bool, fit: bool = True) -> float:
-    x = _reach_x(run, target, axis, fit)
+def cost_of(run: Mapping[str, Any], target: float, axis: str, ours: bool, fit: bool = True) -> float:
+    """A run's cost to the target on ``axis``: its reach. A miss costs one of ours inf (ranked last) and a
+    baseline its whole budget, a lower bound on its true cost: a saving against a missing baseline is understated."""
+    x = reach_x(run, target, axis, fit)
     if math.isfinite(x):
         return x
     return math.inf if ours else float(run["curve"][-1][axis])
@@ -103,21 +107,21 @@ def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
            axis: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
     """1 - median(ours) / median(base) of the fitted reach with a bootstrap interval, the raw first crossing's
     saving beside it and the rank test's p-value; see the module docstring for unreached runs."""
-    a = np.asarray([_cost(r, target, axis, True) for r in ours], float)
-    b = np.asarray([_cost(r, target, axis, False) for r in base], float)
+    a = np.asarray([cost_of(r, target, axis, True) for r in ours], float)
+    b = np.asarray([cost_of(r, target, axis, False) for r in base], float)
     if not len(a) or not len(b):
         return {"value": None, "lo": None, "hi": None}
     rng = np.random.default_rng(seed)
     boots = np.sort([_sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
                      for _ in range(BOOT)])
     lo, hi = boots[int(0.025 * (BOOT - 1))], boots[int(math.ceil(0.975 * (BOOT - 1)))]
-    raw_a = np.asarray([_cost(r, target, axis, True, fit=False) for r in ours], float)
-    raw_b = np.asarray([_cost(r, target, axis, False, fit=False) for r in base], float)
-    test = rank_test([_reach_x(r, target, axis) for r in ours], [_reach_x(r, target, axis) for r in base])
+    raw_a = np.asarray([cost_of(r, target, axis, True, fit=False) for r in ours], float)
+    raw_b = np.asarray([cost_of(r, target, axis, False, fit=False) for r in base], float)
+    test = rank_test([reach_x(r, target, axis) for r in ours], [reach_x(r, target, axis) for r in base])
     return {"value": _fin(_sav(a, b)), "lo": _fin(lo), "hi": _fin(hi), "value_raw": _fin(_sav(raw_a, raw_b)),
             "p_value": test["p_value"], "ours_seeds": len(a), "base_seeds": len(b),
             "ours_reached": int(np.isfinite(a).sum()),
-            "base_reached": int(sum(math.isfinite(_reach_x(r, target, axis)) for r in base))}
+            "base_reached": int(sum(math.isfinite(reach_x(r, target, axis)) for r in base))}
 
 
 def accuracy_by_updates(runs: Sequence[Mapping[str, Any]], grid: np.ndarray) -> np.ndarray:
@@ -138,7 +142,8 @@ def dominance(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any
             "updates": [float(grid[0]), float(grid[-1])], "ours_seeds": len(ours), "base_seeds": len(base)}
 
 
-def _target_of(out: Path, regime: str) -> float | None:
+def target_of(out: Path, regime: str) -> float | None:
+    """The frozen target accuracy of ``regime`` (study/<regime>/target.json), None before it is frozen."""
     p = out / "study" / regime / "target.json"
     return json.loads(p.read_text())["target"] if p.exists() else None
 
@@ -156,14 +161,14 @@ def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
     """Every target, measured from what has run so far: the run files under ``out``/study, the simulator row from
     the results root ``results`` (default ``out``): its allocation/allocation.json and floor/allocation_floor.json."""
     rows: list[dict[str, Any]] = []
-    t = _target_of(out, "hard")
+    t = target_of(out, "hard")
     results = out if results is None else results
     allocation_json = results / "allocation" / "allocation.json"
     floor = _floor(results)
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
     for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
-        s = saving(_runs(out, "hard", "equal-batch", lab), _runs(out, "hard", "equal-batch", "dapo"), t) \
+        s = saving(cell_runs(out, "hard", "equal-batch", lab), cell_runs(out, "hard", "equal-batch", "dapo"), t) \
             if t is not None else {"value": None, "lo": None, "hi": None}
         rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
                      + (", rank test p < 0.05" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
@@ -171,16 +176,16 @@ def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
                      "met": _met(s["value"], s["value"] is not None and s["value"] >= need
                                  and (lab != "sara" or (s.get("p_value") or 1.0) < 0.05))})
     for lab in CANDIDATES["equal-batch"]:  # the same measure for the other candidates: no target of their own
-        if t is not None and (ours := _runs(out, "hard", "equal-batch", lab)):
-            s = saving(ours, _runs(out, "hard", "equal-batch", "dapo"), t)
+        if t is not None and (ours := cell_runs(out, "hard", "equal-batch", lab)):
+            s = saving(ours, cell_runs(out, "hard", "equal-batch", "dapo"), t)
             rows.append({"target": f"(candidate) hard, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **s, "met": None})
     # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
     # (the out-of-regime check of what hard chose)
-    if (t_easy := _target_of(out, "easy")) is not None:
+    if (t_easy := target_of(out, "easy")) is not None:
         for lab in ("sara", "sara+dps", *CANDIDATES["equal-batch"]):
-            if ours := _runs(out, "easy", "equal-batch", lab):
-                s = saving(ours, _runs(out, "easy", "equal-batch", "dapo"), t_easy)
+            if ours := cell_runs(out, "easy", "equal-batch", lab):
+                s = saving(ours, cell_runs(out, "easy", "equal-batch", "dapo"), t_easy)
                 rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
                              "kind": "saving", "want": None, **s, "met": None})
     rows += _pool_rows(out)
@@ -189,10 +194,10 @@ def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
     rows += _tuned_rows(out, t)
     for regime in ("hard", "easy"):
         for lab in ("vigor", *CANDIDATES["equal-rollouts"]):
-            ours = _runs(out, regime, "equal-rollouts", lab)
+            ours = cell_runs(out, regime, "equal-rollouts", lab)
             if lab != "vigor" and not ours:
                 continue
-            d = dominance(ours, _runs(out, regime, "equal-rollouts", "grpo"))
+            d = dominance(ours, cell_runs(out, regime, "equal-rollouts", "grpo"))
             head = f"{regime}, equal-rollouts: vigor's accuracy >= grpo's at every update count after the first " \
                    "10% of the run" if lab == "vigor" else f"(candidate) {regime}, equal-rollouts: {lab} against grpo"
             rows.append({"target": head, "kind": "dominance", "want": 1.0 if lab == "vigor" else None, **d,
@@ -209,22 +214,22 @@ PUBLISHED = ("pilot-commit", "reinforce-ada")
 def _pool_rows(out: Path) -> list[dict[str, Any]]:
     """pool, equal-batch: the declared target (sara+dps against dapo), and every other allocator of ours and the
     published ones against dapo, and ours against the best published cell, as candidates."""
-    t = _target_of(out, "pool")
+    t = target_of(out, "pool")
     if t is None:
         return []
-    dapo = _runs(out, "pool", "equal-batch", "dapo")
-    s = saving(_runs(out, "pool", "equal-batch", "sara+dps"), dapo, t)
+    dapo = cell_runs(out, "pool", "equal-batch", "dapo")
+    s = saving(cell_runs(out, "pool", "equal-batch", "sara+dps"), dapo, t)
     rows = [{"target": "pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo", "kind": "saving",
              "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)}]
     for lab in (*POOL_OURS, *PUBLISHED):
-        if lab != "sara+dps" and (ours := _runs(out, "pool", "equal-batch", lab)):
+        if lab != "sara+dps" and (ours := cell_runs(out, "pool", "equal-batch", lab)):
             rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **saving(ours, dapo, t), "met": None})
-    published = {lab: r for lab in PUBLISHED if (r := _runs(out, "pool", "equal-batch", lab))}
+    published = {lab: r for lab in PUBLISHED if (r := cell_runs(out, "pool", "equal-batch", lab))}
     if published:
-        best = min(published, key=lambda lab: np.median([_cost(r, t, "cum_rollouts", False) for r in published[lab]]))
+        best = min(published, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", False) for r in published[lab]]))
         for lab in POOL_OURS:
-            if ours := _runs(out, "pool", "equal-batch", lab):
+            if ours := cell_runs(out, "pool", "equal-batch", lab):
                 rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against {best}, the best "
                              "published allocator of the cell", "kind": "saving", "want": None,
                              **saving(ours, published[best], t), "met": None})
@@ -239,17 +244,17 @@ def _matched_rows(out: Path) -> list[dict[str, Any]]:
     # hard's own policy is lost (benchmarks/study.py check_policy): its matched cells run as warm-start variants
     variants = sorted(p.name for p in (out / "study").glob("hard-ws*")) if (out / "study").exists() else []
     for regime in ("pool", *variants):
-        t = _target_of(out, regime)
+        t = target_of(out, regime)
         for proto in ("matched-updates", "matched-updates-small"):
-            grpo = _runs(out, regime, proto, "grpo") if t is not None else []
-            ours = {lab: r for lab in POOL_OURS if (r := _runs(out, regime, proto, lab))}
-            if proto == "matched-updates" and not _runs(out, regime, "matched-updates", "grpo"):
+            grpo = cell_runs(out, regime, proto, "grpo") if t is not None else []
+            ours = {lab: r for lab in POOL_OURS if (r := cell_runs(out, regime, proto, lab))}
+            if proto == "matched-updates" and not cell_runs(out, regime, "matched-updates", "grpo"):
                 ours = {}  # no matched grpo runs yet: the equal-batch cells alone are not this protocol
             head = f"{regime}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
             if not grpo or not ours:
                 rows.append({"target": head, "kind": "ratio", "want": 0.5, "value": None, "met": None})
                 continue
-            best = min(ours, key=lambda lab: np.median([_cost(r, t, "cum_rollouts", True) for r in ours[lab]]))
+            best = min(ours, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", True) for r in ours[lab]]))
             for lab in ours:
                 s = saving(ours[lab], grpo, t)
                 ratio = None if s["value"] is None else 1.0 - s["value"]
@@ -272,8 +277,8 @@ def saving_gap(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, An
                axis: str, than: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
     """The saving on ``axis`` minus the saving on ``than`` (e.g. tokens minus rollouts), with a 95% bootstrap
     interval that resamples each side's runs once for both axes (a run's two costs stay paired)."""
-    a = np.asarray([[_cost(r, target, x, True) for x in (axis, than)] for r in ours], float)
-    b = np.asarray([[_cost(r, target, x, False) for x in (axis, than)] for r in base], float)
+    a = np.asarray([[cost_of(r, target, x, True) for x in (axis, than)] for r in ours], float)
+    b = np.asarray([[cost_of(r, target, x, False) for x in (axis, than)] for r in base], float)
     if not len(a) or not len(b):
         return {"value": None, "lo": None, "hi": None}
 
@@ -296,11 +301,11 @@ def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:
     """steps, equal-batch: each of ours against dapo in rollouts, tokens and seconds to target (candidate rows),
     and the sources' token claim (sara's token saving exceeds its rollout saving), met when the 95% interval of
     the difference lies above zero."""
-    t = _target_of(out, regime)
-    dapo = _runs(out, regime, "equal-batch", "dapo") if t is not None else []
+    t = target_of(out, regime)
+    dapo = cell_runs(out, regime, "equal-batch", "dapo") if t is not None else []
     rows: list[dict[str, Any]] = []
     for lab in ("sara", "sara+dps[context]"):
-        if not dapo or not (ours := _runs(out, regime, "equal-batch", lab)):
+        if not dapo or not (ours := cell_runs(out, regime, "equal-batch", lab)):
             continue
         for axis, word in AXES:
             rows.append({"target": f"(candidate) {regime}, equal-batch: {lab}'s saving against dapo in {word}",
@@ -317,13 +322,13 @@ def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:
 def _tuned_rows(out: Path, t: float | None) -> list[dict[str, Any]]:
     choice_file = out / "study" / "hard" / "tuned" / "choice.json"
     choice = json.loads(choice_file.read_text()) if choice_file.exists() else {}
-    ours = {lab: c for lab, c in choice.items() if lab.startswith(OURS_PREFIX) and _runs(out, "hard", "tuned", lab)}
-    grpo = _runs(out, "hard", "tuned", "grpo")
+    ours = {lab: c for lab, c in choice.items() if lab.startswith(OURS_PREFIX) and cell_runs(out, "hard", "tuned", lab)}
+    grpo = cell_runs(out, "hard", "tuned", "grpo")
     best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
                                       else ours[lab]["validation_rollouts_to_target"])) if ours else None
     out_rows = []
     for axis, need, word in (("cum_rollouts", 0.5, "rollouts"), ("seconds", 0.7, "seconds")):
-        s = saving(_runs(out, "hard", "tuned", best), grpo, t, axis=axis) if best and grpo and t is not None \
+        s = saving(cell_runs(out, "hard", "tuned", best), grpo, t, axis=axis) if best and grpo and t is not None \
             else {"value": None, "lo": None, "hi": None}
         ratio = None if s["value"] is None else 1.0 - s["value"]
         out_rows.append({"target": f"hard, tuned: our best allocator reaches the target with <= {need}x the {word} "

@@ -32,7 +32,7 @@ import numpy as np
 
 from benchmarks import regimes as R
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study_targets import _cost, _reach_x, _runs, _target_of, saving
+from benchmarks.study_targets import cell_runs, cost_of, reach_x, saving, target_of
 from rlvr_core.stats import rank_test
 
 # (protocol, ours, baseline): the measurement issue's headline cells
@@ -49,7 +49,7 @@ def family(out: Path, base: str) -> list[str]:
     study = out / "study"
     names = [p.name for p in study.glob(f"{base}{R.WS_SEP}*") if p.is_dir()] if study.exists() else []
     variants = sorted((n for n in names if n[len(base) + len(R.WS_SEP):].isdigit()), key=lambda n: R.base_regime(n)[1])
-    return [r for r in (base, *variants) if _target_of(out, r) is not None]
+    return [r for r in (base, *variants) if target_of(out, r) is not None]
 
 
 def preregistered(out: Path, regime: str) -> bool | None:
@@ -62,17 +62,17 @@ def compare(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: s
     """One comparison across the warm starts in ``regimes`` that ran both cells; None where none did."""
     per, ratios, fa, fb, sa, sb = [], [], [], [], [], []
     for regime in regimes:
-        t = _target_of(out, regime)
-        a, b = _runs(out, regime, protocol, ours), _runs(out, regime, protocol, base)
+        t = target_of(out, regime)
+        a, b = cell_runs(out, regime, protocol, ours), cell_runs(out, regime, protocol, base)
         if not a or not b:
             continue
         s = saving(a, b, t)
         per.append({"regime": regime, "warm_start": R.base_regime(regime)[1] or 0,
                     "preregistration_met": preregistered(out, regime), "target": t, **s})
-        base_median = float(np.median([_cost(r, t, "cum_rollouts", False) for r in b]))
-        ratios += [_cost(r, t, "cum_rollouts", True) / base_median for r in a]
-        fa += [_reach_x(r, t, "cum_rollouts") for r in a]
-        fb += [_reach_x(r, t, "cum_rollouts") for r in b]
+        base_median = float(np.median([cost_of(r, t, "cum_rollouts", False) for r in b]))
+        ratios += [cost_of(r, t, "cum_rollouts", True) / base_median for r in a]
+        fa += [reach_x(r, t, "cum_rollouts") for r in a]
+        fb += [reach_x(r, t, "cum_rollouts") for r in b]
         sa += [regime] * len(a)
         sb += [regime] * len(b)
     if not per:

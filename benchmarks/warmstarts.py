@@ -39,6 +39,7 @@ from rlvr_core.stats import rank_test
 COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("equal-batch", "sara", "dapo"),
     ("equal-batch", "sara+dps[context]", "dapo"),
+    ("equal-rollouts", "sara[budget]", "grpo"),
     ("matched-updates", "sara", "grpo"),
     ("matched-updates", "sara+dps[context]", "grpo"),
 )

@@ -29,11 +29,11 @@ install: $(STAMP)
 # one pytest worker per core plus one (the pipeline tests spend a quarter of their time waiting on servers and
 # subprocesses: a third worker fills it); TEST_WORKERS=0 runs one process. A file stays on one worker (its
 # fixtures are built once), and files go out in collection order, the slowest first (tests/conftest.py), not
-# reordered by their number of tests
+# reordered by their number of tests; the 15 slowest tests are listed at the end
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 # the whole pipeline (prepare -> warmstart -> train x allocators -> evaluate -> report) with DVC;
 # `dvc init` once if the repository has no .dvc/ yet. One local Prefect server (SQLite under .prefect/)

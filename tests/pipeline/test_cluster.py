@@ -248,8 +248,8 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
         assert len(deployment_ids) == len(ALLOCATORS.names()) + 1, out  # train/<each allocator>, evaluate/nightly
 
         def run(name: str) -> str:
-            p = subprocess.run([prefect, "deployment", "run", name, "--watch", "--watch-timeout", "500"], env=env,
-                               capture_output=True, text=True, timeout=560)
+            p = subprocess.run([prefect, "deployment", "run", name, "--watch", "--watch-interval", "1",
+                                "--watch-timeout", "500"], env=env, capture_output=True, text=True, timeout=560)
             text = p.stdout + p.stderr
             assert p.returncode == 0 and "Completed" in text, \
                 text[-3000:] + "\n--- worker ---\n" + (worker_dir / "worker.log").read_text()[-6000:]

@@ -35,8 +35,8 @@ def test_deployment_run_train_sara(pipeline_env: dict[str, str], tmp_path: Path)
         for name in ("train/grpo", "train/dapo", "train/vigor", "train/pods", "train/greso", "train/saraplusdps",
                      "evaluate/nightly"):
             assert name.split("/")[1] in ls
-        run = subprocess.run([prefect, "deployment", "run", "train/sara", "--watch", "--watch-timeout", "300"],
-                             env=env, capture_output=True, text=True, timeout=360)
+        run = subprocess.run([prefect, "deployment", "run", "train/sara", "--watch", "--watch-interval", "1",
+                              "--watch-timeout", "300"], env=env, capture_output=True, text=True, timeout=360)
         out = run.stdout + run.stderr
         assert run.returncode == 0 and "Completed" in out, out[-3000:] + (tmp_path / "serve.log").read_text()[-3000:]
     finally:

@@ -31,7 +31,8 @@ def _serve_and_run_train_sara(env: dict[str, str], repo: Path, log_path: Path) -
             assert time.time() < deadline, "train/sara was never registered"
             time.sleep(2)
         run = subprocess.run([prefect, "deployment", "run", "train/sara", "-p", "steps=3", "--watch",
-                              "--watch-timeout", "300"], env=env, capture_output=True, text=True, timeout=360)
+                              "--watch-interval", "1", "--watch-timeout", "300"], env=env, capture_output=True,
+                             text=True, timeout=360)
         out = run.stdout + run.stderr
         assert run.returncode == 0 and "Completed" in out, out[-3000:] + log_path.read_text()[-3000:]
         return out

@@ -57,7 +57,7 @@ docs: $(STAMP)
 
 # the benchmarks behind the README tables (allocation: ~1 min; training: tens of minutes)
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.allocation
+	$(BIN)/python -m benchmarks.allocation --json benchmarks/results/allocation/allocation.json
 	$(BIN)/python -m benchmarks.readme
 	$(BIN)/python -m benchmarks.results_index
 

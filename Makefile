@@ -30,7 +30,7 @@ install: $(STAMP)
 # subprocesses: a third worker fills it); TEST_WORKERS=0 runs one process. A file stays on one worker (its
 # fixtures are built once), and files go out in collection order, the slowest first (tests/conftest.py), not
 # reordered by their number of tests; the 15 slowest tests are listed at the end
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); echo $$((n + 1)))
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15

@@ -128,10 +128,17 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             "rounds of k until a first pass (Reinforce-Ada-pos)"),
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass"),
     Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone"),
+    # the length-aware candidate of the worked-answer issue (declared before its runs; regime steps only):
+    # tau_low scaled per prompt by its prefix's tokens per rollout over the step's, so a long all-fail prefix is
+    # abandoned after k/4 rollouts (under the uniform prior the k/4 probe alone changes no decision)
+    Variant("sara[tokens]", "sara", {"price": "tokens", **_PROBES},
+            "sara priced in tokens: tau_low x (prefix tokens per rollout / step's), probes k/4, k/2, k"),
 )}
 
 # ----- the training study's protocols (benchmarks/study.py runs them; benchmarks/floor.py reads the cells) -----
 # The allocators of the pool regimes and of the matched-updates protocols (the measurement issue's list)
+# the worked-answer regimes (steps and its warm starts) add the length-aware candidate at equal batch
+LENGTH_AWARE = ("sara[tokens]",)
 MATCHED = ("dapo", "greso", "sara", "sara[carry]", "sara+dps", "sara+dps[context]", "pilot-commit", "reinforce-ada")
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "reference": ("grpo",),

@@ -62,7 +62,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 from benchmarks import regimes as R
-from benchmarks.common import MATCHED, PROTOCOLS, RESULTS, VARIANTS, output_dir, save_figure, slug, study_cell_dir
+from benchmarks.common import (
+    LENGTH_AWARE,
+    MATCHED,
+    PROTOCOLS,
+    RESULTS,
+    VARIANTS,
+    output_dir,
+    save_figure,
+    slug,
+    study_cell_dir,
+)
 from benchmarks.common import default_out as _default_out
 from rlvr_core.stats import (
     TARGET_FRACTION,
@@ -562,6 +572,8 @@ def _labels(protocol: str, quick: bool, variants: Sequence[str] | None = None, r
     labels = PROTOCOLS[protocol]
     if protocol == "equal-batch" and regime not in R.STEP_GRID_REGIMES:
         labels = MATCHED  # the new regimes (pool, warm-start variants) run the measurement issue's list
+        if R.base_regime(regime)[0] == "steps":
+            labels += LENGTH_AWARE
     if regime in R.STEP_GRID_REGIMES:
         labels = tuple(lab for lab in labels if lab not in STEP_GRID_EXCLUDE)
     if variants:

@@ -190,7 +190,8 @@ def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
                              "kind": "saving", "want": None, **s, "met": None})
     rows += _pool_rows(out)
     rows += _matched_rows(out)
-    rows += _steps_rows(out)
+    for regime in sorted(d.name for d in (out / "study").glob("steps*") if d.is_dir()):  # steps, steps-wsJ
+        rows += _steps_rows(out, regime)
     rows += _tuned_rows(out, t)
     for regime in ("hard", "easy"):
         for lab in ("vigor", *CANDIDATES["equal-rollouts"]):
@@ -304,12 +305,18 @@ def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:
     t = target_of(out, regime)
     dapo = cell_runs(out, regime, "equal-batch", "dapo") if t is not None else []
     rows: list[dict[str, Any]] = []
-    for lab in ("sara", "sara+dps[context]"):
+    for lab in ("sara", "sara+dps[context]", "sara[tokens]"):
         if not dapo or not (ours := cell_runs(out, regime, "equal-batch", lab)):
             continue
         for axis, word in AXES:
             rows.append({"target": f"(candidate) {regime}, equal-batch: {lab}'s saving against dapo in {word}",
                          "kind": "saving", "want": None, **saving(ours, dapo, t, axis=axis), "met": None})
+        if lab == "sara[tokens]" and (sara := cell_runs(out, regime, "equal-batch", "sara")):
+            # the length-aware candidate against the same allocator priced in rollouts
+            for axis, word in AXES[:2]:
+                rows.append({"target": f"(candidate) {regime}, equal-batch: sara[tokens]'s saving against sara in "
+                             f"{word}", "kind": "saving", "want": None, **saving(ours, sara, t, axis=axis),
+                             "met": None})
         if lab == "sara":
             g = saving_gap(ours, dapo, t, axis="cum_tokens")
             rows.append({"target": f"(the sources' claim) {regime}, equal-batch: sara's saving against dapo is larger "

@@ -28,6 +28,16 @@ prices an effective group at the screening floor of the population prior
 prefix goes on only while going on, at that price, is worth more than the
 rollouts it may still cost, given its own posterior; a fresh prompt with a prior
 of its own (carried or contextual) is started only when drawing it is worth it.
+
+``price="tokens"`` (stop rule "tau") prices a prompt's continuation by the tokens
+it is expected to cost instead of its rollouts: the k - n rollouts it may still
+need are expected to be as long as its prefix's, so it is abandoned when p_eff <
+tau_low x L_q / L, with L_q its prefix's mean generated tokens per rollout and L
+the step's mean so far (the ratio clipped to [1/2, 2]). A prompt whose prefix
+wandered long (on worked-answer tasks, failing traces run longer) is given up
+sooner; a short one is kept longer. With an earlier probe (k/4) a long all-fail
+prefix can be abandoned after k/4 rollouts, which tau_low alone never does under
+the uniform prior.
 """
 
 from __future__ import annotations
@@ -71,6 +81,8 @@ class SARAParams(AllocatorParams):
         default "uniform" in groups mode and "eb" (empirical Bayes) in rollouts mode
     stop_rule: "tau" (abandon when p_eff < tau_low) or "floor" (groups mode: abandon when going on is
         worth less than the screening floor's price of an effective group; see the module docstring)
+    price: "rollouts" (every rollout costs the same) or "tokens" (stop rule "tau": tau_low scaled per prompt
+        by its prefix's mean tokens per rollout over the step's; see the module docstring)
     """
 
     mode: str = "groups"
@@ -83,6 +95,7 @@ class SARAParams(AllocatorParams):
     max_new_prompts_per_round: int | None = None
     prior: Any = None
     stop_rule: str = "tau"
+    price: str = "rollouts"
 
     RENAMED_KEYS: ClassVar[dict[str, str]] = {
         "max_rollouts": "renamed max_step_rollouts (the per-step cap of groups mode; train.max_rollouts is the "
@@ -103,6 +116,9 @@ class SARAParams(AllocatorParams):
         require(self.stop_rule in ("tau", "floor"), "stop_rule", f"got {self.stop_rule!r}; use 'tau' or 'floor'")
         require(self.stop_rule == "tau" or self.mode == "groups", "stop_rule",
                 "the floor rule prices effective groups, which only groups mode collects; use mode 'groups'")
+        require(self.price in ("rollouts", "tokens"), "price", f"got {self.price!r}; use 'rollouts' or 'tokens'")
+        require(self.price == "rollouts" or self.stop_rule == "tau", "price",
+                "the token price scales tau_low, which stop_rule 'floor' does not use; use stop_rule 'tau'")
         require(0.0 <= self.tau_low < 1.0, "tau_low", f"got {self.tau_low}; it must lie in [0, 1)")
         require(self.tau_low < self.tau_high <= 1.0, "tau_high", f"got {self.tau_high}; it must lie in (tau_low, 1]")
         require(self.max_rounds >= 1, "max_rounds", f"got {self.max_rounds}; set it >= 1")
@@ -278,6 +294,18 @@ class SARAAllocator(Allocator):
         fresh = -1.0 + first_fail * np.maximum(go[0, :, 1], 0.0) + (1.0 - first_fail) * np.maximum(go[1, :, 1], 0.0)
         return np.where(n == 0, fresh, np.where(n < k, out, -np.inf))
 
+    def _token_price(self, live: np.ndarray) -> np.ndarray | float:
+        """Per prompt, the factor on tau_low: 1 under price "rollouts"; under "tokens" the prompt's mean generated
+        tokens per rollout over the step's mean so far, clipped to [1/2, 2]."""
+        led = self.ledger
+        if self.params.price == "rollouts" or led.total_rollouts == 0:
+            return 1.0
+        step_mean = float(led.tokens.sum()) / led.total_rollouts
+        if step_mean <= 0:
+            return 1.0
+        own = led.tokens[live] / np.maximum(led.n[live], 1)
+        return np.clip(own / step_mean, 0.5, 2.0)
+
     def _on_observe(self, slots: np.ndarray) -> None:
         p, led = self.params, self.ledger
         live = np.flatnonzero(self.status == LIVE)
@@ -293,7 +321,7 @@ class SARAAllocator(Allocator):
         if p.stop_rule == "floor":
             abandon = ~commit & (n < p.k) & (self._go_on_value(n, np.rint(s), self.a[live], self.b[live]) <= 0)
         else:
-            abandon = ~commit & (peff < p.tau_low)
+            abandon = ~commit & (peff < p.tau_low * self._token_price(live))
         if p.mode == "rollouts":
             # Under a fixed budget an abandoned prompt is worth dropping only if the
             # k - n rollouts it frees buy more expected effective groups elsewhere:

@@ -302,3 +302,55 @@ def test_sara_stop_rule_is_checked(kw, match):
 
     with pytest.raises(ConfigError, match=match):
         make_allocator("sara", k=8, batch_size=4, **kw)
+
+
+def _all_fail_round(alloc, long_ids, long_len=60, short_len=20):
+    """Answer the pending proposal with fails only: ``long_ids``' rollouts long, every other prompt's short."""
+    from rlvr_core.types import Rollouts
+
+    req = alloc.propose()
+    ids = np.repeat(np.fromiter(req, np.int64), list(req.values()))
+    tokens = np.where(np.isin(ids, long_ids), long_len, short_len)
+    alloc.observe(Rollouts(prompt_id=ids, reward=np.zeros(len(ids)), tokens=tokens))
+    return req
+
+
+@pytest.mark.parametrize("price", ["rollouts", "tokens"])
+def test_sara_token_price_abandons_long_all_fail_prefixes_first(price):
+    """Uniform prior, probes k/4, k/2, k at k = 8: an all-fail prefix of 2 has p_eff = 6/9 and one of 4 has
+    4/9. Priced in rollouts, every prompt goes on after 2 fails and stops after 4. Priced in tokens, half the
+    prompts writing 60 tokens and half 20 (step mean 40): the long ones face tau_low x 1.5 = 0.75 and stop after
+    2 fails; the short ones face 0.5 x 0.5 = 0.25, and after 4 fails still less than 4/9 (their prefix stays
+    shorter than 8/9 of the step's mean), so they are probed on."""
+    from rlvr_core.allocation.sara import LIVE
+
+    alloc = make_allocator("sara", k=8, batch_size=4, seed=0, probe_schedule=(0.25, 0.5, 1.0), max_rounds=8,
+                           max_new_prompts_per_round=8, price=price)
+    alloc.start_step(PromptSource(1000, seed=0))
+    req = _all_fail_round(alloc, long_ids=[])
+    first = np.fromiter(req, np.int64)
+    long_ids = first[::2]
+    # redo the first round with half the prefixes long
+    alloc = make_allocator("sara", k=8, batch_size=4, seed=0, probe_schedule=(0.25, 0.5, 1.0), max_rounds=8,
+                           max_new_prompts_per_round=8, price=price)
+    alloc.start_step(PromptSource(1000, seed=0))
+    assert np.array_equal(np.fromiter(_all_fail_round(alloc, long_ids), np.int64), first)
+    led = alloc.ledger
+    is_long = np.isin(led.prompt, long_ids)
+    status = alloc.status[: len(first)]
+    if price == "rollouts":
+        assert (status == LIVE).all()
+    else:
+        assert (status[is_long[: len(first)]] == ABANDONED).all() and (status[~is_long[: len(first)]] == LIVE).all()
+    _all_fail_round(alloc, long_ids)  # the survivors reach 4 fails (and fresh prompts start)
+    survivors = alloc.status[: len(first)][~is_long[: len(first)]]
+    assert (survivors == (ABANDONED if price == "rollouts" else LIVE)).all()
+
+
+def test_sara_token_price_is_checked():
+    from rlvr_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="use 'rollouts' or 'tokens'"):
+        make_allocator("sara", k=8, batch_size=4, price="seconds")
+    with pytest.raises(ConfigError, match="use stop_rule 'tau'"):
+        make_allocator("sara", k=8, batch_size=4, price="tokens", stop_rule="floor")

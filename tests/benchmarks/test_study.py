@@ -213,6 +213,16 @@ def test_matched_protocols_share_the_cells_they_are_compared_with():
     assert study.run_params("pool-k16", "sara", 0).train.k == 16
 
 
+def test_the_length_aware_candidate_runs_in_the_worked_answer_regimes_only():
+    assert "sara[tokens]" in study._labels("equal-batch", False, regime="steps")
+    assert "sara[tokens]" in study._labels("equal-batch", False, regime="steps-ws1")
+    assert "sara[tokens]" not in study._labels("equal-batch", False, regime="pool")
+    with pytest.raises(ValueError, match="no allocator"):
+        study._labels("equal-batch", False, ["sara[tokens]"], regime="pool")
+    p = study.run_params("steps", "sara[tokens]", 0, protocol="equal-batch").train
+    assert p.allocator == "sara" and p.allocator_params["sara"]["price"] == "tokens"
+
+
 def test_pool_rows_are_stratified_by_cell():
     rows = [{"id": i, "difficulty": 1 + i % 4, "op": "+-*"[i % 3]} for i in range(2400)]
     pool = regimes.pool_rows(rows, 120)

@@ -743,7 +743,7 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
 
     floor.write(results, study_out=out)
     study_targets.write(study_targets.measure(out, results), results)
-    warmstarts.write(warmstarts.measure(out), results)
+    warmstarts.write(warmstarts.measure(out), results, warmstarts.measure_costs(out))
     write_study_doc(out, results, records)
     if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
         from benchmarks import results_index

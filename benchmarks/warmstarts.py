@@ -14,6 +14,12 @@ side by side:
   count as never reached on our side, the baseline's at its whole budget, as in study_targets);
 - ``holds_in``: how many warm starts show a saving above zero, so a claim that holds for one policy only says so.
 
+The worked-answer family (``steps``, ``steps-wsJ``) is read the same way on three cost axes (COST_COMPARISONS):
+rollouts, generated tokens and training seconds to target, each pooled saving with a 95% bootstrap interval that
+resamples runs within each warm start and keeps each run's costs on every axis together; so the token row also
+gives the token saving minus the rollout saving (the sources' claim that SARA saves more tokens than rollouts
+against DAPO) with its interval.
+
 Warm starts whose pre-registration (benchmarks/results/study/<regime>/preregistration.json) misses its criteria
 are reported and marked, not dropped: the criteria were fixed before any allocator ran.
 
@@ -59,32 +65,109 @@ def preregistered(out: Path, regime: str) -> bool | None:
     return bool(json.loads(p.read_text()).get("meets")) if p.exists() else None
 
 
-def compare(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str) -> dict[str, Any] | None:
-    """One comparison across the warm starts in ``regimes`` that ran both cells; None where none did."""
+def compare(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str,
+            axis: str = "cum_rollouts") -> dict[str, Any] | None:
+    """One comparison across the warm starts in ``regimes`` that ran both cells, on cost ``axis``; None where none
+    did."""
     per, ratios, fa, fb, sa, sb = [], [], [], [], [], []
     for regime in regimes:
         t = target_of(out, regime)
         a, b = cell_runs(out, regime, protocol, ours), cell_runs(out, regime, protocol, base)
         if not a or not b:
             continue
-        s = saving(a, b, t)
+        s = saving(a, b, t, axis=axis)
         per.append({"regime": regime, "warm_start": R.base_regime(regime)[1] or 0,
                     "preregistration_met": preregistered(out, regime), "target": t, **s})
-        base_median = float(np.median([cost_of(r, t, "cum_rollouts", False) for r in b]))
-        ratios += [cost_of(r, t, "cum_rollouts", True) / base_median for r in a]
-        fa += [reach_x(r, t, "cum_rollouts") for r in a]
-        fb += [reach_x(r, t, "cum_rollouts") for r in b]
+        base_median = float(np.median([cost_of(r, t, axis, False) for r in b]))
+        ratios += [cost_of(r, t, axis, True) / base_median for r in a]
+        fa += [reach_x(r, t, axis) for r in a]
+        fb += [reach_x(r, t, axis) for r in b]
         sa += [regime] * len(a)
         sb += [regime] * len(b)
     if not per:
         return None
     test = rank_test(fa, fb, strata_ours=sa, strata_base=sb)
     pooled = float(np.median(ratios))
-    return {"protocol": protocol, "ours": ours, "baseline": base, "warm_starts": len(per),
+    return {"protocol": protocol, "ours": ours, "baseline": base, "axis": axis, "warm_starts": len(per),
             "ours_runs": len(fa), "base_runs": len(fb), "per_warm_start": per,
             "pooled_saving": None if not math.isfinite(pooled) else 1.0 - pooled,
             "p_value_stratified": test["p_value"],
             "holds_in": sum(1 for p in per if p["value"] is not None and p["value"] > 0)}
+
+
+def pooled_costs(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str, axes: Sequence[str], *,
+                 boot: int = 2000, seed: int = 0) -> dict[str, dict[str, float | None]]:
+    """The pooled saving of ``ours`` against ``base`` on each axis with a 95% bootstrap interval that resamples the
+    runs of each side within each warm start, the same draw for every axis (a run's costs stay together); and for
+    each axis but the first, its pooled saving minus the first axis's ({axis: {value, lo, hi, gap, gap_lo,
+    gap_hi}})."""
+    cells = []  # per warm start: (ours' costs, baseline's costs), each (runs, axes)
+    for regime in regimes:
+        t = target_of(out, regime)
+        a, b = cell_runs(out, regime, protocol, ours), cell_runs(out, regime, protocol, base)
+        if a and b:
+            cells.append((np.asarray([[cost_of(r, t, x, True) for x in axes] for r in a], float),
+                          np.asarray([[cost_of(r, t, x, False) for x in axes] for r in b], float)))
+    if not cells:
+        return {}
+
+    def pooled(draw: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        ratios = np.concatenate([a / np.median(b, axis=0) for a, b in draw])
+        return 1.0 - np.median(ratios, axis=0)
+
+    rng = np.random.default_rng(seed)
+    boots = np.asarray([pooled([(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
+                                for a, b in cells]) for _ in range(boot)])
+    value = pooled(cells)
+
+    def ci(x: np.ndarray) -> tuple[float | None, float | None]:
+        x = np.sort(x)
+        return (_num(x[int(0.025 * (len(x) - 1))]), _num(x[int(math.ceil(0.975 * (len(x) - 1)))]))
+
+    res: dict[str, dict[str, float | None]] = {}
+    for j, x in enumerate(axes):
+        lo, hi = ci(boots[:, j])
+        res[x] = {"value": _num(value[j]), "lo": lo, "hi": hi}
+        if j:
+            glo, ghi = ci(boots[:, j] - boots[:, 0])
+            res[x].update(gap=_num(value[j] - value[0]), gap_lo=glo, gap_hi=ghi)
+    return res
+
+
+def _num(v: float) -> float | None:
+    """A finite float, else None (a saving against ours that never reached is -inf)."""
+    return float(v) if math.isfinite(v) else None
+
+
+# the worked-answer family: what each allocator buys in rollouts, generated tokens and training seconds
+COST_AXES = ("cum_rollouts", "cum_tokens", "seconds")
+COST_COMPARISONS: tuple[tuple[str, str, str], ...] = (
+    ("equal-batch", "sara", "dapo"),
+    ("equal-batch", "sara+dps[context]", "dapo"),
+    ("equal-batch", "sara[tokens]", "dapo"),
+    ("equal-batch", "sara[tokens]", "sara"),
+    ("equal-rollouts", "vigor", "grpo"),
+    ("matched-updates", "sara", "grpo"),
+)
+
+
+def measure_costs(out: Path, base: str = "steps") -> list[dict[str, Any]]:
+    """Each COST_COMPARISONS row across ``base``'s warm starts: per axis the comparison (compare) and the pooled
+    saving's interval (pooled_costs)."""
+    regimes = family(out, base)
+    rows = []
+    for proto, ours, baseline in COST_COMPARISONS:
+        pooled = pooled_costs(out, regimes, proto, ours, baseline, COST_AXES)
+        if not pooled:
+            continue
+        axes = {x: {**compare(out, regimes, proto, ours, baseline, axis=x), **{f"pooled_{k}": v
+                                                                               for k, v in pooled[x].items()}}
+                for x in COST_AXES}
+        first = axes[COST_AXES[0]]
+        rows.append({"family": base, "protocol": proto, "ours": ours, "baseline": baseline,
+                     "warm_starts": first["warm_starts"], "ours_runs": first["ours_runs"],
+                     "base_runs": first["base_runs"], "axes": axes})
+    return rows
 
 
 def measure(out: Path, bases: Sequence[str] = ("pool", "hard")) -> list[dict[str, Any]]:
@@ -123,21 +206,88 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
-    """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/."""
+AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "seconds": "training seconds"}
+
+
+def _saving_ci(v: Mapping[str, Any]) -> str:
+    return f"{_pct(v['pooled_value'])} [{_pct(v['pooled_lo'])}, {_pct(v['pooled_hi'])}]"
+
+
+def cost_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per comparison: the pooled saving [95% CI] and the stratified p on each cost axis."""
+    lines = ["| ours vs baseline | protocol | runs (warm starts) | " + " | ".join(AXIS_WORDS[x] for x in COST_AXES)
+             + " | holds in (rollouts, tokens, seconds) |", "|---|---|---|" + "---|" * (len(COST_AXES) + 1)]
+    for r in rows:
+        ax = r["axes"]
+        cells = [f"{_saving_ci(ax[x])}, p {_p_eq(ax[x]['p_value_stratified'])}" for x in COST_AXES]
+        holds = ", ".join(f"{ax[x]['holds_in']}/{ax[x]['warm_starts']}" for x in COST_AXES)
+        lines.append(f"| {r['ours']} vs {r['baseline']} | {r['protocol']} | {r['ours_runs']} vs {r['base_runs']} "
+                     f"({r['warm_starts']}) | " + " | ".join(cells) + f" | {holds} |")
+    return lines
+
+
+def claim_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The sources' token claim pooled over the warm starts: sara's token saving minus its rollout saving
+    against dapo at equal batch."""
+    r = next((r for r in rows if (r["protocol"], r["ours"], r["baseline"]) == ("equal-batch", "sara", "dapo")), None)
+    if r is None or (t := r["axes"]["cum_tokens"]).get("pooled_gap") is None:
+        return None
+    lo, hi = t["pooled_gap_lo"], t["pooled_gap_hi"]
+    held = lo is not None and lo > 0
+    return (f"The sources' token claim (sara's saving against dapo larger in generated tokens than in rollouts), "
+            f"pooled over {r['warm_starts']} warm start(s), {r['ours_runs']} vs {r['base_runs']} runs: token saving "
+            f"minus rollout saving {100 * t['pooled_gap']:+.1f} points [{_pts(lo)}, {_pts(hi)}]: "
+            + ("**holds** (the interval lies above zero)." if held else "**not borne out** (the interval reaches "
+               "zero or below)."))
+
+
+def _pts(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:+.1f}"
+
+
+def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
+    """The worked-answer family's cost comparisons (the README pastes them; the token claim is its targets' row)."""
+    if not rows:
+        return ""
+    out = [f"Pooled over the warm starts of `{base}` (each against its own target): 1 - the median over our runs of "
+           "the cost divided by the median cost of the baseline of the same warm start, with a 95% bootstrap "
+           "interval (runs resampled within each warm start); p: one-sided rank test stratified by warm start. Per "
+           "warm start: [training_warmstarts.md](benchmarks/results/warmstarts/training_warmstarts.md).", "",
+           *cost_table(rows)]
+    return "\n".join(out) + "\n"
+
+
+def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapping[str, Any]] = ()) -> None:
+    """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/ (the worked-answer family's cost
+    rows under "costs"), and training_costs.md, the README's table of them."""
     dest = output_dir(results, "warmstarts")
-    (dest / "training_warmstarts.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+    (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "costs": list(costs)},
+                                                              indent=1) + "\n")
     head = ["# Headline comparisons across warm starts", "",
             "Written by `python -m benchmarks.warmstarts` from the study's run files; the module docstring gives "
             "the rules. Each warm start has its own policy, reference runs and target; a saving is fitted rollouts "
             "to that target. `holds in`: warm starts with a saving above zero.", ""]
-    (dest / "training_warmstarts.md").write_text("\n".join(head + table(rows)) + "\n")
+    body = head + table(rows)
+    if costs:
+        body += ["", "## Worked answers: rollouts, tokens and seconds", "", "Per warm start (saving [95% CI], p):",
+                 "", "| ours vs baseline | protocol | cost | per warm start |", "|---|---|---|---|"]
+        for r in costs:
+            for x in COST_AXES:
+                per = "; ".join(f"{p['regime']}: {_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] "
+                                f"(p {_p_eq(p['p_value'])})" for p in r["axes"][x]["per_warm_start"])
+                body.append(f"| {r['ours']} vs {r['baseline']} | {r['protocol']} | {AXIS_WORDS[x]} | {per} |")
+        body += ["", "Pooled:", "", costs_md(costs).rstrip()]
+        if line := claim_line(costs):
+            body += ["", line]
+    (dest / "training_warmstarts.md").write_text("\n".join(body) + "\n")
+    (dest / "training_costs.md").write_text(costs_md(costs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    rows = measure(RESULTS)
-    write(rows, RESULTS)
+    rows, costs = measure(RESULTS), measure_costs(RESULTS)
+    write(rows, RESULTS, costs)
     print("\n".join(table(rows)))
+    print(costs_md(costs))
     return 0
 
 

@@ -163,6 +163,19 @@ def test_steps_rows_report_three_units_and_the_token_claim(tmp_path):
     write_cell(tmp_path, "steps", "equal-batch", "sara", "sara", [run_tokens([0, 0.5, 1], s, 75, 20) for s in range(5)])
     rows = T._steps_rows(tmp_path)
     assert [r["target"].split(" in ")[-1] for r in rows[:3]] == ["rollouts", "generated tokens", "training seconds"]
-    claim = rows[-1]
-    assert claim["kind"] == "gap" and claim["met"] is True and "points" in T.fmt(claim)
+    per = rows[-1]  # this warm start's gap: a candidate row
+    assert per["kind"] == "gap" and per["want"] is None and per["value"] == pytest.approx(0.8125 - 0.625)
     assert T._steps_rows(tmp_path, regime="hard") == []
+    # the claim itself pools every warm start of steps (here one): the same gap, met when its interval is above 0
+    (claim,) = T._token_claim_row(tmp_path)
+    assert claim["want"] == 0.0 and claim["met"] is True and claim["value"] == pytest.approx(per["value"])
+    assert claim["warm_starts"] == 1 and "points" in T.fmt(claim)
+    # a second warm start where sara's rollouts are as long as dapo's: the pooled gap shrinks, still above 0
+    (tmp_path / "study" / "steps-ws1").mkdir(parents=True)
+    (tmp_path / "study" / "steps-ws1" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "steps-ws1", "equal-batch", "dapo", "dapo",
+               [run_tokens([0, 0.25, 0.5], s, 100, 40) for s in range(5)])
+    write_cell(tmp_path, "steps-ws1", "equal-batch", "sara", "sara",
+               [run_tokens([0, 0.5, 1], s, 75, 40) for s in range(5)])
+    (both,) = T._token_claim_row(tmp_path)
+    assert both["warm_starts"] == 2 and both["ours_seeds"] == 10 and 0 < both["value"] < claim["value"]

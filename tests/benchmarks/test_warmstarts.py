@@ -56,3 +56,38 @@ def test_a_warm_start_without_both_cells_is_left_out(tmp_path):
     rows = W.measure(tmp_path, bases=("pool",))
     assert rows[0]["warm_starts"] == 1 and rows[0]["base_runs"] == 3
     assert W.measure(tmp_path, bases=("hard",)) == []
+
+
+def test_costs_pool_the_worked_answer_warm_starts_on_three_axes_with_the_token_gap(tmp_path):
+    """Warm start 0: sara reaches at 100 rollouts of 20 tokens, dapo at 200 of 40 (saves 50% of rollouts and 75% of
+    tokens); warm start 1: both reach at 100 rollouts, sara's 20 tokens against dapo's 40 (0% and 50%). Pooled: the
+    medians of the per-run ratios, 0.75 of rollouts and 0.375 of tokens; the token claim's gap is +37.5 points,
+    its interval above zero since every resample keeps it there."""
+    from tests.benchmarks.test_study_targets import run_tokens
+
+    regime(tmp_path, "steps", 0.5)
+    regime(tmp_path, "steps-ws1", 0.5, met=False)
+    write_cell(tmp_path, "steps", "equal-batch", "sara", "sara",
+               [run_tokens([0, 0.5, 1], s, 100, 20) for s in range(4)])
+    write_cell(tmp_path, "steps", "equal-batch", "dapo", "dapo",
+               [run_tokens([0, 0.25, 0.5], s, 100, 40) for s in range(4)])
+    write_cell(tmp_path, "steps-ws1", "equal-batch", "sara", "sara",
+               [run_tokens([0, 0.5, 1], s, 100, 20) for s in range(4)])
+    write_cell(tmp_path, "steps-ws1", "equal-batch", "dapo", "dapo",
+               [run_tokens([0, 0.5, 1], s, 100, 40) for s in range(4)])
+    rows = W.measure_costs(tmp_path)
+    assert [(r["protocol"], r["ours"], r["baseline"]) for r in rows] == [("equal-batch", "sara", "dapo")]
+    ax = rows[0]["axes"]
+    assert ax["cum_rollouts"]["pooled_value"] == pytest.approx(0.25)
+    assert ax["cum_tokens"]["pooled_value"] == pytest.approx(0.625)
+    assert ax["seconds"]["pooled_value"] == pytest.approx(0.25)
+    assert ax["cum_tokens"]["holds_in"] == 2 and ax["cum_rollouts"]["holds_in"] == 1
+    assert ax["cum_tokens"]["pooled_gap"] == pytest.approx(0.375) and ax["cum_tokens"]["pooled_gap_lo"] > 0
+    md = W.costs_md(rows)
+    assert "| sara vs dapo | equal-batch | 8 vs 8 (2) | 25% [" in md
+    assert "**holds**" in W.claim_line(rows) and "+37.5 points" in W.claim_line(rows)
+    W.write(W.measure(tmp_path, bases=("pool",)), tmp_path, rows)
+    assert W.claim_line(rows) in (tmp_path / "warmstarts" / "training_warmstarts.md").read_text()
+    saved = json.loads((tmp_path / "warmstarts" / "training_warmstarts.json").read_text())
+    assert saved["rollouts"] == [] and saved["costs"][0]["ours"] == "sara"
+    assert (tmp_path / "warmstarts" / "training_costs.md").read_text() == md

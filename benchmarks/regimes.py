@@ -337,8 +337,13 @@ def write(results: list[dict[str, Any]], out: Path) -> None:
     for r in results:
         pts = ", ".join(f"{c['cum_rollouts'] // 1000}k: {c['greedy_acc']:.3f}" for c in r["curve"][::3])
         lines.append(f"- {r['candidate']}: {pts}")
-    for regime in EXTRA_CRITERIA:
-        lines += cost_section(regime, out)
+    for regime in EXTRA_CRITERIA:  # the regime, then its warm starts that have been pre-registered
+        study = out / "study"
+        variants = sorted((d.name for d in study.glob(f"{regime}{WS_SEP}*") if (d / "preregistration.json").exists()
+                           and d.name[len(regime) + len(WS_SEP):].isdigit()), key=lambda n: base_regime(n)[1]) \
+            if study.exists() else []
+        for name in (regime, *variants):
+            lines += cost_section(name, out)
     (dest / "regimes.md").write_text("\n".join(lines) + "\n")
 
 

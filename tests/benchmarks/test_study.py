@@ -289,6 +289,14 @@ def test_cost_structure_measures_the_generation_share_and_the_length_ratio(tmp_p
     assert "| median generation share of a GRPO step's wall-clock | >= 0.65 | 0.70 | meets |" in section
     assert "| median fitted rollouts to the target | >= 20,000 | 15,000 | **misses** |" in section
     assert "Not run yet" in "\n".join(regimes.cost_section("steps", tmp_path / "elsewhere"))
+    # regimes.md gives a section to each pre-registered warm start of the regime too, in seed order
+    for ws in (2, 1):
+        (tmp_path / "study" / f"steps-ws{ws}").mkdir()
+        (tmp_path / "study" / f"steps-ws{ws}" / "preregistration.json").write_text(pre.read_text())
+    regimes.write([], tmp_path)
+    md = (tmp_path / "regimes" / "regimes.md").read_text()
+    heads = [ln for ln in md.splitlines() if ln.startswith("## Regime")]
+    assert [h.split("`")[1] for h in heads] == ["steps", "steps-ws1", "steps-ws2"]
 
 
 def test_start_lengths_scores_k_samples_per_prompt(tmp_path):

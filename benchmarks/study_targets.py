@@ -99,8 +99,15 @@ def _sav(x: np.ndarray, y: np.ndarray) -> float:
     return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
 
 
-def _fin(v: float) -> float | None:
+def finite_or_none(v: float) -> float | None:
+    """A finite float, else None (a saving against ours that never reached is -inf)."""
     return float(v) if math.isfinite(v) else None
+
+
+def percentile_interval(boots: np.ndarray) -> tuple[float, float]:
+    """The 95% percentile interval of sorted bootstrap draws: their 2.5% and 97.5% order statistics."""
+    n = len(boots)
+    return float(boots[int(0.025 * (n - 1))]), float(boots[int(math.ceil(0.975 * (n - 1)))])
 
 
 def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], target: float, *,
@@ -114,11 +121,12 @@ def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
     rng = np.random.default_rng(seed)
     boots = np.sort([_sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
                      for _ in range(BOOT)])
-    lo, hi = boots[int(0.025 * (BOOT - 1))], boots[int(math.ceil(0.975 * (BOOT - 1)))]
+    lo, hi = percentile_interval(boots)
     raw_a = np.asarray([cost_of(r, target, axis, True, fit=False) for r in ours], float)
     raw_b = np.asarray([cost_of(r, target, axis, False, fit=False) for r in base], float)
     test = rank_test([reach_x(r, target, axis) for r in ours], [reach_x(r, target, axis) for r in base])
-    return {"value": _fin(_sav(a, b)), "lo": _fin(lo), "hi": _fin(hi), "value_raw": _fin(_sav(raw_a, raw_b)),
+    return {"value": finite_or_none(_sav(a, b)), "lo": finite_or_none(lo), "hi": finite_or_none(hi),
+            "value_raw": finite_or_none(_sav(raw_a, raw_b)),
             "p_value": test["p_value"], "ours_seeds": len(a), "base_seeds": len(b),
             "ours_reached": int(np.isfinite(a).sum()),
             "base_reached": int(sum(math.isfinite(reach_x(r, target, axis)) for r in base))}
@@ -295,8 +303,8 @@ def saving_gap(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, An
     value = gap(a, b)
     if not len(boots) or not math.isfinite(value):
         return {"value": None, "lo": None, "hi": None}
-    return {"value": value, "lo": float(boots[int(0.025 * (len(boots) - 1))]),
-            "hi": float(boots[int(math.ceil(0.975 * (len(boots) - 1)))]), "resamples_used": int(len(boots))}
+    lo, hi = percentile_interval(boots)
+    return {"value": value, "lo": lo, "hi": hi, "resamples_used": int(len(boots))}
 
 
 def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks import regimes as R
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study_targets import cell_runs, cost_of, reach_x, saving, target_of
+from benchmarks.study_targets import cell_runs, cost_of, finite_or_none, percentile_interval, reach_x, saving, target_of
 from rlvr_core.stats import rank_test
 
 # (protocol, ours, baseline): the measurement issue's headline cells
@@ -121,22 +121,17 @@ def pooled_costs(out: Path, regimes: Sequence[str], protocol: str, ours: str, ba
     value = pooled(cells)
 
     def ci(x: np.ndarray) -> tuple[float | None, float | None]:
-        x = np.sort(x)
-        return (_num(x[int(0.025 * (len(x) - 1))]), _num(x[int(math.ceil(0.975 * (len(x) - 1)))]))
+        lo, hi = percentile_interval(np.sort(x))
+        return finite_or_none(lo), finite_or_none(hi)
 
     res: dict[str, dict[str, float | None]] = {}
     for j, x in enumerate(axes):
         lo, hi = ci(boots[:, j])
-        res[x] = {"value": _num(value[j]), "lo": lo, "hi": hi}
+        res[x] = {"value": finite_or_none(value[j]), "lo": lo, "hi": hi}
         if j:
             glo, ghi = ci(boots[:, j] - boots[:, 0])
-            res[x].update(gap=_num(value[j] - value[0]), gap_lo=glo, gap_hi=ghi)
+            res[x].update(gap=finite_or_none(value[j] - value[0]), gap_lo=glo, gap_hi=ghi)
     return res
-
-
-def _num(v: float) -> float | None:
-    """A finite float, else None (a saving against ours that never reached is -inf)."""
-    return float(v) if math.isfinite(v) else None
 
 
 # the worked-answer family: what each allocator buys in rollouts, generated tokens and training seconds

@@ -150,6 +150,37 @@ def dominance(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any
             "updates": [float(grid[0]), float(grid[-1])], "ours_seeds": len(ours), "base_seeds": len(base)}
 
 
+def family_saving(out: Path, base: str, protocol: str, ours: str, baseline: str) -> dict[str, Any]:
+    """``ours`` against ``baseline`` over every warm start of regime ``base`` (``base``, ``base-wsJ``) that ran both
+    cells: with one, its saving (``saving``); with several, the pooled saving, its bootstrap interval resampling runs
+    within each warm start, and the rank test stratified by warm start (benchmarks/warmstarts.py family_saving).
+    ``regimes`` names the warm starts used."""
+    from benchmarks import warmstarts  # it reads this module's helpers
+
+    regimes = [r for r in warmstarts.family(out, base)
+               if cell_runs(out, r, protocol, ours) and cell_runs(out, r, protocol, baseline)]
+    if not regimes:
+        return {"value": None, "lo": None, "hi": None}
+    if len(regimes) == 1:
+        (r,) = regimes
+        return {**saving(cell_runs(out, r, protocol, ours), cell_runs(out, r, protocol, baseline), target_of(out, r)),
+                "regimes": regimes}
+    return warmstarts.family_saving(out, regimes, protocol, ours, baseline) or {"value": None, "lo": None, "hi": None}
+
+
+def _per_warm_start(out: Path, pooled: Mapping[str, Any], protocol: str, ours: str, baseline: str, *,
+                    always: bool = False) -> list[dict[str, Any]]:
+    """Candidate rows of each warm start's own saving behind a pooled one (``always``: also when one warm start
+    ran, the row then being the figure itself)."""
+    regimes = pooled.get("regimes", ())
+    if len(regimes) < 2 and not always:
+        return []
+    return [{"target": f"(candidate) {r}, {protocol}: {ours}'s saving against {baseline}"
+             + (" (this warm start alone)" if len(regimes) > 1 else ""), "kind": "saving", "want": None,
+             **saving(cell_runs(out, r, protocol, ours), cell_runs(out, r, protocol, baseline), target_of(out, r)),
+             "met": None} for r in regimes]
+
+
 def target_of(out: Path, regime: str) -> float | None:
     """The frozen target accuracy of ``regime`` (study/<regime>/target.json), None before it is frozen."""
     p = out / "study" / regime / "target.json"
@@ -176,18 +207,19 @@ def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
     for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
-        s = saving(cell_runs(out, "hard", "equal-batch", lab), cell_runs(out, "hard", "equal-batch", "dapo"), t) \
-            if t is not None else {"value": None, "lo": None, "hi": None}
+        s = family_saving(out, "hard", "equal-batch", lab, "dapo")
         rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
                      + (", rank test p < 0.05" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
                      "ceiling_without_prompt_information": ceiling,
                      "met": _met(s["value"], s["value"] is not None and s["value"] >= need
                                  and (lab != "sara" or (s.get("p_value") or 1.0) < 0.05))})
+        rows += _per_warm_start(out, s, "equal-batch", lab, "dapo")
     for lab in CANDIDATES["equal-batch"]:  # the same measure for the other candidates: no target of their own
-        if t is not None and (ours := cell_runs(out, "hard", "equal-batch", lab)):
-            s = saving(ours, cell_runs(out, "hard", "equal-batch", "dapo"), t)
+        s = family_saving(out, "hard", "equal-batch", lab, "dapo")
+        if len(s.get("regimes", ())) > 1:
             rows.append({"target": f"(candidate) hard, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **s, "met": None})
+        rows += _per_warm_start(out, s, "equal-batch", lab, "dapo", always=True)
     # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
     # (the out-of-regime check of what hard chose)
     if (t_easy := target_of(out, "easy")) is not None:
@@ -227,14 +259,18 @@ def _pool_rows(out: Path) -> list[dict[str, Any]]:
     t = target_of(out, "pool")
     if t is None:
         return []
-    dapo = cell_runs(out, "pool", "equal-batch", "dapo")
-    s = saving(cell_runs(out, "pool", "equal-batch", "sara+dps"), dapo, t)
+    s = family_saving(out, "pool", "equal-batch", "sara+dps", "dapo")
     rows = [{"target": "pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo", "kind": "saving",
-             "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)}]
+             "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)},
+            *_per_warm_start(out, s, "equal-batch", "sara+dps", "dapo")]
     for lab in (*POOL_OURS, *PUBLISHED):
-        if lab != "sara+dps" and (ours := cell_runs(out, "pool", "equal-batch", lab)):
+        if lab == "sara+dps":
+            continue
+        s = family_saving(out, "pool", "equal-batch", lab, "dapo")
+        if len(s.get("regimes", ())) > 1:
             rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against dapo", "kind": "saving",
-                         "want": None, **saving(ours, dapo, t), "met": None})
+                         "want": None, **s, "met": None})
+        rows += _per_warm_start(out, s, "equal-batch", lab, "dapo", always=True)
     published = {lab: r for lab in PUBLISHED if (r := cell_runs(out, "pool", "equal-batch", lab))}
     if published:
         best = min(published, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", False) for r in published[lab]]))
@@ -247,36 +283,40 @@ def _pool_rows(out: Path) -> list[dict[str, Any]]:
 
 
 def _matched_rows(out: Path) -> list[dict[str, Any]]:
-    """hard and pool, matched-updates: ours against uniform GRPO at equal effective groups per update. "Our best" is
-    the lowest median of the cells that ran, picked on the reported runs themselves (no validation split here), so
-    the ratio is optimistic; every one of ours is also a candidate row."""
+    """hard and pool, matched-updates: ours against uniform GRPO at equal effective groups per update, over every
+    warm start of the regime that ran the protocol (hard's own policy is lost, benchmarks/study.py check_policy: its
+    matched cells run as warm-start variants), pooled and stratified where several did (family_saving). "Our best"
+    is the highest saving of the cells that ran, picked on the reported runs themselves (no validation split here),
+    so the ratio is optimistic; every one of ours is also a candidate row, pooled and per warm start."""
     rows = []
-    # hard's own policy is lost (benchmarks/study.py check_policy): its matched cells run as warm-start variants
-    variants = sorted(p.name for p in (out / "study").glob("hard-ws*")) if (out / "study").exists() else []
-    for regime in ("pool", *variants):
-        t = target_of(out, regime)
+    for base in ("pool", "hard"):
+        if target_of(out, base) is None:
+            continue
         for proto in ("matched-updates", "matched-updates-small"):
-            grpo = cell_runs(out, regime, proto, "grpo") if t is not None else []
-            ours = {lab: r for lab in POOL_OURS if (r := cell_runs(out, regime, proto, lab))}
-            if proto == "matched-updates" and not cell_runs(out, regime, "matched-updates", "grpo"):
-                ours = {}  # no matched grpo runs yet: the equal-batch cells alone are not this protocol
-            head = f"{regime}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
-            if not grpo or not ours:
+            # no matched grpo runs: the equal-batch cells alone are not the matched-updates protocol
+            ours = {lab: s for lab in POOL_OURS if (s := family_saving(out, base, proto, lab, "grpo"))["value"]
+                    is not None or s.get("ours_seeds")}
+            head = f"{base}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
+            if not ours:
                 rows.append({"target": head, "kind": "ratio", "want": 0.5, "value": None, "met": None})
                 continue
-            best = min(ours, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", True) for r in ours[lab]]))
-            for lab in ours:
-                s = saving(ours[lab], grpo, t)
-                ratio = None if s["value"] is None else 1.0 - s["value"]
-                row = {**s, "kind": "ratio", "allocator": lab, "value": ratio,
-                       "lo": None if s["hi"] is None else 1.0 - s["hi"],
-                       "hi": None if s["lo"] is None else 1.0 - s["lo"]}
+            best = max(ours, key=lambda lab: -math.inf if ours[lab]["value"] is None else ours[lab]["value"])
+            for lab, s in ours.items():
+                row = _as_ratio(s, lab)
                 if lab == best:
                     rows.append({**row, "target": head + " (best of the cells, picked on these runs)", "want": 0.5,
-                                 "met": _met(ratio, ratio is not None and ratio <= 0.5)})
-                rows.append({**row, "target": f"(candidate) {regime}, {proto}: {lab} against grpo", "want": None,
+                                 "met": _met(row["value"], row["value"] is not None and row["value"] <= 0.5)})
+                rows.append({**row, "target": f"(candidate) {base}, {proto}: {lab} against grpo", "want": None,
                              "met": None})
+                rows += [{**_as_ratio(r, lab), "target": r["target"].replace("'s saving against", " against")}
+                         for r in _per_warm_start(out, s, proto, lab, "grpo")]
     return rows
+
+
+def _as_ratio(s: Mapping[str, Any], lab: str) -> dict[str, Any]:
+    """A saving row of ``lab`` as the ratio of its cost to the baseline's (1 - saving; the interval flipped)."""
+    return {**s, "kind": "ratio", "allocator": lab, "value": None if s["value"] is None else 1.0 - s["value"],
+            "lo": None if s["hi"] is None else 1.0 - s["hi"], "hi": None if s["lo"] is None else 1.0 - s["lo"]}
 
 
 # regime steps (worked answers, failing ones longer): what a rollout saved buys in tokens and seconds
@@ -395,6 +435,16 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
     return {**row, "value": worst, "per_scenario": per, "met": _met(worst, worst is not None and worst <= 1.4)}
 
 
+def _p(v: float | None) -> str:
+    return "" if v is None else ", p < 0.001" if v < 0.001 else f", p = {v:.3f}"
+
+
+def _pooled(row: Mapping[str, Any]) -> str:
+    """How a figure pooled over warm starts says so (family_saving): their count, the p-value stratified by them."""
+    n = row.get("warm_starts") or 1
+    return "" if n < 2 else f"; pooled over {n} warm starts ({', '.join(row['regimes'])}), p stratified"
+
+
 def fmt(row: Mapping[str, Any]) -> str:
     v = row.get("value")
     if v is None and row.get("kind") == "saving" and row.get("ours_seeds"):
@@ -406,18 +456,19 @@ def fmt(row: Mapping[str, Any]) -> str:
         iv = "" if row.get("lo") is None else f" [{row['lo']:.0%}, {row['hi']:.0%}]" if row.get("hi") is not None \
             else f" [{row['lo']:.0%}, -]"
         ce = row.get("ceiling_without_prompt_information")
-        pv = "" if row.get("p_value") is None else f", p = {row['p_value']:.3f}"
+        pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
             "none" if row["value_raw"] is None else f"{row['value_raw']:.0%}")
         return f"{v:.0%}{iv}{pv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/" \
-               f"{row['base_seeds']} reached{raw}" + ("" if ce is None else f"; at most {ce:.0%} per effective group "
-                                                     "without prompt information") + ")"
+               f"{row['base_seeds']} reached{_pooled(row)}{raw}" + (
+                   "" if ce is None else f"; at most {ce:.0%} per effective group without prompt information") + ")"
     if row["kind"] == "ratio":
         iv = "" if row.get("lo") is None or row.get("hi") is None else f" [{row['lo']:.2f}, {row['hi']:.2f}]"
-        pv = "" if row.get("p_value") is None else f", p = {row['p_value']:.3f}"
+        pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
             "none" if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
-        return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} seeds{raw})"
+        runs = "runs" if _pooled(row) else "seeds"
+        return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} {runs}{_pooled(row)}{raw})"
     if row["kind"] == "gap":
         ws = "" if "warm_starts" not in row else f", {row['warm_starts']} warm start" + "s" * (row["warm_starts"] > 1)
         return f"{100 * v:+.1f} points [{100 * row['lo']:+.1f}, {100 * row['hi']:+.1f}] (token saving minus rollout " \

@@ -134,6 +134,21 @@ def pooled_costs(out: Path, regimes: Sequence[str], protocol: str, ours: str, ba
     return res
 
 
+def family_saving(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str) -> dict[str, Any] | None:
+    """A target's saving over the warm starts in ``regimes`` that ran both cells, in study_targets' row form: the
+    pooled saving of fitted rollouts with its bootstrap interval (pooled_costs), the rank test stratified by warm
+    start, the runs and reaches summed over the warm starts; None where no warm start ran both."""
+    row = compare(out, regimes, protocol, ours, base)
+    if row is None:
+        return None
+    pooled = pooled_costs(out, regimes, protocol, ours, base, ("cum_rollouts",))["cum_rollouts"]
+    per = row["per_warm_start"]
+    return {"value": pooled["value"], "lo": pooled["lo"], "hi": pooled["hi"], "p_value": row["p_value_stratified"],
+            "ours_seeds": row["ours_runs"], "base_seeds": row["base_runs"],
+            "ours_reached": sum(p["ours_reached"] for p in per), "base_reached": sum(p["base_reached"] for p in per),
+            "warm_starts": row["warm_starts"], "holds_in": row["holds_in"], "regimes": [p["regime"] for p in per]}
+
+
 # the worked-answer family: what each allocator buys in rollouts, generated tokens and training seconds
 COST_AXES = ("cum_rollouts", "cum_tokens", "seconds")
 COST_COMPARISONS: tuple[tuple[str, str, str], ...] = (

@@ -179,3 +179,47 @@ def test_steps_rows_report_three_units_and_the_token_claim(tmp_path):
                [run_tokens([0, 0.5, 1], s, 75, 40) for s in range(5)])
     (both,) = T._token_claim_row(tmp_path)
     assert both["warm_starts"] == 2 and both["ours_seeds"] == 10 and 0 < both["value"] < claim["value"]
+
+
+def test_a_declared_target_pools_the_warm_starts_of_its_regime_with_each_one_beside_it(tmp_path):
+    """hard (warm start 0): sara reaches at 100 rollouts, dapo at 200; hard-ws1: both at 100. With warm start 0
+    alone the row is that warm start's saving (50%); with both, the pooled saving (the median of the ratios 0.5 x5
+    and 1.0 x5: 25%), the rank test stratified by warm start, and each warm start's own figure as a candidate."""
+    for name in ("hard", "hard-ws1"):
+        (tmp_path / "study" / name).mkdir(parents=True)
+        (tmp_path / "study" / name / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "hard", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(5)])
+    write_cell(tmp_path, "hard", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(5)])
+    head = "hard, equal-batch: sara spends >= 22% fewer rollouts to target than dapo, rank test p < 0.05"
+    alone = {r["target"]: r for r in T.measure(tmp_path)}[head]
+    assert alone["value"] == pytest.approx(0.5) and alone["met"] is True and "warm_starts" not in alone
+    write_cell(tmp_path, "hard-ws1", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(5)])
+    write_cell(tmp_path, "hard-ws1", "equal-batch", "dapo", "dapo", [run([0, 0.5, 1], s) for s in range(5)])
+    rows = {r["target"]: r for r in T.measure(tmp_path)}
+    both = rows[head]
+    assert both["value"] == pytest.approx(0.25) and both["warm_starts"] == 2 and both["ours_seeds"] == 10
+    assert both["regimes"] == ["hard", "hard-ws1"] and both["p_value"] < 0.05 and both["met"] is True
+    assert "pooled over 2 warm starts (hard, hard-ws1), p stratified" in T.fmt(both)
+    ws1 = rows["(candidate) hard-ws1, equal-batch: sara's saving against dapo (this warm start alone)"]
+    assert ws1["value"] == pytest.approx(0.0) and ws1["want"] is None
+    assert rows["(candidate) hard, equal-batch: sara's saving against dapo (this warm start alone)"]["value"] == \
+        pytest.approx(0.5)
+
+
+def test_matched_updates_pool_over_the_warm_starts_that_ran_the_protocol(tmp_path):
+    """hard's own warm start ran no matched grpo (its cells are equal-batch only): the hard row pools hard-ws1 and
+    hard-ws2, each against its own matched grpo runs."""
+    for name in ("hard", "hard-ws1", "hard-ws2"):
+        (tmp_path / "study" / name).mkdir(parents=True)
+        (tmp_path / "study" / name / "target.json").write_text(json.dumps({"target": 0.5}))
+        write_cell(tmp_path, name, "equal-batch", "sara", "sara", [run([0, 0.5, 1], s, 50) for s in range(5)])
+    for name, per_step in (("hard-ws1", 100), ("hard-ws2", 200)):
+        write_cell(tmp_path, name, "matched-updates", "grpo", "grpo", [run([0, 0.5, 1], s, per_step) for s in range(5)])
+    rows = {r["target"]: r for r in T._matched_rows(tmp_path)}
+    best = rows["hard, matched-updates: our best allocator reaches the target with <= 0.5x the rollouts of grpo "
+                "(best of the cells, picked on these runs)"]
+    # ratios 0.5 (ws1) and 0.25 (ws2), five runs each: the median of the ten is their midpoint
+    assert best["value"] == pytest.approx(0.375) and best["regimes"] == ["hard-ws1", "hard-ws2"]
+    assert best["met"] is True and best["ours_seeds"] == 10
+    ws2 = rows["(candidate) hard-ws2, matched-updates: sara against grpo (this warm start alone)"]
+    assert ws2["kind"] == "ratio" and ws2["value"] == pytest.approx(0.25) and ws2["allocator"] == "sara"

@@ -5,7 +5,8 @@ is replaced by benchmarks/results/<generator>/<name>.md as the benchmark wrote i
 generator folder that holds a <name>.md). A table whose <name>_targets.json beside it records a
 quick (smoke) run is not pasted. Two short headline tables are derived here from the benchmarks'
 JSON files first, into benchmarks/results/readme/: ``training_headline.md`` from
-study/training_protocols.json (the training study) and ``allocation_headline.md`` from
+study/training_protocols.json (the training study's headline cells, linked from the README's table of savings
+across warm starts, warmstarts/training_summary.md) and ``allocation_headline.md`` from
 allocation/allocation_targets.json (the simulated allocation benchmark).
 Usage: python -m benchmarks.readme
 """
@@ -31,7 +32,7 @@ def _interval(cell: dict | None, fmt: str) -> str:
     return f"{one(cell.get('median'))} [{one(cell.get('lo'))}, {one(cell.get('hi'))}]"
 
 
-# the cells the README shows (every cell is in benchmarks/results/study/training_study.md): the baselines, the
+# the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): the baselines, the
 # allocators the targets name, our strongest candidates and the published baselines; a cell shared from another
 # protocol (equal-rollouts' and matched-updates-small's grpo are the reference runs, matched-updates' allocators the
 # equal-batch runs) is shown once
@@ -43,14 +44,14 @@ README_SHOWS = {("reference", "grpo"), ("equal-batch", "dapo"), ("equal-batch", 
                 ("matched-updates-small", "sara+dps[context]")}
 
 
-# the regimes the README's table shows: those the targets are declared on (the warm-start variants are in
+# the regimes training_headline.md shows: those the targets are declared on (the warm-start variants are in
 # training_warmstarts.md, easy with every other cell in training_study.md; steps in rollouts, tokens and seconds
 # across its warm starts: warmstarts/training_costs.md, pasted as the README's training_costs)
 README_REGIMES = ("hard", "pool")
 
 
 def training_headline(protocols: list[dict], regime: str = "hard") -> str:
-    """The README's training table: every cell of the study's ``regime`` that has run, then of the other
+    """The headline cells' table (readme/training_headline.md): every cell of the study's ``regime`` that has run, then of the other
     README_REGIMES (every cell of every regime: benchmarks/results/study/training_study.md)."""
     rows = [r for r in protocols if not r.get("quick") and (r["protocol"], r["allocator"]) in README_SHOWS]
     shown = [regime] + sorted({r["regime"] for r in rows} & set(README_REGIMES) - {regime})

@@ -23,7 +23,9 @@ against DAPO) with its interval.
 Warm starts whose pre-registration (benchmarks/results/study/<regime>/preregistration.json) misses its criteria
 are reported and marked, not dropped: the criteria were fixed before any allocator ran.
 
-Writes ``training_warmstarts.json`` and ``training_warmstarts.md`` in benchmarks/results/warmstarts/.
+Writes ``training_warmstarts.json``, ``training_warmstarts.md``, ``training_summary.md`` (the README's table of the
+headline rows) and ``training_costs.md`` (the README's table of the worked-answer costs) in
+benchmarks/results/warmstarts/.
 """
 
 from __future__ import annotations
@@ -41,14 +43,26 @@ from benchmarks.common import RESULTS, output_dir
 from benchmarks.study_targets import cell_runs, cost_of, finite_or_none, percentile_interval, reach_x, saving, target_of
 from rlvr_core.stats import rank_test
 
-# (protocol, ours, baseline): the measurement issue's headline cells
+# (protocol, allocator, baseline): the measurement issue's headline cells, then the other allocators of ours and the
+# published baselines, each against its protocol's baseline (a row appears where some warm start ran both cells)
 COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("equal-batch", "sara", "dapo"),
     ("equal-batch", "sara+dps[context]", "dapo"),
     ("equal-rollouts", "sara[budget]", "grpo"),
     ("matched-updates", "sara", "grpo"),
     ("matched-updates", "sara+dps[context]", "grpo"),
+    ("matched-updates-small", "sara", "grpo"),
+    ("matched-updates-small", "sara+dps[context]", "grpo"),
+    ("equal-batch", "sara+dps", "dapo"),
+    ("equal-batch", "sara[carry]", "dapo"),
+    ("equal-batch", "greso", "dapo"),
+    ("equal-rollouts", "vigor", "grpo"),
+    ("equal-batch", "pilot-commit", "dapo"),
+    ("equal-batch", "reinforce-ada", "dapo"),
+    ("equal-rollouts", "ar3po", "grpo"),
 )
+# the rows the README's summary shows (every row: training_warmstarts.md)
+SUMMARY_SHOWS = frozenset({*COMPARISONS[:7], ("equal-rollouts", "vigor", "grpo"), *COMPARISONS[-3:]})
 
 
 def family(out: Path, base: str) -> list[str]:
@@ -180,14 +194,21 @@ def measure_costs(out: Path, base: str = "steps") -> list[dict[str, Any]]:
     return rows
 
 
-def measure(out: Path, bases: Sequence[str] = ("pool", "hard")) -> list[dict[str, Any]]:
+def measure(out: Path, bases: Sequence[str] = ("hard", "pool")) -> list[dict[str, Any]]:
+    """Each COMPARISONS row over each base's family, with the pooled saving's 95% bootstrap interval (runs resampled
+    within each warm start)."""
     rows = []
     for base in bases:
         regimes = family(out, base)
         for proto, ours, baseline in COMPARISONS:
             if (row := compare(out, regimes, proto, ours, baseline)) is not None:
-                rows.append({"family": base, **row})
+                ci = pooled_costs(out, regimes, proto, ours, baseline, ("cum_rollouts",))["cum_rollouts"]
+                rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]})
     return rows
+
+
+def _ci(r: Mapping[str, Any]) -> str:
+    return "" if "pooled_lo" not in r else f" [{_pct(r['pooled_lo'])}, {_pct(r['pooled_hi'])}]"
 
 
 def _pct(v: float | None) -> str:
@@ -203,7 +224,7 @@ def _p_eq(v: float | None) -> str:
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = ["| regimes | protocol | ours vs baseline | per warm start: saving [95% CI] (p) | pooled saving | "
+    lines = ["| regimes | protocol | allocator vs baseline | per warm start: saving [95% CI] (p) | pooled saving | "
              "stratified p | holds in |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         per = "; ".join(f"{p['regime']}{'' if p['preregistration_met'] is not False else ' (pre-reg. missed)'}: "
@@ -212,8 +233,37 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                         for p in r["per_warm_start"])
         ps = _p(r["p_value_stratified"])
         lines.append(f"| {r['family']} x {r['warm_starts']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | "
-                     f"{per} | {_pct(r['pooled_saving'])} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
+                     f"{per} | {_pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
     return lines
+
+
+def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The README's table: per family and SUMMARY_SHOWS comparison, the runs, the pooled saving [95% CI], the
+    stratified p and the warm starts that hold (per warm start: training_warmstarts.md)."""
+    shown = [r for r in rows if (r["protocol"], r["ours"], r["baseline"]) in SUMMARY_SHOWS]
+    if not shown:
+        return ""
+    out = ["Fitted rollouts to each warm start's own target (80% of its uniform GRPO runs' gain), pooled over the "
+           "warm starts that ran both cells: 1 - the median over the allocator's runs of its reach divided by the "
+           "median reach of the baseline of the same warm start (a baseline's miss counts at its whole budget, ours "
+           "as never), 95% bootstrap interval resampling runs within each warm start; p: one-sided rank test "
+           "stratified by warm start, misses ranked last; holds in: warm starts with a saving above zero. Per warm "
+           "start: [training_warmstarts.md](benchmarks/results/warmstarts/training_warmstarts.md); rollouts and "
+           "accuracy of the headline cells: [training_headline.md](benchmarks/results/readme/training_headline.md); "
+           "every cell: [training_study.md](benchmarks/results/study/training_study.md).", "",
+           "| regime | protocol | allocator vs baseline | runs (warm starts) | reached | saving [95% CI] | p "
+           "| holds in |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in shown:
+        per = r["per_warm_start"]
+        reached = f"{sum(p['ours_reached'] for p in per)}/{r['ours_runs']} vs " \
+                  f"{sum(p['base_reached'] for p in per)}/{r['base_runs']}"
+        ci = f"{_pct(r['pooled_saving'])}{_ci(r)}" if r["pooled_saving"] is not None else \
+            "none: the median run never reaches"
+        out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['ours_runs']} vs "
+                   f"{r['base_runs']} ({r['warm_starts']}) | {reached} | {ci} | {_p(r['p_value_stratified'])} | "
+                   f"{r['holds_in']}/{r['warm_starts']} |")
+    return "\n".join(out) + "\n"
 
 
 AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "seconds": "training seconds"}
@@ -291,6 +341,7 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
             body += ["", line]
     (dest / "training_warmstarts.md").write_text("\n".join(body) + "\n")
     (dest / "training_costs.md").write_text(costs_md(costs))
+    (dest / "training_summary.md").write_text(summary_md(rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

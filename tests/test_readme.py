@@ -54,7 +54,7 @@ def test_generated_tables_equal_what_the_benchmark_files_give(tmp_path: Path) ->
     copy = tmp_path / "README.md"
     copy.write_text(README)
     names = sync(copy, results)
-    assert {"training_headline", "training_costs", "allocation_headline"} <= set(names)
+    assert {"training_summary", "training_costs", "allocation_headline"} <= set(names)
     assert copy.read_text() == README, "README tables are stale: run `python -m benchmarks.readme`"
 
 

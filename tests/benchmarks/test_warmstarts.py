@@ -91,3 +91,28 @@ def test_costs_pool_the_worked_answer_warm_starts_on_three_axes_with_the_token_g
     saved = json.loads((tmp_path / "warmstarts" / "training_warmstarts.json").read_text())
     assert saved["rollouts"] == [] and saved["costs"][0]["ours"] == "sara"
     assert (tmp_path / "warmstarts" / "training_costs.md").read_text() == md
+
+
+def test_the_summary_shows_the_headline_rows_with_pooled_intervals_and_names_a_miss(tmp_path):
+    """pool: sara saves half against dapo in both warm starts (interval [50%, 50%]); vigor never reaches the target
+    in warm start 0 while grpo does: its row says so instead of printing a saving. greso is measured
+    (training_warmstarts.md) but not one of the README's rows."""
+    regime(tmp_path, "pool", 0.5)
+    regime(tmp_path, "pool-ws1", 0.5)
+    for name in ("pool", "pool-ws1"):
+        write_cell(tmp_path, name, "equal-batch", "sara", "sara", [run([0, 0.5, 1], s) for s in range(3)])
+        write_cell(tmp_path, name, "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(3)])
+    write_cell(tmp_path, "pool", "equal-batch", "greso", "greso", [run([0, 0.5, 1], s) for s in range(3)])
+    write_cell(tmp_path, "pool", "equal-rollouts", "vigor", "vigor", [run([0, 0.1, 0.2], s) for s in range(3)])
+    write_cell(tmp_path, "pool", "reference", "grpo", "grpo", [run([0, 0.5, 1], s) for s in range(3)])
+    rows = W.measure(tmp_path, bases=("pool",))
+    assert {r["ours"] for r in rows} == {"sara", "greso", "vigor"}
+    sara = next(r for r in rows if r["ours"] == "sara")
+    assert sara["pooled_saving"] == pytest.approx(0.5) and sara["pooled_lo"] == pytest.approx(0.5)
+    md = W.summary_md(rows)
+    assert "| pool | equal-batch | sara vs dapo | 6 vs 6 (2) | 6/6 vs 6/6 | 50% [50%, 50%] |" in md
+    assert "| pool | equal-rollouts | vigor vs grpo | 3 vs 3 (1) | 0/3 vs 3/3 | none: the median run never " \
+        "reaches |" in md
+    assert "greso" not in md and "training_warmstarts.md" in md
+    W.write(rows, tmp_path)
+    assert (tmp_path / "warmstarts" / "training_summary.md").read_text() == md

@@ -51,8 +51,8 @@ README_REGIMES = ("hard", "pool")
 
 
 def training_headline(protocols: list[dict], regime: str = "hard") -> str:
-    """The headline cells' table (readme/training_headline.md): every cell of the study's ``regime`` that has run, then of the other
-    README_REGIMES (every cell of every regime: benchmarks/results/study/training_study.md)."""
+    """The headline cells' table (readme/training_headline.md): every cell of the study's ``regime`` that has run,
+    then of the other README_REGIMES (every cell of every regime: benchmarks/results/study/training_study.md)."""
     rows = [r for r in protocols if not r.get("quick") and (r["protocol"], r["allocator"]) in README_SHOWS]
     shown = [regime] + sorted({r["regime"] for r in rows} & set(README_REGIMES) - {regime})
     targets = {r["regime"]: r["target"] for r in rows if r.get("target") is not None and r["regime"] in shown}

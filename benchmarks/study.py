@@ -543,6 +543,7 @@ def run_protocol(regime: str, protocol: str, seeds: Sequence[int], *, out: Path,
 
 def _log_preregistration(pre: Mapping[str, Any], log: Any) -> None:
     extra = pre.get("extra")
+
     def two(v: float | None) -> str:
         return "none" if v is None else f"{v:.2f}"
 
@@ -551,7 +552,11 @@ def _log_preregistration(pre: Mapping[str, Any], log: Any) -> None:
         f"{two(extra['start_lengths']['fail_pass_length_ratio'])}")
     log(f"[{pre['regime']}] pre-registration (uniform GRPO only): meets the criteria: {pre['meets']} (zero-variance "
         f"share {pre['zero_variance_share']:.2f}, median {pre['median_evals_below_target']:.0f} evaluations below the "
-        f"target, median fitted reach {pre['median_fit_rollouts_to_target']}{more})")
+        f"target, median fitted reach {_rollouts(pre['median_fit_rollouts_to_target'])}{more})")
+
+
+def _rollouts(v: float | None) -> str:
+    return "never" if v is None or not math.isfinite(v) else f"{v:,.0f} rollouts"
 
 
 def wait_for_references(out: Path, regime: str, seeds: Sequence[int], log: Any, poll_s: float = 15.0) -> list[dict]:

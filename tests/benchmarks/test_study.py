@@ -308,3 +308,13 @@ def test_start_lengths_scores_k_samples_per_prompt(tmp_path):
     got = regimes.start_lengths(tmp_path / "p", rows, task="arithmetic-steps", k=2, n=3, max_new_tokens=6)
     assert got["samples"] == 6 and 1 <= got["tokens_min"] <= got["tokens_max"] <= 6
     assert got["pass_share"] == 0.0 and got["median_tokens_pass"] is None and got["fail_pass_length_ratio"] is None
+
+
+def test_the_preregistration_log_line_reads_as_rollouts():
+    lines = []
+    pre = {"regime": "hard-ws1", "meets": False, "zero_variance_share": 0.71, "median_evals_below_target": 12,
+           "median_fit_rollouts_to_target": 19120.55172413793}
+    study._log_preregistration(pre, lines.append)
+    assert "median fitted reach 19,121 rollouts)" in lines[0] and "meets the criteria: False" in lines[0]
+    study._log_preregistration({**pre, "median_fit_rollouts_to_target": None}, lines.append)
+    assert "median fitted reach never rollouts" not in lines[1] and "reach never" in lines[1]

@@ -19,7 +19,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from pipeline.curves import CURVE_FIELDS, curve_rows, read_history
-from rlvr_core.stats import TARGET_FRACTION, first_reach, fitted_reach, gain_target, median_ci
+from rlvr_core.stats import TARGET_FRACTION, accuracy_at, first_reach, fitted_reach, gain_target, median_ci
 
 REFERENCE = "grpo"  # the allocator the target is set on, when compared (else the first one listed)
 
@@ -76,7 +76,8 @@ def _band(curves: list[list[dict[str, Any]]], x: str) -> tuple[np.ndarray, np.nd
 def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str, Mapping[str, Any]], out_dir: str,
                  fraction: float = TARGET_FRACTION) -> dict[str, Any]:
     """Plots (accuracy vs cumulative rollouts / tokens, median over seeds, seed spread shaded), curves.csv,
-    comparison.md (rollouts to target per allocator) and metrics.json under ``out_dir``.
+    comparison.md (rollouts to target per allocator, and accuracy at the budget every run reached) and metrics.json
+    under ``out_dir``.
 
     ``runs`` maps allocator -> {seed: run folder}; ``evaluation`` maps allocator -> {seed (str): held-out
     metrics of the run's final checkpoint}. Everything written is a function of the runs' metrics.jsonl
@@ -126,6 +127,9 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
         fig.savefig(out / fname, dpi=100, metadata={"Software": None})
         plt.close(fig)
 
+    # the budget every run reached: a step that starts under train.max_rollouts ends past it, and one allocator's
+    # step may be larger than another's, so final accuracies compare unequal costs
+    common = min(c[-1]["cum_rollouts"] for by_seed in curves.values() for c in by_seed.values())
     metrics: dict[str, Any] = {}
     for a, by_seed in curves.items():
         hits = [fitted_reach([r["cum_rollouts"] for r in c], [r["greedy_acc"] for r in c], target)
@@ -142,6 +146,8 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
             "rollouts_to_target": median_ci(hits), "raw_rollouts_to_target": median_ci(raw),
             "final_greedy_acc": float(np.median(finals)), "final_greedy_acc_min": float(min(finals)),
             "final_greedy_acc_max": float(max(finals)),
+            "greedy_acc_at_common_budget": (lambda v: float(np.median(v)) if v else None)(
+                [x for c in by_seed.values() if (x := accuracy_at(c, common)) is not None]),
             "pass_at_k": float(np.median(passk)) if passk else None,
             "start_greedy_acc": float(np.median([c[0]["greedy_acc"] for c in by_seed.values()])),
             "rollouts": int(np.median([r["cum_rollouts"] for r in last])),
@@ -151,10 +157,13 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
                 [x for h in hist[a].values() if (x := _per_effective_group(h)) is not None]),
         }
     ref_ci = metrics[reference]["rollouts_to_target"]
-    budget = max(m["rollouts"] for m in metrics.values())
+    spent = [c[-1]["cum_rollouts"] for by_seed in curves.values() for c in by_seed.values()]
     seeds = sorted({s for m in metrics.values() for s in m["seeds"]})
     lines = ["# Allocator comparison: rollouts to a target at a fixed rollout budget", "",
-             f"Every run spends about {budget:,} rollouts (train.max_rollouts); seeds {seeds}. Target: held-out "
+             f"Runs spend {min(spent):,.0f} to {max(spent):,.0f} rollouts (train.max_rollouts ends a run at the first "
+             "step past it, and steps differ in size between allocators); 'acc @ "
+             f"{common:,.0f}': each run's isotonic fit at the budget every run reached, median over seeds, the "
+             f"accuracy at equal cost. Seeds {seeds}. Target: held-out "
              f"greedy accuracy {target:.3f} = median start {tgt['start']:.3f} + {fraction} x the median gain "
              f"{tgt['gain']:+.3f} of the {reference} runs at the end of the budget (mean of each run's last three "
              "evaluations), as in benchmarks/study.py.",
@@ -172,16 +181,17 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
     passk_name = next((k for ev in evaluation.values() for e in ev.values() for k in sorted(e)
                        if k.startswith("pass_at_") and k != "pass_at_1"), "pass@k")
     lines += [f"| allocator | seeds | reached | rollouts to target (fit) | raw first crossing | vs {reference} | "
-              f"final greedy acc (min-max) | {passk_name} | updates | rollouts / eff. group | rollouts |",
-              "|---" * 11 + "|"]
+              f"acc @ {common:,.0f} | final greedy acc (min-max) | {passk_name} | updates | rollouts / eff. group | "
+              "rollouts |", "|---" * 12 + "|"]
     for a, m in metrics.items():
         ci = m["rollouts_to_target"]
         vs = "reference" if a == reference else against(ci, ref_ci)
         pk = "-" if m["pass_at_k"] is None else f"{m['pass_at_k']:.3f}"
         per = m["rollouts_per_effective_group"]
         per_s = "-" if per is None else f"{per:.1f}"
+        at = m["greedy_acc_at_common_budget"]
         lines.append(f"| {a} | {len(m['seeds'])} | {m['reached']}/{len(m['seeds'])} | {_ci(ci)} | "
-                     f"{_ci(m['raw_rollouts_to_target'])} | {vs} | "
+                     f"{_ci(m['raw_rollouts_to_target'])} | {vs} | {'-' if at is None else f'{at:.3f}'} | "
                      f"{m['final_greedy_acc']:.3f} ({m['final_greedy_acc_min']:.3f}-{m['final_greedy_acc_max']:.3f}) | "
                      f"{pk} | {m['updates']} | {per_s} | {m['rollouts']:,} |")
     (out / "comparison.md").write_text("\n".join(lines) + "\n")

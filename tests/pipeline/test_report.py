@@ -92,3 +92,16 @@ def test_rollouts_per_effective_group_is_reported_where_runs_log_groups(runs: di
     table = (tmp_path / "r/comparison.md").read_text()
     assert "| rollouts / eff. group |" in table and "| 25.0 |" in table and "| 10.0 |" in table
     assert table.splitlines()[-1].split(" | ")[-2] == "-"  # stuck: no groups logged, not "never"
+
+
+def test_accuracy_is_compared_at_the_budget_every_run_reached(runs: dict, tmp_path: Path) -> None:
+    """A run whose steps are larger ends past the budget (640 against 600 rollouts): its final accuracy was bought
+    with more rollouts, so the report also gives each allocator's fitted accuracy at 600, the budget all reached."""
+    big = {s: write_run(tmp_path / "big" / str(s), [0.2, 0.3, 0.3, 0.4, 0.5], per_step=160) for s in (0, 1)}
+    res = write_report.fn({"grpo": runs["grpo"], "big": big}, {}, str(tmp_path / "r"))
+    m = res["allocators"]
+    assert m["grpo"]["greedy_acc_at_common_budget"] == pytest.approx(0.4)
+    # big's isotonic fit runs 0.4 at 480 rollouts to 0.5 at 640: at 600, 0.4 + 0.1 x 120 / 160
+    assert m["big"]["greedy_acc_at_common_budget"] == pytest.approx(0.475)
+    table = (tmp_path / "r/comparison.md").read_text()
+    assert "Runs spend 600 to 640 rollouts" in table and "| acc @ 600 |" in table and "| 0.475 |" in table

@@ -79,16 +79,32 @@ def preregistered(out: Path, regime: str) -> bool | None:
     return bool(json.loads(p.read_text()).get("meets")) if p.exists() else None
 
 
+def _settings(runs: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {json.dumps(r.get("allocator_params") or {}, sort_keys=True) for r in runs}
+
+
+def cells(out: Path, regimes: Sequence[str], protocol: str, ours: str,
+          base: str) -> tuple[list[tuple[str, float, list[dict], list[dict]]], list[str]]:
+    """(regime, target, our runs, baseline runs) of each warm start in ``regimes`` that ran both cells with the
+    allocator settings of the last of them, and the warm starts left out for other settings: a label whose protocol
+    changed (VIGOR's runs on the step-grid regimes predate ``fill``) is another allocator there."""
+    found = [(r, target_of(out, r), cell_runs(out, r, protocol, ours), cell_runs(out, r, protocol, base))
+             for r in regimes]
+    found = [c for c in found if c[2] and c[3]]
+    if not found:
+        return [], []
+    latest = (_settings(found[-1][2]), _settings(found[-1][3]))
+    keep = [c for c in found if (_settings(c[2]), _settings(c[3])) == latest]
+    return keep, [c[0] for c in found if c not in keep]
+
+
 def compare(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str,
             axis: str = "cum_rollouts") -> dict[str, Any] | None:
-    """One comparison across the warm starts in ``regimes`` that ran both cells, on cost ``axis``; None where none
-    did."""
+    """One comparison across the warm starts in ``regimes`` that ran both cells (``cells``), on cost ``axis``; None
+    where none did."""
     per, ratios, fa, fb, sa, sb = [], [], [], [], [], []
-    for regime in regimes:
-        t = target_of(out, regime)
-        a, b = cell_runs(out, regime, protocol, ours), cell_runs(out, regime, protocol, base)
-        if not a or not b:
-            continue
+    kept, left_out = cells(out, regimes, protocol, ours, base)
+    for regime, t, a, b in kept:
         s = saving(a, b, t, axis=axis)
         per.append({"regime": regime, "warm_start": R.base_regime(regime)[1] or 0,
                     "preregistration_met": preregistered(out, regime), "target": t, **s})
@@ -103,7 +119,7 @@ def compare(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: s
     test = rank_test(fa, fb, strata_ours=sa, strata_base=sb)
     pooled = float(np.median(ratios))
     return {"protocol": protocol, "ours": ours, "baseline": base, "axis": axis, "warm_starts": len(per),
-            "ours_runs": len(fa), "base_runs": len(fb), "per_warm_start": per,
+            "ours_runs": len(fa), "base_runs": len(fb), "per_warm_start": per, "left_out_other_settings": left_out,
             "pooled_saving": None if not math.isfinite(pooled) else 1.0 - pooled,
             "p_value_stratified": test["p_value"],
             "holds_in": sum(1 for p in per if p["value"] is not None and p["value"] > 0)}
@@ -115,14 +131,10 @@ def pooled_costs(out: Path, regimes: Sequence[str], protocol: str, ours: str, ba
     runs of each side within each warm start, the same draw for every axis (a run's costs stay together); and for
     each axis but the first, its pooled saving minus the first axis's ({axis: {value, lo, hi, gap, gap_lo,
     gap_hi}})."""
-    cells = []  # per warm start: (ours' costs, baseline's costs), each (runs, axes)
-    for regime in regimes:
-        t = target_of(out, regime)
-        a, b = cell_runs(out, regime, protocol, ours), cell_runs(out, regime, protocol, base)
-        if a and b:
-            cells.append((np.asarray([[cost_of(r, t, x, True) for x in axes] for r in a], float),
-                          np.asarray([[cost_of(r, t, x, False) for x in axes] for r in b], float)))
-    if not cells:
+    costs = [(np.asarray([[cost_of(r, t, x, True) for x in axes] for r in a], float),
+              np.asarray([[cost_of(r, t, x, False) for x in axes] for r in b], float))
+             for _, t, a, b in cells(out, regimes, protocol, ours, base)[0]]  # per warm start, each (runs, axes)
+    if not costs:
         return {}
 
     def pooled(draw: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -131,8 +143,8 @@ def pooled_costs(out: Path, regimes: Sequence[str], protocol: str, ours: str, ba
 
     rng = np.random.default_rng(seed)
     boots = np.asarray([pooled([(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                                for a, b in cells]) for _ in range(boot)])
-    value = pooled(cells)
+                                for a, b in costs]) for _ in range(boot)])
+    value = pooled(costs)
 
     def ci(x: np.ndarray) -> tuple[float | None, float | None]:
         lo, hi = percentile_interval(np.sort(x))
@@ -207,6 +219,11 @@ def measure(out: Path, bases: Sequence[str] = ("hard", "pool")) -> list[dict[str
     return rows
 
 
+def _left_out(r: Mapping[str, Any]) -> str:
+    gone = r.get("left_out_other_settings") or []
+    return "" if not gone else f"; {', '.join(gone)} left out: other allocator settings"
+
+
 def _ci(r: Mapping[str, Any]) -> str:
     return "" if "pooled_lo" not in r else f" [{_pct(r['pooled_lo'])}, {_pct(r['pooled_hi'])}]"
 
@@ -232,7 +249,8 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                         f"{p['ours_reached']}/{p['ours_seeds']} vs {p['base_reached']}/{p['base_seeds']} reached)"
                         for p in r["per_warm_start"])
         ps = _p(r["p_value_stratified"])
-        lines.append(f"| {r['family']} x {r['warm_starts']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | "
+        lines.append(f"| {r['family']} x {r['warm_starts']}{_left_out(r)} | {r['protocol']} | {r['ours']} vs "
+                     f"{r['baseline']} | "
                      f"{per} | {_pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
     return lines
 
@@ -261,7 +279,8 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
         ci = f"{_pct(r['pooled_saving'])}{_ci(r)}" if r["pooled_saving"] is not None else \
             "none: the median run never reaches"
         out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['ours_runs']} vs "
-                   f"{r['base_runs']} ({r['warm_starts']}) | {reached} | {ci} | {_p(r['p_value_stratified'])} | "
+                   f"{r['base_runs']} ({r['warm_starts']}{_left_out(r)}) | {reached} | {ci} | "
+                   f"{_p(r['p_value_stratified'])} | "
                    f"{r['holds_in']}/{r['warm_starts']} |")
     return "\n".join(out) + "\n"
 

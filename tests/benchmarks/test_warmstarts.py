@@ -116,3 +116,18 @@ def test_the_summary_shows_the_headline_rows_with_pooled_intervals_and_names_a_m
     assert "greso" not in md and "training_warmstarts.md" in md
     W.write(rows, tmp_path)
     assert (tmp_path / "warmstarts" / "training_summary.md").read_text() == md
+
+
+def test_a_warm_start_whose_runs_used_other_allocator_settings_is_left_out_and_named(tmp_path):
+    """VIGOR's runs on warm start 0 predate `fill` (other allocator_params): pooling them with warm start 1's would
+    mix two allocators under one name, so the row reads warm start 1 alone and says which was left out."""
+    regime(tmp_path, "pool", 0.5)
+    regime(tmp_path, "pool-ws1", 0.5)
+    for name, params, per_step in (("pool", {}, 50), ("pool-ws1", {"fill": True}, 200)):
+        write_cell(tmp_path, name, "equal-rollouts", "vigor", "vigor",
+                   [{**run([0, 0.5, 1], s, per_step), "allocator_params": params} for s in range(3)])
+        write_cell(tmp_path, name, "reference", "grpo", "grpo", [run([0, 0.5, 1], s) for s in range(3)])
+    (row,) = W.measure(tmp_path, bases=("pool",))
+    assert row["warm_starts"] == 1 and row["left_out_other_settings"] == ["pool"]
+    assert row["pooled_saving"] == pytest.approx(-1.0)  # warm start 1 only: 200 against 100 rollouts
+    assert "3 vs 3 (1; pool left out: other allocator settings)" in W.summary_md([row])

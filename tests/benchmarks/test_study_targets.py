@@ -223,3 +223,25 @@ def test_matched_updates_pool_over_the_warm_starts_that_ran_the_protocol(tmp_pat
     assert best["met"] is True and best["ours_seeds"] == 10
     ws2 = rows["(candidate) hard-ws2, matched-updates: sara against grpo (this warm start alone)"]
     assert ws2["kind"] == "ratio" and ws2["value"] == pytest.approx(0.25) and ws2["allocator"] == "sara"
+
+
+def test_the_vigor_target_reads_the_warm_starts_whose_vigor_fills_its_budget(tmp_path):
+    """hard's own VIGOR runs (no fill) trail grpo; hard-ws1's (fill) lead it at every update count: the declared row
+    reads hard-ws1 only, and with a second filled warm start that trails, the lowest share decides."""
+    for name in ("hard", "hard-ws1", "hard-ws2"):
+        (tmp_path / "study" / name).mkdir(parents=True)
+        (tmp_path / "study" / name / "target.json").write_text(json.dumps({"target": 0.5}))
+        write_cell(tmp_path, name, "reference", "grpo", "grpo", [run([0, 0.2, 0.4, 0.6], s) for s in range(3)])
+    write_cell(tmp_path, "hard", "equal-rollouts", "vigor", "vigor",
+               [{**run([0, 0.1, 0.2, 0.3], s), "allocator_params": {}} for s in range(3)])
+    write_cell(tmp_path, "hard-ws1", "equal-rollouts", "vigor", "vigor",
+               [{**run([0, 0.3, 0.5, 0.7], s), "allocator_params": {"fill": True}} for s in range(3)])
+    head = "hard, equal-rollouts: vigor's accuracy >= grpo's at every update count after the first 10% of the run"
+    row = {r["target"]: r for r in T._vigor_rows(tmp_path)}[head]
+    assert row["warm_starts_read"] == ["hard-ws1"] and row["value"] == 1.0 and row["met"] is True
+    write_cell(tmp_path, "hard-ws2", "equal-rollouts", "vigor", "vigor",
+               [{**run([0, 0.1, 0.2, 0.3], s), "allocator_params": {"fill": True}} for s in range(3)])
+    rows = {r["target"]: r for r in T._vigor_rows(tmp_path)}
+    assert rows[head]["warm_starts_read"] == ["hard-ws1", "hard-ws2"] and rows[head]["value"] == 0.0
+    assert rows[head]["met"] is False and "(hard-ws1, hard-ws2, the lowest)" in T.fmt(rows[head])
+    assert rows["(candidate) hard-ws1, equal-rollouts: vigor against grpo"]["value"] == 1.0

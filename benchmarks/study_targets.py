@@ -456,6 +456,11 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
     return {**row, "value": worst, "per_scenario": per, "met": _met(worst, worst is not None and worst <= 1.4)}
 
 
+def pct(v: float) -> str:
+    """A share as a whole percentage; one that rounds to zero reads 0%, never -0%."""
+    return f"{round(100 * v) + 0}%"
+
+
 def _p(v: float | None) -> str:
     return "" if v is None else ", p < 0.001" if v < 0.001 else f", p = {v:.3f}"
 
@@ -474,13 +479,13 @@ def fmt(row: Mapping[str, Any]) -> str:
     if v is None:
         return "not run yet"
     if row["kind"] == "saving":
-        iv = "" if row.get("lo") is None else f" [{row['lo']:.0%}, {row['hi']:.0%}]" if row.get("hi") is not None \
-            else f" [{row['lo']:.0%}, -]"
+        iv = "" if row.get("lo") is None else f" [{pct(row['lo'])}, {pct(row['hi'])}]" if row.get("hi") is not None \
+            else f" [{pct(row['lo'])}, -]"
         ce = row.get("ceiling_without_prompt_information")
         pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
-            "none" if row["value_raw"] is None else f"{row['value_raw']:.0%}")
-        return f"{v:.0%}{iv}{pv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/" \
+            "none" if row["value_raw"] is None else pct(row["value_raw"]))
+        return f"{pct(v)}{iv}{pv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/" \
                f"{row['base_seeds']} reached{_pooled(row)}{raw}" + (
                    "" if ce is None else f"; at most {ce:.0%} per effective group without prompt information") + ")"
     if row["kind"] == "ratio":

@@ -40,7 +40,16 @@ import numpy as np
 
 from benchmarks import regimes as R
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study_targets import cell_runs, cost_of, finite_or_none, percentile_interval, reach_x, saving, target_of
+from benchmarks.study_targets import (
+    cell_runs,
+    cost_of,
+    finite_or_none,
+    pct,
+    percentile_interval,
+    reach_x,
+    saving,
+    target_of,
+)
 from rlvr_core.stats import rank_test
 
 # (protocol, allocator, baseline): the measurement issue's headline cells, then the other allocators of ours and the
@@ -229,7 +238,7 @@ def _ci(r: Mapping[str, Any]) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.0f}%"
+    return "n/a" if v is None else pct(v)
 
 
 def _p(v: float | None) -> str:

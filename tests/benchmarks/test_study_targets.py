@@ -245,3 +245,7 @@ def test_the_vigor_target_reads_the_warm_starts_whose_vigor_fills_its_budget(tmp
     assert rows[head]["warm_starts_read"] == ["hard-ws1", "hard-ws2"] and rows[head]["value"] == 0.0
     assert rows[head]["met"] is False and "(hard-ws1, hard-ws2, the lowest)" in T.fmt(rows[head])
     assert rows["(candidate) hard-ws1, equal-rollouts: vigor against grpo"]["value"] == 1.0
+
+
+def test_a_share_that_rounds_to_zero_reads_zero_not_minus_zero():
+    assert [T.pct(v) for v in (-0.004, 0.0, 0.335, -0.3)] == ["0%", "0%", "34%", "-30%"]

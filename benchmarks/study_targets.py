@@ -157,15 +157,13 @@ def family_saving(out: Path, base: str, protocol: str, ours: str, baseline: str)
     ``regimes`` names the warm starts used."""
     from benchmarks import warmstarts  # it reads this module's helpers
 
-    regimes = [r for r in warmstarts.family(out, base)
-               if cell_runs(out, r, protocol, ours) and cell_runs(out, r, protocol, baseline)]
-    if not regimes:
+    kept = warmstarts.cells(out, warmstarts.family(out, base), protocol, ours, baseline)[0]
+    if not kept:
         return {"value": None, "lo": None, "hi": None}
-    if len(regimes) == 1:
-        (r,) = regimes
-        return {**saving(cell_runs(out, r, protocol, ours), cell_runs(out, r, protocol, baseline), target_of(out, r)),
-                "regimes": regimes}
-    return warmstarts.family_saving(out, regimes, protocol, ours, baseline) or {"value": None, "lo": None, "hi": None}
+    if len(kept) == 1:
+        ((r, t, a, b),) = kept
+        return {**saving(a, b, t), "regimes": [r]}
+    return warmstarts.family_saving(out, [r for r, *_ in kept], protocol, ours, baseline)
 
 
 def _per_warm_start(out: Path, pooled: Mapping[str, Any], protocol: str, ours: str, baseline: str, *,

@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pipeline import untrusted
 from pipeline.paths import params_path
 from rlvr_core.config import Params, load_params
 from rlvr_core.config import parse_set as _parse_set
-from rlvr_core.errors import ConfigError
+from rlvr_core.safefs import write_text_atomic
 
 
 def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
@@ -36,40 +37,22 @@ def parse_set(items: Sequence[str], params_file: str | None = None) -> dict[str,
     return _parse_set(items, params_path(params_file))
 
 
-# engine options that choose the program a run starts, its arguments, its environment (LD_PRELOAD...) or files
-# it writes: kept for local use, refused where params come from someone else (refuse_launch_options)
-LAUNCH_OPTIONS = ("server_python", "server_script", "server_args", "server_env", "weights_dir", "log_path")
-
-
-def deployment_id() -> str:
-    """The Prefect deployment the current flow run belongs to ('' for a flow started by hand or by dvc)."""
-    from prefect.runtime import deployment
-
-    return str(deployment.id or "")
-
-
 def refuse_launch_options(engine_options: Mapping[str, Any], worker: bool = False) -> None:
-    """ConfigError when ``engine_options`` set a LAUNCH_OPTIONS key in a run whose params come from elsewhere:
-    a deployment run (its parameters come from whoever may run deployments, its params file from the deployed
-    commit) or a worker ($RLVR_DVC_REMOTE). A params file could otherwise make the worker run any program."""
-    given = [k for k in LAUNCH_OPTIONS if k in engine_options]
-    if not given:
-        return
-    where = f"deployment {dep}" if (dep := deployment_id()) else ("a worker ($RLVR_DVC_REMOTE)" if worker else "")
+    """ConfigError when ``engine_options`` (the loaded params: file and overrides) set a key of
+    pipeline.untrusted.REFUSED_ENGINE_OPTIONS in a run whose params come from elsewhere: a deployment run (its
+    parameters come from whoever may run deployments, its params file from the deployed commit) or a worker
+    ($RLVR_DVC_REMOTE). A params file could otherwise make the worker run any program, or send its requests and
+    a token to another user's listener."""
+    dep = untrusted.deployment_id()
+    where = f"deployment {dep}" if dep else ("a worker ($RLVR_DVC_REMOTE)" if worker else "")
     if where:
-        raise ConfigError(f"train.engine_options.{', train.engine_options.'.join(given)}: refused in a run of {where}, "
-                          "where params come from whoever runs the deployment or commits the params file; these "
-                          "options choose a program to run (or its environment, or files it writes). Set up the "
-                          "engine on the worker itself (the default .venv-vllm beside the installed project) and "
-                          "drop them from the params (docs/cluster.md)")
+        untrusted.refuse_engine_options(engine_options, where)
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as sorted, indented JSON atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
-    os.replace(tmp, path)
+    """Write ``data`` as sorted, indented JSON atomically, never through a link planted at ``path``
+    (rlvr_core.safefs: a fresh O_EXCL | O_NOFOLLOW name in a folder of this user's, renamed over it)."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True, default=float) + "\n")
 
 
 def flow_run_id() -> str:

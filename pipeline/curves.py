@@ -4,9 +4,12 @@ report's input."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
+
+from rlvr_core.safefs import write_text_atomic
 
 CURVE_FIELDS = ("step", "cum_rollouts", "cum_tokens", "greedy_acc")
 
@@ -28,8 +31,8 @@ def eval_curve(metrics_jsonl: Path) -> list[dict[str, Any]]:
 
 def write_curve(history: list[dict[str, Any]], path: Path) -> None:
     """One run's held-out accuracy curve as CSV (a DVC plot: x cum_rollouts, y greedy_acc)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CURVE_FIELDS)
-        w.writeheader()
-        w.writerows(curve_rows(history))
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=CURVE_FIELDS)
+    w.writeheader()
+    w.writerows(curve_rows(history))
+    write_text_atomic(path, buf.getvalue())  # never through a planted link (rlvr_core.safefs)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pipeline.paths import root
+from rlvr_core.safefs import append_line, write_text_atomic
 
 EXPERIMENT = "rlvr-alloc"
 SPOOL = "mlflow_spool.jsonl"
@@ -199,12 +200,7 @@ class StepLogger:
 
     def _append(self, entries: list[dict[str, Any]]) -> None:
         assert self.spool is not None
-        self.spool.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.spool, "a") as f:
-            for e in entries:
-                f.write(json.dumps(e) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.spool, "".join(json.dumps(e) + "\n" for e in entries), fsync=True)
         self.spooled += len(entries)
 
     def _down(self, error: BaseException) -> None:
@@ -229,13 +225,7 @@ def _write_spool(path: Path, entries: list[dict[str, Any]]) -> None:
     if not entries:
         path.unlink(missing_ok=True)
         return
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for e in entries:
-            f.write(json.dumps(e) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(e) + "\n" for e in entries), fsync=True)
 
 
 def _read_spool(path: Path) -> list[dict[str, Any]]:

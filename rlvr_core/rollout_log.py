@@ -23,12 +23,14 @@ never holds a step twice or misses one that metrics.jsonl holds once the run has
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlvr_core.safefs import write_atomic
 from rlvr_core.types import Rollouts
 
 FILENAME = "rollouts.parquet"
@@ -113,10 +115,9 @@ class RolloutLog:
         df = self.frame()
         if not len(df) and not self.path.exists():
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, self.path)
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        write_atomic(self.path, buf.getvalue())  # never through a planted link (rlvr_core.safefs)
 
 
 def read_log(path: str | os.PathLike) -> Any:

@@ -5,7 +5,10 @@ naming the folder and the holder's pid. The kernel releases a ``flock`` when the
 descriptor of its open file closes, so a process killed with SIGKILL leaves no stale
 lock: the file stays, and the next run takes the lock on it. The lock file holds the
 holder's pid, host and start time (JSON) for the error message only; it is never
-deleted, because deleting it would let two processes lock two different files.
+deleted, because deleting it would let two processes lock two different files. It is opened through a
+descriptor of the folder with ``O_NOFOLLOW`` (``rlvr_core.safefs``): a link planted as ``run.lock`` is
+refused, never truncated through, and so is a folder that is a link, belongs to another user or that
+every user may write.
 
 Within one process the lock is re-entrant: the flow takes it, and ``training.train``
 (called from the flow, or directly by library users) takes it again without blocking
@@ -22,12 +25,14 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from rlvr_core.errors import ConfigError
+from rlvr_core.safefs import UnsafeRunFolder, folder_fd, open_in
 
 LOCK_NAME = "run.lock"
 
@@ -71,12 +76,12 @@ class RunLock:
             pass
 
 
-def _holder(path: Path) -> str:
+def _holder(fd: int) -> str:
     try:
-        info = json.loads(path.read_text() or "{}")
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
         info = {}
-    if not info.get("pid"):
+    if not isinstance(info, dict) or not info.get("pid"):
         return "pid unknown"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
     return f"pid {info['pid']} on {info.get('host', '?')}, since {since}"
@@ -85,20 +90,30 @@ def _holder(path: Path) -> str:
 def hold_run_folder(folder: str | os.PathLike) -> RunLock:
     """Take the exclusive lock of run folder ``folder`` (created if missing); raise RunFolderBusy if held."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    key = os.path.realpath(folder)
-    path = Path(key) / LOCK_NAME
+    with folder_fd(folder) as dfd:  # UnsafeRunFolder: a link, another user's folder, one anyone may write
+        key = os.path.realpath(folder)
+        path = Path(key) / LOCK_NAME
+        with _mutex:
+            if key in _held:
+                _held[key][1] += 1
+                return RunLock(key, folder)
+            return _take(open_in(dfd, LOCK_NAME, os.O_RDWR | os.O_CREAT, folder), key, folder, path)
+
+
+def _take(fd: int, key: str, folder: Path, path: Path) -> RunLock:
+    """Lock the open lock file ``fd`` (closed on failure), write the holder's details, register the hold."""
     with _mutex:
-        if key in _held:
-            _held[key][1] += 1
-            return RunLock(key, folder)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+                raise UnsafeRunFolder(f"{path}: not a plain file of this user ({stat.filemode(st.st_mode)}, uid "
+                                      f"{st.st_uid}, {st.st_nlink} links); remove it")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _holder(fd)
             os.close(fd)
             raise RunFolderBusy(
-                f"run folder {folder} is being written by another process ({_holder(path)}); one writer per run "
+                f"run folder {folder} is being written by another process ({holder}); one writer per run "
                 f"folder: wait for it to finish or stop it, or use another run folder (--out)") from None
         except BaseException:
             os.close(fd)

@@ -74,6 +74,7 @@ from rlvr_core.rollout import ENGINES
 from rlvr_core.rollout_log import FILENAME as ROLLOUT_LOG
 from rlvr_core.rollout_log import RolloutLog
 from rlvr_core.runlock import hold_run_folder
+from rlvr_core.safefs import append_line, write_text_atomic
 from rlvr_core.types import Rollouts
 
 StepCallback = Callable[[dict[str, Any]], None]
@@ -425,19 +426,11 @@ def _frozen_copy(policy_dir: str | os.PathLike, device: str) -> torch.nn.Module:
 
 
 def _append_metrics(path: Path, rec: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(rec, default=float) + "\n")
+    append_line(path, json.dumps(rec, default=float) + "\n")  # never through a planted link (safefs)
 
 
 def _write_metrics(path: Path, recs: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        for r in recs:
-            f.write(json.dumps(r, default=float) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r, default=float) + "\n" for r in recs), fsync=True)
 
 
 def join_timings(results: Sequence[Mapping[str, Any]], timings: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -21,7 +21,8 @@ PACKAGE = "rlvr_core"
 LAYERS: tuple[tuple[str, ...], ...] = (
     # ground: plain data, errors, registries, numerics and files, no knowledge of tasks or models
     ("rlvr_core", "rlvr_core.errors", "rlvr_core.types", "rlvr_core.registry", "rlvr_core.stats",
-     "rlvr_core.beta_moments", "rlvr_core.runlock", "rlvr_core.rollout_log", "rlvr_core.checkpoint"),
+     "rlvr_core.beta_moments", "rlvr_core.safefs", "rlvr_core.runlock", "rlvr_core.rollout_log",
+     "rlvr_core.checkpoint"),
     ("rlvr_core.data",),  # rows: generators, hub loaders, templates, row checks against a task's schema
     ("rlvr_core.models", "rlvr_core.rewards"),  # policies and the warm start; verifiers and the Scorer
     ("rlvr_core.rollout",),  # engines

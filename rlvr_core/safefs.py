@@ -1,0 +1,144 @@
+"""Files in a run folder, written without following symbolic links (docs/design.md §8.7).
+
+A run folder's name can come from someone else (a deployment parameter, a shared machine's folder), and
+a file planted in it, ``run.lock -> /root/.ssh/authorized_keys``, would make an ordinary ``open(path,
+"w")`` truncate and overwrite what the link points at, with the rights of the user who runs the training.
+Every write here goes through a descriptor of the folder itself:
+
+- ``open_folder`` resolves the folder's path once and opens what it resolved to with ``O_DIRECTORY |
+  O_NOFOLLOW`` (a link swapped in meanwhile is refused), then refuses a folder that the running user does
+  not own, or that every user may write (anyone who can write the folder can plant names in it). Every
+  file is then opened relative to that descriptor, so a later swap of the path changes nothing.
+- ``write_atomic`` creates a fresh temporary name with ``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to that
+  descriptor and renames it over the target (``rename`` replaces a planted link, it never writes through
+  it).
+- ``open_in`` opens one file in the folder with ``O_NOFOLLOW``: for the lock and for appends.
+
+Linux and macOS both have ``O_NOFOLLOW`` and ``dir_fd``. The folder's path may pass through links
+(``runs -> /scratch/runs``): what counts is the folder it reaches, and that no file in it is a link.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from rlvr_core.errors import ConfigError
+
+
+class UnsafeRunFolder(ConfigError):
+    """A run folder (or a file in it) that is a link, belongs to another user, or that every user may write."""
+
+
+def _check_folder(fd: int, folder: Path) -> None:
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        raise UnsafeRunFolder(f"{folder}: belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}); a run "
+                              "writes only into folders it owns: use another folder")
+    if st.st_mode & 0o002:
+        raise UnsafeRunFolder(f"{folder}: every user may write it ({stat.filemode(st.st_mode)}), so anyone could "
+                              f"plant links in it; `chmod o-w {folder}` or use another folder")
+
+
+def open_folder(folder: str | os.PathLike, create: bool = True) -> int:
+    """A descriptor of ``folder`` (created, with its parents, when missing and ``create``), resolved once and
+    opened without following a link; UnsafeRunFolder unless this user owns it and not every user may write it."""
+    folder = Path(folder)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+    real = os.path.realpath(folder)  # a link to a folder of this user's is fine: the checks are on the folder
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:  # ELOOP: swapped for a link since it was resolved
+        raise UnsafeRunFolder(f"{folder}: cannot be opened as a folder ({e.strerror})") from None
+    try:
+        _check_folder(fd, folder)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def folder_fd(folder: str | os.PathLike, create: bool = True) -> Iterator[int]:
+    """``open_folder`` as a context: the descriptor is closed on leaving."""
+    fd = open_folder(folder, create)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _refuse_link(dir_fd: int, name: str, where: Path) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRunFolder(f"{where / name}: a symbolic link was planted here; the run never writes through "
+                              "one: remove it")
+
+
+def open_in(dir_fd: int, name: str, flags: int, where: str | os.PathLike = "", mode: int = 0o644) -> int:
+    """``os.open(name, flags | O_NOFOLLOW)`` relative to the folder ``dir_fd``; UnsafeRunFolder (naming
+    ``where``/``name``) when ``name`` is a symbolic link."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"{name!r} must be a plain file name")
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as e:
+        _refuse_link(dir_fd, name, Path(where))  # ELOOP (Linux) / EMLINK (BSD): say it was a link
+        raise e
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, *, fsync: bool = False, mode: int = 0o644,
+                 create_folder: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically: a fresh temporary name created with O_EXCL | O_NOFOLLOW in
+    ``path``'s folder (held open by descriptor), renamed over ``path``. A link planted at ``path`` is
+    replaced, never written through; the folder must pass ``open_folder``'s checks."""
+    path = Path(path)
+    with folder_fd(path.parent, create_folder) as dfd:
+        tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = open_in(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, path.parent, mode)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, **kw: bool | int) -> None:
+    """``write_atomic`` of ``text`` encoded as UTF-8."""
+    write_atomic(path, text.encode("utf-8"), **kw)  # type: ignore[arg-type]
+
+
+def append_line(path: str | os.PathLike, line: str, *, fsync: bool = False) -> None:
+    """Append ``line`` (UTF-8) to ``path``, created when missing, opened without following a link."""
+    path = Path(path)
+    with folder_fd(path.parent) as dfd:
+        fd = open_in(dfd, path.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, path.parent)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+__all__ = ["UnsafeRunFolder", "append_line", "folder_fd", "open_folder", "open_in", "write_atomic",
+           "write_text_atomic"]

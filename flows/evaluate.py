@@ -24,7 +24,7 @@ from typing import Any
 from prefect import flow
 
 from flows.common import fix_threads, load, tie_children, write_json
-from pipeline import remote, tracking
+from pipeline import remote, tracking, untrusted
 from pipeline.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, list_checkpoints, manifest_step, newest_intact
 from rlvr_core.config import Params
@@ -86,6 +86,8 @@ def nightly_pass(params: Params) -> dict[str, Any]:
 def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: bool = False,
              params_file: str | None = None) -> dict[str, Any]:
     """Evaluate one checkpoint, every checkpoint of one run, the nightly pass, or (default) every final checkpoint."""
+    if untrusted.deployment_id():  # its parameters come from whoever may submit flow runs (pipeline/untrusted.py)
+        untrusted.check_evaluate_parameters(checkpoint, run, nightly, params_file)
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
     params = load(params_file)
     fix_threads(params.train.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS

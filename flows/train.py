@@ -32,7 +32,7 @@ import torch
 from prefect import flow
 
 from flows.common import fix_threads, flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
-from pipeline import remote, tracking
+from pipeline import remote, tracking, untrusted
 from pipeline.curves import write_curve
 from pipeline.lineage import dvc_md5, git_commit
 from pipeline.paths import data_dir, root, run_dir, warmstart_dir
@@ -126,7 +126,12 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     ``out_dir`` (relative to the project root) replaces the run folder: by default runs/<allocator>-s<seed>
     (a DVC stage's output), or runs/deployments/<flow run name>/ for a run of a deployment (``deployment_dir``)
     unless $RLVR_DVC_REMOTE makes it a worker that runs and commits the stage itself (pipeline/remote.py).
+    A deployment's parameters are untrusted (pipeline/untrusted.py): its ``out_dir`` must lie under
+    runs/deployments/, its ``params_file`` inside the project, and its overrides name no program, URL or token.
     """
+    # a deployment's parameters come from whoever may submit flow runs: checked before anything reads them
+    deployed = untrusted.deployment_id()
+    deployed_out = untrusted.check_train_parameters(overrides, params_file, out_dir) if deployed else None
     ov = dict(overrides or {})
     ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
@@ -136,7 +141,8 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     refuse_launch_options(cfg.engine_options, worker=sync is not None)  # a params file must not pick the program
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     # a worker with a DVC remote runs the stage itself and commits it (dvc.lock): its folder stays the stage's
-    out = root() / out_dir if out_dir else (None if sync else deployment_dir()) or run_dir(cfg.allocator, cfg.seed)
+    out = (deployed_out or (root() / out_dir if out_dir else None) or (None if sync else deployment_dir())
+           or run_dir(cfg.allocator, cfg.seed))
     stage = remote.prepare_training(sync, out, params) if sync else None  # dvc pull: data, warm start, checkpoints
     with ExitStack() as held:
         if os.environ.get("DVC_STAGE"):  # in `dvc repro`: its outputs are cleared under the lock (clear_dvc_outputs)

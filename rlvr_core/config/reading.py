@@ -4,7 +4,8 @@ params.yaml is read with ``read_yaml``: aliases that would expand past ``MAX_YAM
 refused while composing, before anything is built, and exponent floats as people type them (``5e-5``,
 ``1E-4``) are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused with the
 line they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as octal 8, ``1:30`` as 90,
-and a key given twice. Messages show values through ``short_repr``.
+and a key given twice. Messages show values through ``short_repr``; a file that is not YAML is refused with
+the line and column of the fault and never a word of its text (it may be no params file at all).
 """
 
 from __future__ import annotations
@@ -111,6 +112,26 @@ def _count_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
     return n
 
 
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _token_or_hidden(m: re.Match[str]) -> str:
+    """A quoted part of PyYAML's message: kept when it names a token ('<block end>', ':'), else hidden."""
+    inner = m.group(0)[1:-1]
+    return m.group(0) if re.fullmatch(r"<[a-z ]+>|[^\w\s]", inner) else "'…'"
+
+
+def _why(e: BaseException) -> str:
+    """What is wrong and where, without a word of the text: PyYAML's own message quotes the offending line
+    (and a file that is no params file, a credentials file, would have it shown in a flow run's log)."""
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        problem = re.sub(_QUOTED, _token_or_hidden, " ".join(str(e.problem or e.context or "a syntax error").split()))
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{problem[:200]}{at}"
+    return f"a value YAML cannot read ({e.__class__.__name__})"
+
+
 def read_yaml(text: str, where: str) -> Any:
     """Parse ``text`` with ``ParamsLoader``; ConfigError naming ``where`` on bad or oversized YAML."""
     try:
@@ -118,8 +139,7 @@ def read_yaml(text: str, where: str) -> Any:
     except _Refused as e:
         raise ConfigError(f"{where}: {e}") from None
     except (yaml.YAMLError, ValueError, OverflowError) as e:  # ValueError: e.g. a date 2001-13-01, !!int 12x
-        why = " ".join(str(e).split())
-        raise ConfigError(f"{where}: not valid YAML ({why if len(why) <= 300 else why[:297] + '...'})") from None
+        raise ConfigError(f"{where}: not valid YAML ({_why(e)})") from None
     except RecursionError:
         raise ConfigError(f"{where}: nested too deeply to be a params value") from None
 

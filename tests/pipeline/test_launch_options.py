@@ -8,6 +8,7 @@ import pytest
 
 import flows.common
 import flows.train
+import pipeline.untrusted
 from rlvr_core.errors import ConfigError
 from tests.pipeline.conftest import TINY
 
@@ -23,7 +24,7 @@ def tiny_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_deployment_run_refuses_launch_options(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flows.common, "deployment_id", lambda: "0b7f")
+    monkeypatch.setattr(pipeline.untrusted, "deployment_id", lambda: "0b7f")
     with pytest.raises(ConfigError, match=r"server_python, train.engine_options.server_env: refused in a run of "
                                           r"deployment 0b7f"):
         flows.train.train.fn(overrides=dict(EVIL))
@@ -31,7 +32,7 @@ def test_a_deployment_run_refuses_launch_options(tiny_root: Path, monkeypatch: p
 
 
 def test_a_local_run_keeps_them(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flows.common, "deployment_id", lambda: "")
+    monkeypatch.setattr(pipeline.untrusted, "deployment_id", lambda: "")
     flows.common.refuse_launch_options(EVIL["engine_options"])  # no deployment, no worker: allowed
     with pytest.raises(ConfigError, match=r"refused in a run of a worker \(\$RLVR_DVC_REMOTE\)"):
         flows.common.refuse_launch_options({"log_path": "/root/.bashrc"}, worker=True)

@@ -57,6 +57,7 @@ import argparse
 import hmac
 import json
 import os
+import secrets
 import stat
 import sys
 import tempfile
@@ -126,21 +127,55 @@ def check_auth(header: str | None, token: str) -> tuple[int, str] | None:
     return None
 
 
-def check_ready_file(path: str) -> None:
-    """SetupError unless ``path``'s folder belongs to this user and no one else can write it.
+def _prefixes(path: str) -> list[str]:
+    parts = Path(path).parts
+    return [os.path.join(*parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _secure_path(folder: str) -> None:
+    """SetupError unless no one but this user and root can change what ``folder`` names: every component
+    of its absolute path, read with ``lstat`` (links not followed), belongs to this user or to root, and so
+    does every folder above what it resolves to, which others may not write unless it has the sticky bit
+    (``/tmp``). A link another user owns, or a folder of theirs on the way, would let them swap the folder
+    for another while the model loads, and a supervisor reading the path would read their file."""
+    me = os.getuid()
+    real = os.path.realpath(folder)
+    for here in _prefixes(os.path.abspath(folder)) + _prefixes(real)[:-1]:
+        st = os.lstat(here)
+        if st.st_uid not in (me, 0):
+            raise SetupError(f"{here} (on the way to {folder}) belongs to uid {st.st_uid}, who could swap the "
+                             "folder for another; use a private folder (`mktemp -d`) or --ready-fd")
+    for here in _prefixes(real)[:-1]:
+        st = os.lstat(here)
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise SetupError(f"{here} (on the way to {folder}) may be written by others ({stat.filemode(st.st_mode)}"
+                             "), who could swap the folder for another; use a private folder or --ready-fd")
+
+
+def check_ready_file(path: str) -> int:
+    """A descriptor of ``path``'s folder, held until the ready file is written (``announce_ready``);
+    SetupError unless the folder belongs to this user, no one else can write it, and no one else can
+    change what its path names (``_secure_path``).
 
     In a folder others can write (the shared temp folder), another user could write the ready
-    file first, with a port of their own, or plant a symbolic link where it is written.
+    file first, with a port of their own, or plant a symbolic link where it is written. The file is
+    written through the descriptor, so a folder swapped after this check is never written.
     """
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        st = os.stat(folder)
+        _secure_path(folder)
+        fd = os.open(os.path.realpath(folder), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
         raise SetupError(f"--ready-file {path}: {folder}: {e.strerror}") from None
+    except SetupError as e:
+        raise SetupError(f"--ready-file {path}: {e}") from None
+    st = os.fstat(fd)
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        os.close(fd)
         raise SetupError(f"--ready-file {path}: its folder {folder} must belong to this user and be writable by no "
                          f"one else (it is {stat.filemode(st.st_mode)}, uid {st.st_uid}); use a private folder "
                          "(`mktemp -d`) or --ready-fd")
+    return fd
 
 
 def check_ready_fd(fd: int) -> None:
@@ -154,11 +189,13 @@ def check_ready_fd(fd: int) -> None:
     os.set_inheritable(fd, False)
 
 
-def announce_ready(info: dict[str, Any], ready_fd: int | None = None, ready_file: str | None = None) -> None:
+def announce_ready(info: dict[str, Any], ready_fd: int | None = None, ready_file: str | None = None,
+                   ready_dir_fd: int | None = None) -> None:
     """Write ``info`` as one JSON line to the pipe ``ready_fd`` (then closed) and/or to ``ready_file``.
 
-    The file is written under a fresh random name in its folder (``mkstemp``: ``O_EXCL``, mode 0600,
-    so a planted symbolic link is never followed) and renamed over ``ready_file``.
+    The file is written under a fresh random name (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600, so a
+    planted symbolic link is never followed) in the folder ``ready_dir_fd`` that ``check_ready_file``
+    opened (then closed; opened here when not given), and renamed over ``ready_file`` in that folder.
     """
     data = (json.dumps(info) + "\n").encode()
     if ready_fd is not None:
@@ -166,15 +203,25 @@ def announce_ready(info: dict[str, Any], ready_fd: int | None = None, ready_file
             os.write(ready_fd, data)  # one write below PIPE_BUF: the reader never sees half of it
         finally:
             os.close(ready_fd)
-    if ready_file is not None:
-        fd, tmp = tempfile.mkstemp(prefix=".ready-", dir=os.path.dirname(os.path.abspath(ready_file)))
+    if ready_file is None:
+        return
+    dfd = check_ready_file(ready_file) if ready_dir_fd is None else ready_dir_fd
+    name, tmp = os.path.basename(ready_file), f".ready-{secrets.token_hex(8)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, ready_file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(dfd)
 
 
 def prepare_weights_dir(path: str | None) -> Path:
@@ -556,8 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         weights_dir = prepare_weights_dir(args.weights_dir)
         if args.ready_fd is not None:
             check_ready_fd(args.ready_fd)
-        if args.ready_file is not None:
-            check_ready_file(args.ready_file)
+        ready_dir_fd = check_ready_file(args.ready_file) if args.ready_file is not None else None
     except SetupError as e:
         print(f"[server] refusing to start: {e}", file=sys.stderr, flush=True)
         return 2
@@ -568,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     ref.append(httpd)
     port = httpd.server_address[1]
     announce_ready({"port": port, "pid": os.getpid(), "start_seconds": time.perf_counter() - t0},
-                   args.ready_fd, args.ready_file)
+                   args.ready_fd, args.ready_file, ready_dir_fd)
     print(f"[server] ready on http://{args.host}:{port} after {time.perf_counter() - t0:.1f} s "
           f"(vllm {server.vllm_version}, model {args.model}, weights folder {weights_dir})",
           file=sys.stderr, flush=True)

@@ -12,8 +12,9 @@ Weights are written to a private folder (mode 0700) created in /dev/shm for the 
 ``url``, the token comes from ``token_file`` or ``$RLVR_VLLM_TOKEN``, and the folder is the one the
 server reports in ``/health``. The started server announces its port on a pipe it inherits
 (``--ready-fd``), never in a file another user could write first; the client refuses another pid,
-sends nothing to a connection whose far end belongs to another user (``ForeignServer``) and never goes
-through an HTTP proxy (docs/design.md §8.2).
+sends nothing to a connection whose far end belongs to another user (``ForeignServer``: a server
+given by ``url`` too, which must therefore run as this user) and never goes through an HTTP proxy
+(docs/design.md §8.2).
 
 A started server runs in a session of its own, so that it and vLLM's engine processes are one process
 group, killed together; the shared-memory files they held are removed after a kill. This module imports
@@ -131,8 +132,8 @@ class _OwnServerHandler(urllib.request.HTTPHandler):
 
 #: Every request goes straight to the loopback server: openers without proxies, so that ``$http_proxy``
 #: (urllib honours it, also for 127.0.0.1 unless ``$no_proxy`` says otherwise) never receives the token.
-#: A server this client started must also answer from a socket of this user (``_OwnServerConnection``).
-_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+#: The server, started here or given by ``url``, must also answer from a socket of this user
+#: (``_OwnServerConnection``): a listener of another user's on that port would otherwise get the token.
 _OWN_SERVER_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _OwnServerHandler)
 
 
@@ -508,7 +509,7 @@ class VLLMServer:
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Bearer {self.token}"})
         try:
-            opener = _LOOPBACK_OPENER if self.external else _OWN_SERVER_OPENER
+            opener = _OWN_SERVER_OPENER  # a server given by url too: its token goes to this user's listener only
             with opener.open(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:

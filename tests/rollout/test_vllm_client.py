@@ -980,3 +980,80 @@ def test_server_refuses_to_start_without_a_token_or_with_an_unsafe_setup(policy,
     assert server_mod.read_token(None, environ) == TOKEN and "RLVR_VLLM_TOKEN" not in environ  # not inherited
     with pytest.raises(server_mod.SetupError, match="no token"):
         server_mod.read_token(None, {"RLVR_VLLM_TOKEN": "short"})
+
+
+# ----------------------------------------------------------------------------- another local user (issue 40)
+OTHER_UID = 1234
+_LISTENER = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen(4)
+print(s.getsockname()[1], flush=True)
+s.settimeout(30)
+with open(sys.argv[1], "ab", buffering=0) as out:
+    while True:
+        try:
+            c, _ = s.accept()
+        except OSError:
+            break
+        c.settimeout(5)
+        try:
+            out.write(c.recv(65536))
+        except OSError:
+            pass
+        c.close()
+"""
+
+
+def test_a_url_server_of_another_user_never_receives_the_token(policy, tmp_path, monkeypatch):
+    """Break 2: uid 1234 listens on a loopback port and a run is pointed at it with a 0600 token file."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("a second uid needs root and setpriv")
+    model, tok, _ = policy
+    seen = Path(tempfile.mkdtemp(prefix="rlvr-listener-")) / "seen"
+    seen.parent.chmod(0o777)
+    listener = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                                 "/usr/bin/python3", "-I", "-c", _LISTENER, str(seen)],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(listener.stdout.readline())
+        secret = tmp_path / "secret0600"
+        secret.write_text("s3cr3t-token-of-root-0123456789\n")
+        secret.chmod(0o600)
+        monkeypatch.delenv("RLVR_VLLM_TOKEN", raising=False)
+        with pytest.raises(VLLMServerError, match=rf"held by uid {OTHER_UID}.*nothing was sent"):
+            VLLMEngine(model, tok, PROMPTS, url=f"http://127.0.0.1:{port}", token_file=secret, start_timeout=10)
+    finally:
+        listener.kill()
+        listener.wait()
+    assert b"s3cr3t" not in (seen.read_bytes() if seen.exists() else b"")
+    shutil.rmtree(seen.parent, ignore_errors=True)
+
+
+def test_a_ready_file_folder_reached_through_another_users_link_is_refused(tmp_path):
+    """Break 7: a link of uid 1234's to a private folder of this user's passes a check that follows links."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    link = tmp_path / "theirs"
+    link.symlink_to(private)
+    if os.geteuid() == 0:
+        os.lchown(link, OTHER_UID, OTHER_UID)
+        with pytest.raises(server_mod.SetupError, match=rf"belongs to uid {OTHER_UID}, who could swap"):
+            server_mod.check_ready_file(str(link / "ready.json"))
+
+
+def test_a_ready_folder_swapped_after_the_check_is_never_written(tmp_path):
+    """Break 7: the folder is swapped for another while the model loads; the file goes to the folder checked."""
+    parent = tmp_path / "p"
+    parent.mkdir(mode=0o700)
+    checked = parent / "ready"
+    checked.mkdir(mode=0o700)
+    fd = server_mod.check_ready_file(str(checked / "ready.json"))
+    moved = parent / "moved"
+    checked.rename(moved)
+    checked.mkdir(mode=0o700)  # what someone put in its place
+    server_mod.announce_ready({"port": 1, "pid": 2}, ready_file=str(checked / "ready.json"), ready_dir_fd=fd)
+    assert not (checked / "ready.json").exists()
+    assert json.loads((moved / "ready.json").read_text()) == {"port": 1, "pid": 2}

@@ -462,3 +462,44 @@ def prune(root: str | os.PathLike, keep_last: int) -> None:
     intact = [f for f in list_checkpoints(root) if verify(f) is None]
     for folder in intact[:-keep_last]:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_state_folder(folder: str | os.PathLike, state: Any, *, step: int,
+                      meta: Mapping[str, Any] | None = None) -> Path:
+    """Write ``state`` into ``folder`` itself in the checkpoint format (state.json, tensors.safetensors,
+    manifest.json), atomically, for a state that lives inside another program's checkpoint folder (TRL's
+    ``checkpoint-N/``); ``read_state(folder)`` reads it back without pickle.
+
+    The files go to a temporary sibling folder, fsynced, which then replaces ``folder``; an OSError
+    removes the temporary folder and names the file being written.
+    """
+    from safetensors.torch import save as st_save
+
+    folder = Path(folder)
+    tree, tensors = encode_state(state)
+    blobs = {STATE: json.dumps(tree, separators=(",", ":")).encode(), TENSORS: st_save(tensors)}
+    del tensors
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp_folder = folder.with_name(f".tmp_{folder.name}")
+    target = tmp_folder
+    try:
+        shutil.rmtree(tmp_folder, ignore_errors=True)
+        tmp_folder.mkdir()
+        for name, data in blobs.items():
+            target = tmp_folder / name
+            _fsync_write(target, data)
+        manifest = {"format": FORMAT, "step": int(step),
+                    "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)} for n, d in blobs.items()},
+                    "meta": dict(meta or {})}
+        target = tmp_folder / MANIFEST
+        _fsync_write(target, json.dumps(manifest, indent=1, default=str).encode())
+        target = folder
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp_folder, folder)
+        _fsync_dir(folder.parent)
+    except OSError as e:
+        shutil.rmtree(tmp_folder, ignore_errors=True)
+        what = e.strerror or os.strerror(e.errno or 0) or e.__class__.__name__
+        raise OSError(e.errno, f"{what} while writing {folder} (its temporary folder was removed)",
+                      str(target)) from e
+    return folder

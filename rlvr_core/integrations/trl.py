@@ -64,10 +64,15 @@ them; TRL averages them over ``logging_steps``. ``frac_reward_zero_std``
 becomes the share of batch rows in zero-std groups. ``allocation_history``
 keeps each step's ``StepStats`` as a dict.
 
-State: ``_save_checkpoint`` writes ``allocator_state.pkl`` (the allocator's
-``state_dict``, the prompt stream's position, the history) into the
-checkpoint folder; ``resume_from_checkpoint`` restores it in
-``_load_optimizer_and_scheduler``.
+State: ``_save_checkpoint`` writes the folder ``allocator_state/`` (the
+allocator's ``state_dict``, the prompt stream's position, the history) into the
+checkpoint folder, in the pickle-free format of ``rlvr_core.checkpoint``
+(state.json, tensors.safetensors, a manifest of hashes); ``resume_from_checkpoint``
+restores it in ``_load_optimizer_and_scheduler``, reading JSON and safetensors
+only and checking every field. ``train`` refuses a checkpoint whose allocator state
+is missing, or is the earlier release's ``allocator_state.pkl`` (unpickling it could
+run code), before anything is loaded; a pickle the user trusts is converted by
+``python -m rlvr_core.integrations.trl convert-state CHECKPOINT_DIR --trust-pickle``.
 
 TRL internals this relies on (all in ``trl/trainer/grpo_trainer.py`` 1.16):
 ``_generate_and_score_completions(inputs)`` (overridden; eval keeps TRL's),
@@ -94,11 +99,14 @@ before the groups exist).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import math
 import os
 import pickle
+import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -106,7 +114,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 try:  # the [trl] extra: the base install (the library alone) leaves TRL and accelerate out
     from accelerate.utils import gather, gather_object
@@ -116,11 +124,13 @@ except ImportError as e:
                       f"rlvr-alloc leaves out ({e}); install them with: pip install 'rlvr-alloc[trl]'") from e
 
 from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator
-from rlvr_core.errors import ConfigError
+from rlvr_core.checkpoint import CheckpointError, read_state, save_state_folder
+from rlvr_core.errors import ConfigError, short_repr
 from rlvr_core.grpo.advantages import dr_grpo_advantages, grpo_advantages
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
-STATE_FILE = "allocator_state.pkl"
+STATE_DIR = "allocator_state"  # in each checkpoint-N/: the format of rlvr_core.checkpoint, loaded without pickle
+LEGACY_STATE_FILE = "allocator_state.pkl"  # the earlier releases' pickle: refused (it could run code when loaded)
 ADV_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
 COUNTERS = ("rollouts", "tokens", "rounds", "prompts", "groups", "effective_groups", "useful_rollouts",
             "useful_tokens", "committed", "abandoned", "skipped", "hit_cap")
@@ -451,34 +461,151 @@ class AllocatedGRPOTrainer(GRPOTrainer):
                 "state": self.allocator.state_dict(), "source": self.prompt_source.state_dict(),
                 "history": list(self.allocation_history), "totals": dict(self._totals)}
 
-    def load_allocation_state(self, st: dict[str, Any]) -> None:
+    def load_allocation_state(self, st: dict[str, Any], *, where: str | os.PathLike = "allocator state") -> None:
+        """Restore ``allocation_state()``'s dict; a field that does not fit raises ValueError naming ``where``
+        (the state's file) and the field."""
+        check_allocation_state(st, where)
         if st["allocator"] != self.allocator_name:
-            raise ValueError(f"checkpoint holds allocator {st['allocator']!r} state; this trainer runs "
-                             f"{self.allocator_name!r}")
-        self.allocator.load_state_dict(st["state"])
-        self.prompt_source.load_state_dict(st["source"])
-        self.allocation_history = list(st["history"])
-        self._totals = dict(st["totals"])
+            raise ValueError(f"{where}: field 'allocator': the checkpoint holds allocator {st['allocator']!r} "
+                             f"state; this trainer runs {self.allocator_name!r}")
+        for field, target in (("state", self.allocator), ("source", self.prompt_source)):
+            try:
+                target.load_state_dict(st[field])
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, OverflowError) as e:
+                raise ValueError(f"{where}: field {field!r} does not restore the {self.allocator_name!r} "
+                                 f"{'allocator' if field == 'state' else 'prompt stream'} "
+                                 f"({e.__class__.__name__}: {short_repr(str(e))})") from None
+        self.allocation_history = [dict(h) for h in st["history"]]
+        self._totals = {k: int(v) for k, v in st["totals"].items()}
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial),
                                   f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, STATE_FILE), "wb") as f:
-                pickle.dump(self.allocation_state(), f)
+            save_state_folder(os.path.join(folder, STATE_DIR), self.allocation_state(), step=self.state.global_step,
+                              meta={"allocator": self.allocator_name})
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        # refuse a checkpoint without allocator state, or with the old pickle, before TRL loads anything from it
+        ckpt = resume_from_checkpoint
+        if ckpt is True:
+            ckpt = get_last_checkpoint(self.args.output_dir)  # None: TRL raises its own "no valid checkpoint"
+        if isinstance(ckpt, (str, os.PathLike)):
+            allocation_state_folder(ckpt)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        path = os.path.join(checkpoint, STATE_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: the checkpoint has no allocator state (was it written by "
-                                    "AllocatedGRPOTrainer?); resume from one of its checkpoints")
-        with open(path, "rb") as f:
-            self.load_allocation_state(pickle.load(f))
+        self.load_allocation_state(read_allocation_state(checkpoint), where=Path(checkpoint) / STATE_DIR)
+
+
+# ----- the allocator state in a TRL checkpoint -------------------------------------------------------
+
+_STATE_FIELDS = {"allocator": str, "params": dict, "state": dict, "source": dict, "history": list, "totals": dict}
+_TOTALS = ("rollouts", "effective_groups", "tokens")
+
+
+def allocation_state_folder(checkpoint: str | os.PathLike) -> Path:
+    """``checkpoint/allocator_state``; raises CheckpointError when the checkpoint holds the earlier pickle instead
+    (saying how to convert it), FileNotFoundError when it holds neither. Nothing is read here."""
+    checkpoint = Path(checkpoint)
+    folder = checkpoint / STATE_DIR
+    if folder.exists():
+        return folder
+    legacy = checkpoint / LEGACY_STATE_FILE
+    if legacy.exists():
+        raise CheckpointError(
+            f"{legacy}: the allocator state of this checkpoint is a pickle (written by an earlier rlvr-alloc), "
+            "which can run code when loaded, so it is not loaded. If you trust the file (your own run wrote it), "
+            f"convert it once with: python -m rlvr_core.integrations.trl convert-state {checkpoint} --trust-pickle "
+            "and resume again; otherwise start the run fresh (docs/trl.md, 'Checkpoints').")
+    raise FileNotFoundError(f"{folder}: the checkpoint has no allocator state (was it written by "
+                            "AllocatedGRPOTrainer?); resume from one of its checkpoints")
+
+
+def check_allocation_state(st: Any, where: str | os.PathLike) -> None:
+    """Raise ValueError naming ``where`` and the field unless ``st`` has the shape ``allocation_state()`` writes
+    (the allocator's and the prompt stream's own dicts are checked when they are loaded)."""
+    if not isinstance(st, dict):
+        raise ValueError(f"{where}: the allocator state is a {type(st).__name__}, not a dict")
+    for field, kind in _STATE_FIELDS.items():
+        if field not in st:
+            raise ValueError(f"{where}: field {field!r} is missing")
+        if not isinstance(st[field], kind):
+            raise ValueError(f"{where}: field {field!r} is a {type(st[field]).__name__} "
+                             f"({short_repr(st[field])}), not a {kind.__name__}")
+    for i, rec in enumerate(st["history"]):
+        if not isinstance(rec, dict) or not all(type(k) is str and type(v) in (int, float) for k, v in rec.items()):
+            raise ValueError(f"{where}: field 'history': entry {i} is not a dict of numbers ({short_repr(rec)})")
+    totals = st["totals"]
+    if sorted(totals) != sorted(_TOTALS) or not all(type(v) is int and v >= 0 for v in totals.values()):
+        raise ValueError(f"{where}: field 'totals' must hold non-negative integer {', '.join(_TOTALS)} "
+                         f"(got {short_repr(totals)})")
+
+
+def read_allocation_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    """The allocator state of TRL checkpoint folder ``checkpoint``, read without pickle and checked.
+
+    Raises CheckpointError for the earlier pickle (``allocation_state_folder``), FileNotFoundError when there is
+    none, ValueError naming the file (and the field) when it is damaged or tampered with.
+    """
+    folder = allocation_state_folder(checkpoint)
+    st = read_state(folder)
+    check_allocation_state(st, folder)
+    return st
+
+
+def convert_state(checkpoint: str | os.PathLike, *, trust_pickle: bool) -> Path:
+    """Convert ``checkpoint/allocator_state.pkl`` (earlier releases) into ``checkpoint/allocator_state/``.
+
+    Unpickling runs whatever code the file names, so this refuses unless ``trust_pickle`` (the file is one your
+    own run wrote). The pickle is left in place (training never reads it); delete it once resumed.
+    """
+    checkpoint = Path(checkpoint)
+    legacy, folder = checkpoint / LEGACY_STATE_FILE, checkpoint / STATE_DIR
+    if not legacy.is_file():
+        raise FileNotFoundError(f"{legacy}: no such file (nothing to convert)")
+    if not trust_pickle:
+        raise CheckpointError(f"{legacy}: converting unpickles the file, which runs any code it names; pass "
+                              "--trust-pickle only for a file your own run wrote")
+    with open(legacy, "rb") as f:
+        st = pickle.load(f)  # noqa: S301 - the user vouched for this file with --trust-pickle
+    check_allocation_state(st, legacy)
+    m = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", checkpoint.resolve().name)
+    save_state_folder(folder, st, step=int(m.group(1)) if m else 0,
+                      meta={"allocator": st["allocator"], "converted_from": LEGACY_STATE_FILE})
+    read_allocation_state(checkpoint)  # what was written reads back
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlvr_core.integrations.trl",
+                                     description="Tools for AllocatedGRPOTrainer checkpoints.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    conv = sub.add_parser("convert-state", help=f"convert a checkpoint's {LEGACY_STATE_FILE} (earlier releases) "
+                                                f"into the pickle-free {STATE_DIR}/")
+    conv.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT_DIR", help="a TRL checkpoint-N folder")
+    conv.add_argument("--trust-pickle", action="store_true",
+                      help="required: the pickle is unpickled, which runs any code it names; only for your own files")
+    args = parser.parse_args(argv)
+    if not args.trust_pickle:
+        conv.error(f"--trust-pickle is required: converting unpickles {LEGACY_STATE_FILE}, which runs any code "
+                   "it names; pass it only for checkpoints your own run wrote")
+    for ckpt in args.checkpoints:
+        if (Path(ckpt) / STATE_DIR).exists():
+            print(f"{Path(ckpt) / STATE_DIR}: already there; left as it is")
+            continue
+        try:
+            out = convert_state(ckpt, trust_pickle=True)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {out} (from {Path(ckpt) / LEGACY_STATE_FILE}, which training no longer reads; "
+              "delete it once the run resumes)")
+    return 0
 
 
 # ----- the rollout log of a plain GRPOTrainer -------------------------------------------------------
@@ -565,4 +692,10 @@ class RolloutLogCallback(TrainerCallback):
             self.log.flush()
 
 
-__all__ = ["AllocatedGRPOTrainer", "RolloutLogCallback", "SamplerOrderSource", "STATE_FILE", "stable_prompt_id"]
+__all__ = ["AllocatedGRPOTrainer", "LEGACY_STATE_FILE", "RolloutLogCallback", "STATE_DIR", "SamplerOrderSource",
+           "allocation_state_folder", "check_allocation_state", "convert_state", "read_allocation_state",
+           "stable_prompt_id"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,7 +18,7 @@ from datasets import Dataset  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
 from rlvr_core.errors import ConfigError  # noqa: E402
-from rlvr_core.integrations.trl import STATE_FILE, AllocatedGRPOTrainer  # noqa: E402
+from rlvr_core.integrations.trl import STATE_DIR, AllocatedGRPOTrainer  # noqa: E402
 from rlvr_core.registry import UnknownNameError  # noqa: E402
 from tests.integrations.trl_setup import ScriptedReward, arithmetic_rows, grpo_config, tiny_model  # noqa: E402
 
@@ -221,7 +221,7 @@ def test_resume_from_checkpoint_restores_allocator_state(tmp_path, model_dir, da
     straight = make(tmp_path / "a")
     straight.train()
     ckpt = tmp_path / "a" / "checkpoint-2"
-    assert (ckpt / STATE_FILE).exists()
+    assert (ckpt / STATE_DIR / "manifest.json").is_file()
     resumed = make(tmp_path / "b")
     resumed.train(resume_from_checkpoint=str(ckpt))
     assert len(straight.allocation_history) == len(resumed.allocation_history) == 4

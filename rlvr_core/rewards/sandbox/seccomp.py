@@ -21,6 +21,9 @@ def _assemble(prog: list) -> bytes:
         if isinstance(item, str):
             continue
         code, k, jt, jf = item
+        for label in (jt, jf):
+            if label and not 0 <= labels[label] - i - 1 <= 255:
+                raise ValueError(f"BPF jump to {label!r} from instruction {i} does not fit in 8 bits")
         out += struct.pack("=HBBI", code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k)
         i += 1
     return bytes(out)

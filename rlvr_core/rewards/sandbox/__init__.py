@@ -23,7 +23,13 @@ package ``bubblewrap``). Each run gets
 4. a seccomp filter refusing new user namespaces (``unshare``/``clone`` with
    ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS so libc falls back to ``clone``)
    and foreign syscall ABIs, so the program cannot become root of a namespace of
-   its own and mount file systems there; unless ``allow_processes`` is set, it
+   its own and mount file systems there. System V IPC (``shm*``, ``sem*``,
+   ``msg*``), io_uring and the kernel key calls (``keyctl``, ``add_key``,
+   ``request_key``) answer ENOSYS, as on a kernel built without them: a detached
+   System V segment is outside the address space, so ``RLIMIT_AS`` never counted
+   it (32 x 32 MiB held 1 GiB under a 128 MiB limit; where there is no filter,
+   segments still escape ``memory_bytes`` while the run lasts, and go with its
+   IPC namespace when it ends). Unless ``allow_processes`` is set, it
    also refuses new processes (``fork``, ``vfork``, ``clone`` without
    ``CLONE_THREAD``: EAGAIN) while threads still start, so that ``RLIMIT_AS``
    bounds the run's memory in all, not each of up to ``max_processes`` processes
@@ -63,7 +69,10 @@ missing or cannot create namespaces here, ``run_python`` raises
    unprivileged uid (``nobody``) when that uid can execute ``SandboxLimits.python``
    and reach the temporary directory; ``RunResult.isolation`` says which were on.
 
-The audit hook runs inside the program's own interpreter and is not a security
+It has no seccomp filter and no IPC namespace: memory outside the address space
+(System V segments, which stay in the host's IPC namespace after the run unless
+``kernel.shm_rmid_forced`` is 1) is bounded only by the audit hook's refusal of
+``ctypes``. The audit hook runs inside the program's own interpreter and is not a security
 boundary: it can be bypassed from Python (a subinterpreter's ``run_string``,
 ``sqlite3``/``readline`` writing files, ``pidfd_send_signal``, ``ioctl``). Use it
 only where bubblewrap cannot run and the completions are trusted. Programs get the

@@ -46,10 +46,12 @@ run: $(STAMP)
 verify: $(STAMP)
 	$(BIN)/python scripts/verify_lock.py
 
-# a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) and the served deployments;
-# then `prefect deployment run train/sara` from another shell (PREFECT_API_URL=http://127.0.0.1:4200/api)
+# a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) and the served deployments; the server asks every
+# client for the auth string in .prefect/api_auth_string (0600, never printed; NO_AUTH=1 opts out, with a warning);
+# then from another shell: PREFECT_API_URL=http://127.0.0.1:4200/api
+# PREFECT_API_AUTH_STRING="$(cat .prefect/api_auth_string)" .venv/bin/prefect deployment run train/sara
 serve: $(STAMP)
-	$(BIN)/python -m flows.local_server --home .prefect --port 4200 -- $(BIN)/python -m flows.serve
+	$(BIN)/python -m flows.local_server --home .prefect --port 4200 $(if $(NO_AUTH),--no-auth) -- $(BIN)/python -m flows.serve
 
 # docs/configuration.md's tables and params.yaml's key comments, from the config dataclasses' field help
 docs: $(STAMP)

@@ -29,6 +29,7 @@ def base_env(tmp: Path) -> dict[str, str]:
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'mlflow.db'}", RLVR_ROOT=str(tmp), RLVR_PARAMS=str(TINY),
                OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PREFECT_LOGGING_LEVEL="INFO")
     env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_API_AUTH_STRING", None)
     return env
 
 
@@ -40,19 +41,31 @@ def _servers_end_with_pytest() -> None:
 
 
 @pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A local Prefect server on a free port with a temporary home; yields its API URL."""
-    home = tmp_path_factory.mktemp("prefect_server")
+def prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PREFECT_HOME of the shared test server (its database and its auth string)."""
+    return tmp_path_factory.mktemp("prefect_server") / ".prefect"
+
+
+@pytest.fixture(scope="session")
+def prefect_server(prefect_home: Path) -> Iterator[str]:
+    """A local Prefect server on a free port with a temporary home, authentication on (as `make serve` starts
+    it); yields its API URL. Clients send ``prefect_auth``."""
     # a loaded 2-core CI machine needs more than 150 s
-    with local_server.prefect_server(home / ".prefect", timeout_s=300, env=base_env(home)) as url:
+    with local_server.prefect_server(prefect_home, timeout_s=300, env=base_env(prefect_home.parent)) as url:
         yield url
 
 
+@pytest.fixture(scope="session")
+def prefect_auth(prefect_server: str, prefect_home: Path) -> str:
+    """The basic-auth string the shared test server asks of every client ($PREFECT_API_AUTH_STRING)."""
+    return local_server.auth_string(prefect_home)
+
+
 @pytest.fixture
-def pipeline_env(tmp_path: Path, prefect_server: str) -> dict[str, str]:
+def pipeline_env(tmp_path: Path, prefect_server: str, prefect_auth: str) -> dict[str, str]:
     """Env for one test: isolated files, flows talking to the shared test server (no ephemeral server per flow)."""
     env = base_env(tmp_path)
-    env["PREFECT_API_URL"] = prefect_server
+    env.update(PREFECT_API_URL=prefect_server, PREFECT_API_AUTH_STRING=prefect_auth)
     return env
 
 

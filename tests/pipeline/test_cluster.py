@@ -184,7 +184,7 @@ def _lock_outs(repo: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
+def test_two_machines_on_localhost(prefect_server: str, prefect_auth: str, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     bin_dir = Path(PY).parent
@@ -193,7 +193,8 @@ def test_two_machines_on_localhost(prefect_server: str, tmp_path: Path) -> None:
            if k not in ("PYTHONPATH", "RLVR_ROOT", "RLVR_PARAMS", "MLFLOW_TRACKING_URI", "RLVR_DVC_REMOTE",
                         "DVC_STAGE")}
     env.update(GIT_ID, PATH=f"{bin_dir}:{env['PATH']}", PREFECT_API_URL=prefect_server, DO_NOT_TRACK="1",
-               DVC_NO_ANALYTICS="1", PREFECT_SERVER_ANALYTICS_ENABLED="false", OMP_NUM_THREADS="1",
+               PREFECT_API_AUTH_STRING=prefect_auth, DVC_NO_ANALYTICS="1", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               OMP_NUM_THREADS="1",
                PREFECT_HOME=str(tmp_path / "laptop" / ".prefect"))
     remote_dir, origin = tmp_path / "dvc-remote", tmp_path / "origin.git"
     remote_dir.mkdir()

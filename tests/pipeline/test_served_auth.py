@@ -1,0 +1,87 @@
+"""The served pipeline asks every client for its auth string (issue 40; flows/local_server.py): a request without
+it, or from another local user who cannot read it, is refused (401) before any flow run is made."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from flows import local_server
+
+OTHER_UID = 1234
+FILTER = "/deployments/filter"
+
+
+def _post(url: str, auth: str | None) -> int:
+    req = urllib.request.Request(url + FILTER, data=b"{}", method="POST", headers={"Content-Type": "application/json"})
+    if auth is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_requests_without_the_auth_string_are_refused(prefect_server: str, prefect_auth: str,
+                                                      prefect_home: Path) -> None:
+    assert _post(prefect_server, None) == 401
+    assert _post(prefect_server, "rlvr:guessed") == 401
+    assert _post(prefect_server, prefect_auth) == 200
+    with urllib.request.urlopen(prefect_server + "/health", timeout=30) as r:  # probes need no credentials
+        assert r.status == 200
+    st = (prefect_home / local_server.AUTH_FILE).stat()
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+
+
+def test_another_local_user_can_neither_read_the_string_nor_submit_runs(prefect_server: str,
+                                                                       prefect_home: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("a second uid needs root and setpriv")
+    probe = f"""
+import json, urllib.request, urllib.error
+out = {{}}
+try:
+    open({str(prefect_home / local_server.AUTH_FILE)!r}).read()
+    out["read"] = True
+except OSError as e:
+    out["read"] = e.__class__.__name__
+body = json.dumps({{"name": "x", "parameters": {{"out_dir": "/root"}}}}).encode()
+for path in ("/deployments/filter", "/flow_runs/", "/logs/filter"):
+    req = urllib.request.Request({prefect_server!r} + path, data=body, method="POST",
+                                 headers={{"Content-Type": "application/json"}})
+    try:
+        out[path] = urllib.request.urlopen(req, timeout=30).status
+    except urllib.error.HTTPError as e:
+        out[path] = e.code
+print(json.dumps(out))
+"""
+    r = subprocess.run(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                        "/usr/bin/python3", "-I", "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["read"] == "PermissionError"
+    assert seen["/deployments/filter"] == seen["/flow_runs/"] == seen["/logs/filter"] == 401
+
+
+def test_the_auth_string_is_made_once_private_and_refused_when_others_can_read_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = local_server.auth_string(home)
+    assert first == local_server.auth_string(home) and len(first) > 30
+    path = home / local_server.AUTH_FILE
+    path.chmod(0o644)
+    with pytest.raises(RuntimeError, match="mode 0600"):
+        local_server.auth_string(home)
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        local_server.auth_string(home)

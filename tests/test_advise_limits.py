@@ -5,6 +5,9 @@ that raises it; running out of memory is said as such, not as an unreadable file
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +19,9 @@ import pytest
 
 from rlvr_core.advise import Limits, LogError, LogTooLarge, load_log
 from rlvr_core.advise.logs import DEFAULT_MAX_ROWS, parse_size
+from rlvr_core.advise.report import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def constant_parquet(path: Path, rows: int, group: int = 1_000_000) -> Path:
@@ -172,3 +178,33 @@ def test_parse_size_and_limits_refuse_nonsense():
     with pytest.raises(ValueError, match="max_rows must be at least 1"):
         Limits(max_rows=0)
     assert issubclass(LogTooLarge, LogError)
+
+
+def test_cli_refuses_in_one_line_and_its_flags_raise_the_caps(tmp_path, capsys):
+    big = constant_parquet(tmp_path / "big.parquet", 2_000_000)
+    assert main([str(big), "--max-rows", "1000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"rlvr-alloc advise: error: {big}: 2,000,000 rows, ")
+    assert "raise the cap with --max-rows 2000000" in err
+    small_log(steps=4, prompts=16).to_csv(tmp_path / "log.csv", index=False)  # 256 rows
+    fast = ["--k", "4", "--batch", "8", "--seeds", "2", "--steps", "4", "--out", str(tmp_path / "out")]
+    assert main([str(tmp_path / "log.csv"), "--max-rows", "255", *fast]) == 2
+    assert "more than 255 rows" in capsys.readouterr().err
+    assert main([str(tmp_path / "log.csv"), "--max-bytes", "100"]) == 2
+    assert "--max-bytes" in capsys.readouterr().err
+    assert main([str(tmp_path / "log.csv"), "--max-rows", "256", "--max-bytes", "1MiB", *fast]) == 0
+    assert (tmp_path / "out" / "advice.json").is_file()
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path / "log.csv"), "--max-bytes", "lots"])
+    assert e.value.code == 2 and "not a size: 'lots'" in capsys.readouterr().err
+
+
+def test_rlvr_alloc_refuses_the_default_cap_in_seconds_with_no_traceback(thirty_million):
+    path = thirty_million
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "rlvr_core.cli", "advise", str(path)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert time.perf_counter() - t < 30
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+    assert "30,000,000 rows" in r.stderr and "--max-rows 30000000" in r.stderr

@@ -7,6 +7,6 @@ phase with the screening floor, replays every registered allocator on it with th
 """
 
 from rlvr_core.advise.core import Advice, AllocatorAdvice, advise
-from rlvr_core.advise.logs import LogError, load_log
+from rlvr_core.advise.logs import Limits, LogError, LogTooLarge, load_log
 
-__all__ = ["Advice", "AllocatorAdvice", "LogError", "advise", "load_log"]
+__all__ = ["Advice", "AllocatorAdvice", "Limits", "LogError", "LogTooLarge", "advise", "load_log"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_core.advise.logs import load_log
+from rlvr_core.advise.logs import Limits, load_log
 from rlvr_core.advise.model import (
     FLOOR_CLASS,
     PhaseStats,
@@ -164,12 +164,13 @@ def default_pool(df: Any) -> int:
 
 
 def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int = 5, steps: int = 60,
-           pool: int | None = None, allocators: list[str] | None = None) -> Advice:
+           pool: int | None = None, allocators: list[str] | None = None, limits: Limits | None = None) -> Advice:
     """Advise on the log at ``path``: phases, every registered allocator replayed with ``seeds`` seeds for
-    ``steps`` steps at group size ``k`` and ``batch`` prompts, and a recommendation (module docstring)."""
+    ``steps`` steps at group size ``k`` and ``batch`` prompts, and a recommendation (module docstring). The log
+    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``)."""
     if k < 2 or batch < 1 or seeds < 1 or steps < 1:
         raise ValueError(f"need k >= 2, batch >= 1, seeds >= 1, steps >= 1; got {k}, {batch}, {seeds}, {steps}")
-    df = load_log(path)
+    df = load_log(path, limits)
     names, skipped = registered_allocators(k, batch)
     names = [n for n in names if allocators is None or n in allocators]
     pool = int(pool or default_pool(df))

@@ -9,12 +9,21 @@
 The advisor models pass/fail rewards: a reward must lie in [0, 1] and a reward above 0 counts as a pass (as in
 ``rollouts.parquet``). Every error is a ``LogError`` naming the file, the row (1-based, data rows; a CSV's
 header is line 1) and the column.
+
+A log is capped before it is decoded (``Limits``, docs/advisor.md "Size limits"): at most ``max_rows`` rows,
+``max_bytes`` of decoded column data (a parquet file's footer says both before any page is read; a text file's
+decoded bytes are its bytes) and ``max_line_bytes`` per line of a text log. A log past a cap is refused with a
+``LogTooLarge`` naming its size, the cap and the flag that raises it; running out of memory while reading is a
+``LogTooLarge`` too, never "not a readable file".
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +31,83 @@ import numpy as np
 
 AGG_REQUIRED = ("step", "prompt_id", "rollouts", "passes")
 ROW_REQUIRED = ("step", "prompt_id", "reward")
+AGG_OPTIONAL = ("reward_sum", "tokens")
+ROW_OPTIONAL = ("tokens",)
 FORMATS = {".parquet": "per (step, prompt)", ".csv": "per completion", ".jsonl": "per completion"}
+
+# Default caps (docs/advisor.md "Size limits"): 5M rows is a per-completion log of 1,000 steps x 625 prompts x 8
+# rollouts (the whole advice took 97 s and 1.4 GB RSS on such a CSV); 1 GiB of decoded column data (reading a text
+# log peaks at about 2.6x its size, so about 3 GB); 1 MiB per line of a text log (a prompt's text as its key fits).
+DEFAULT_MAX_ROWS = 5_000_000
+DEFAULT_MAX_BYTES = 2**30
+DEFAULT_MAX_LINE_BYTES = 2**20
+_CHUNK = 8 * 2**20  # bytes read at a time when scanning a text log
 
 
 class LogError(ValueError):
     """A log the advisor cannot use; the message names the file, row and column and the fix."""
+
+
+class LogTooLarge(LogError):
+    """A log past the advisor's size caps (or one that ran out of memory while it was read)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most the advisor reads from a log: rows, decoded bytes of the columns it uses, bytes per text line."""
+
+    max_rows: int = DEFAULT_MAX_ROWS
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_bytes", "max_line_bytes"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """A byte count from ``"4GiB"``, ``"500MB"``, ``"1.5G"`` or ``"123"`` (k/M/G/T are powers of 1000, KiB... of
+    1024); raises ValueError for anything else or for less than one byte."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (write e.g. 4GiB, 500MB or a number of bytes)")
+    n = int(float(m.group(1)) * _UNITS[unit])
+    if n < 1:
+        raise ValueError(f"not a size of at least one byte: {text!r}")
+    return n
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes for a message: 1.4 GiB, 512.0 KiB, 37 B."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _size_flag(n: int) -> str:
+    """A ``--max-bytes`` value that admits ``n`` bytes (rounded up, so that it is never a little short)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"--max-bytes {math.ceil(n * 10 / scale) / 10:g}{unit}"
+    return f"--max-bytes {n}"
+
+
+def _too_large(path: Path, what: str, cap: str, flag: str) -> LogTooLarge:
+    return LogTooLarge(f"{path}: {what}, past the advisor's cap of {cap}; raise the cap with {flag} "
+                       "(docs/advisor.md, Size limits)")
+
+
+def _out_of_memory(path: Path, e: BaseException, size: str) -> LogTooLarge:
+    return LogTooLarge(f"{path}: ran out of memory while reading the log ({size}; {e.__class__.__name__}): the "
+                       "file may be well formed, but it does not fit in this machine's free memory; free memory or "
+                       "split the log")
 
 
 def _first_bad(path: Path, what: str, bad: np.ndarray, column: str, values: Any, fix: str) -> None:
@@ -52,53 +133,174 @@ def _numeric(path: Path, df: Any, column: str, *, integer: bool) -> np.ndarray:
     return vals
 
 
-def _read_rows(path: Path) -> Any:
-    """A CSV or JSONL file of per-completion rows as a DataFrame."""
+def _scan_text(path: Path, limits: Limits) -> int:
+    """Lines of a text log (newlines, plus a last unterminated line), refusing one longer than the line cap; reads
+    ``_CHUNK`` bytes at a time, never a whole line."""
+    cap = limits.max_line_bytes
+    lines, start, pos = 0, 0, 0  # start: offset of the current line's first byte
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            nl = np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10) + pos
+            ends = np.concatenate(([start - 1], nl)) if len(nl) else np.asarray([start - 1])
+            lengths = np.diff(ends) - 1  # bytes of each line that ended in this chunk, without its newline
+            long = np.flatnonzero(lengths > cap)
+            pos += len(chunk)
+            open_len = pos - (int(nl[-1]) + 1 if len(nl) else start)  # bytes of the line still open
+            if len(long) or open_len > cap:
+                n = lines + (int(long[0]) + 1 if len(long) else len(nl) + 1)
+                at = f"more than {format_size(cap)}" if not len(long) else format_size(int(lengths[long[0]]))
+                raise _too_large(path, f"line {n} is {at} long", f"{format_size(cap)} per line",
+                                 "--max-line-bytes SIZE")
+            lines += len(nl)
+            if len(nl):
+                start = int(nl[-1]) + 1
+    return lines + (pos > start)
+
+
+def _read_csv(path: Path, limits: Limits) -> tuple[Any, list[str]]:
+    """A CSV of per-completion rows as a DataFrame of the columns the advisor uses, with the header's columns."""
     import pandas as pd
 
-    if path.suffix == ".csv":
-        try:
-            return pd.read_csv(path)
-        except pd.errors.EmptyDataError:
-            return pd.DataFrame()
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+    lines = _scan_text(path, limits)
+    try:
+        header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame(), []
+    want = set(ROW_REQUIRED + ROW_OPTIONAL)
+    df = pd.read_csv(path, usecols=lambda c: c in want, nrows=limits.max_rows + 1)
+    if len(df) > limits.max_rows:
+        raise _too_large(path, f"more than {limits.max_rows:,} rows ({lines - 1:,} lines after the header)",
+                         f"{limits.max_rows:,} rows", "--max-rows N")
+    return df, header
+
+
+def _read_jsonl(path: Path, limits: Limits) -> tuple[Any, list[str]]:
+    """A JSONL file of per-completion rows, streamed line by line (no line past the line cap is read whole), as a
+    DataFrame of the columns the advisor uses, with every key that occurs."""
+    import pandas as pd
+
+    want = ROW_REQUIRED + ROW_OPTIONAL
+    cols: dict[str, list[Any]] = {c: [] for c in want}
+    keys: dict[str, None] = {}
+    rows, cap = 0, limits.max_line_bytes
+    with open(path, "rb") as f:
+        n = 0
+        while line := f.readline(cap + 1):
+            n += 1
+            body = line.rstrip(b"\r\n")
+            if len(body) > cap:
+                raise _too_large(path, f"line {n} is more than {format_size(cap)} long",
+                                 f"{format_size(cap)} per line", "--max-line-bytes SIZE")
+            if not body.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(body)
             except json.JSONDecodeError as e:
                 raise LogError(f"{path}: row {n}: not a JSON object ({e.msg}); write one object per line") from e
             if not isinstance(rec, dict):
                 raise LogError(f"{path}: row {n}: not a JSON object; write one object per line")
-            records.append(rec)
-    return pd.DataFrame.from_records(records)
+            rows += 1
+            if rows > limits.max_rows:
+                raise _too_large(path, f"more than {limits.max_rows:,} rows", f"{limits.max_rows:,} rows",
+                                 "--max-rows N")
+            keys.update(dict.fromkeys(rec))
+            for c in want:
+                cols[c].append(rec.get(c))
+    return pd.DataFrame({c: cols[c] for c in keys if c in cols}), list(keys)
 
 
-def _require_columns(path: Path, df: Any, required: tuple[str, ...], kind: str) -> None:
-    missing = [c for c in required if c not in df.columns]
+def _parquet_decoded_bytes(meta: Any, columns: set[str]) -> int:
+    """Bytes the advisor's columns take once decoded, from the footer alone: a fixed-width value as 8 bytes (or
+    its uncompressed size where larger), a string as its uncompressed bytes plus a 4-byte dictionary index (it is
+    read as a dictionary, so repeated strings are not copied)."""
+    total = 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if col.path_in_schema.split(".")[0] not in columns:
+                continue
+            size, n = int(col.total_uncompressed_size), int(col.num_values)
+            fixed = col.physical_type not in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")
+            total += max(size, 8 * n) if fixed else size + 4 * n
+    return total
+
+
+def _read_parquet(path: Path, limits: Limits) -> tuple[Any, list[str]]:
+    """A parquet log as a DataFrame of the columns the advisor uses, with every column's name. Its footer's row
+    count and decoded size are checked against the caps before any data page is read; while reading, row group
+    by row group, the decoded table is checked again (a footer that understates is caught within a row group)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as pf:
+        meta, schema = pf.metadata, pf.schema_arrow
+    names = [n for n in schema.names if not n.startswith("__index_level_")]
+    use = [n for n in names if n in AGG_REQUIRED + AGG_OPTIONAL]
+    rows, decoded = int(meta.num_rows), _parquet_decoded_bytes(meta, set(use))
+    size = f"{rows:,} rows, {format_size(decoded)} decoded, from {format_size(path.stat().st_size)} on disk"
+    if rows > limits.max_rows:
+        raise _too_large(path, f"{size}", f"{limits.max_rows:,} rows", f"--max-rows {rows}")
+    if decoded > limits.max_bytes:
+        raise _too_large(path, f"{size}", f"{format_size(limits.max_bytes)} decoded",
+                         _size_flag(decoded))
+
+    def text(t: Any) -> bool:
+        return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t))
+
+    tables, got_rows, got_bytes = [], 0, 0
+    try:
+        with pq.ParquetFile(path, read_dictionary=[n for n in use if text(schema.field(n).type)]) as pf:
+            for g in range(meta.num_row_groups):
+                t = pf.read_row_group(g, columns=use)
+                got_rows, got_bytes = got_rows + t.num_rows, got_bytes + t.nbytes
+                if got_rows > limits.max_rows or got_bytes > limits.max_bytes:
+                    raise _too_large(path, f"its footer understates its size: {got_rows:,} rows, "
+                                     f"{format_size(got_bytes)} decoded by row group {g + 1} of "
+                                     f"{meta.num_row_groups}", f"{limits.max_rows:,} rows and "
+                                     f"{format_size(limits.max_bytes)} decoded", "--max-rows N / --max-bytes SIZE")
+                tables.append(t)
+        table = pa.concat_tables(tables) if tables else schema.empty_table().select(use)
+        df = table.to_pandas()
+    except MemoryError as e:
+        raise _out_of_memory(path, e, size) from e
+    return df, names
+
+
+def _require_columns(path: Path, columns: list[str], required: tuple[str, ...], kind: str) -> None:
+    missing = [c for c in required if c not in columns]
     if missing:
         where = "header (line 1)" if path.suffix == ".csv" else "every row"
         raise LogError(f"{path}: {where}: missing column(s) {missing}; a log {kind} needs {list(required)} "
-                       f"(has {list(df.columns)}); see docs/advisor.md")
+                       f"(has {columns}); see docs/advisor.md")
 
 
 def _prompt_codes(df: Any) -> np.ndarray:
-    """Prompt ids as int64: whole numbers kept, anything else (strings) numbered in order of first appearance."""
+    """Prompt ids as int64: whole numbers kept, anything else (strings) numbered in order of first appearance. A
+    categorical column (a parquet string column, read as a dictionary) is numbered by its codes, so that its
+    strings are never copied once per row."""
     import pandas as pd
 
-    num = pd.to_numeric(df["prompt_id"], errors="coerce").to_numpy(np.float64)
+    ids = df["prompt_id"]
+    if isinstance(ids.dtype, pd.CategoricalDtype):
+        cats = pd.to_numeric(pd.Series(ids.cat.categories), errors="coerce").to_numpy(np.float64)
+        codes = ids.cat.codes.to_numpy()
+        num = np.where(codes >= 0, cats[codes], np.nan) if len(cats) else np.full(len(codes), np.nan)
+        if np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0):
+            return num.astype(np.int64)
+        return pd.factorize(codes)[0].astype(np.int64)
+    num = pd.to_numeric(ids, errors="coerce").to_numpy(np.float64)
     if np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0):
         return num.astype(np.int64)
-    return pd.factorize(df["prompt_id"].astype(str))[0].astype(np.int64)
+    return pd.factorize(ids.astype(str))[0].astype(np.int64)
 
 
-def _aggregate(path: Path, df: Any) -> Any:
+def _aggregate(path: Path, df: Any, columns: list[str]) -> Any:
     """Per-completion rows -> one row per (step, prompt): rollouts, passes, reward_sum (and tokens)."""
     import pandas as pd
 
-    _require_columns(path, df, ROW_REQUIRED, "of one row per completion")
+    _require_columns(path, columns, ROW_REQUIRED, "of one row per completion")
     step = _numeric(path, df, "step", integer=True)
     reward = _numeric(path, df, "reward", integer=False)
     _first_bad(path, "reward outside [0, 1]", (reward < 0) | (reward > 1), "reward", df["reward"].to_numpy(),
@@ -113,11 +315,11 @@ def _aggregate(path: Path, df: Any) -> Any:
     return flat.groupby(["step", "prompt_id"], as_index=False, sort=True).sum()
 
 
-def _check_aggregated(path: Path, df: Any) -> Any:
+def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
     """A per-(step, prompt) log checked row by row; returns it with numeric columns."""
     import pandas as pd
 
-    _require_columns(path, df, AGG_REQUIRED, "of one row per (step, prompt)")
+    _require_columns(path, columns, AGG_REQUIRED, "of one row per (step, prompt)")
     n = _numeric(path, df, "rollouts", integer=True)
     s = _numeric(path, df, "passes", integer=True)
     _first_bad(path, "fewer than 1 rollout", n < 1, "rollouts", df["rollouts"].to_numpy(), "drop empty rows")
@@ -136,31 +338,43 @@ def _check_aggregated(path: Path, df: Any) -> Any:
     return out
 
 
-def load_log(path: str | os.PathLike) -> Any:
+def load_log(path: str | os.PathLike, limits: Limits | None = None) -> Any:
     """The log at ``path`` as a DataFrame with one row per (step, prompt), sorted: ``step, prompt_id, rollouts,
-    passes`` (int64), ``reward_sum`` and ``tokens`` where the log has them.
+    passes`` (int64), ``reward_sum`` and ``tokens`` where the log has them. Only those columns are read.
 
     Raises:
-        FileNotFoundError when there is no file; LogError for an unknown format, an unreadable file, a missing
-        column, a bad value (naming its row and column), an empty log or a log of one step only.
+        FileNotFoundError when there is no file; LogTooLarge for a log past ``limits`` (default ``Limits()``),
+        refused before its data is decoded, or one that runs out of memory; LogError for an unknown format, an
+        unreadable file, a missing column, a bad value (naming its row and column), an empty log or a log of one
+        step only.
     """
-    import pandas as pd
-
     path = Path(path)
+    limits = limits or Limits()
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     if path.suffix not in FORMATS:
         raise LogError(f"{path}: unknown format {path.suffix!r}; give a .parquet rollout log or a .csv / .jsonl "
                        "file of (step, prompt_id, reward[, tokens]) rows, one per completion")
+    on_disk = path.stat().st_size
+    if path.suffix != ".parquet" and on_disk > limits.max_bytes:  # a text log's decoded bytes are its bytes
+        raise _too_large(path, f"{format_size(on_disk)}", f"{format_size(limits.max_bytes)} decoded",
+                         _size_flag(on_disk))
+    reader = {".parquet": _read_parquet, ".csv": _read_csv, ".jsonl": _read_jsonl}[path.suffix]
     try:
-        raw = pd.read_parquet(path) if path.suffix == ".parquet" else _read_rows(path)
+        raw, columns = reader(path, limits)
     except LogError:
         raise
+    except MemoryError as e:
+        raise _out_of_memory(path, e, f"{format_size(on_disk)} on disk") from e
     except Exception as e:  # noqa: BLE001 - any reader failure means the file is not a usable log
         raise LogError(f"{path}: not a readable {path.suffix} file ({e.__class__.__name__}: {e})") from e
     if not len(raw):
         raise LogError(f"{path}: the log is empty (no rows); record at least two training steps")
-    df = _check_aggregated(path, raw) if path.suffix == ".parquet" else _aggregate(path, raw)
+    try:
+        df = (_check_aggregated(path, raw, columns) if path.suffix == ".parquet"
+              else _aggregate(path, raw, columns))
+    except MemoryError as e:
+        raise _out_of_memory(path, e, f"{len(raw):,} rows") from e
     steps = np.unique(df["step"].to_numpy())
     if len(steps) < 2:
         raise LogError(f"{path}: column 'step': every row is from step {int(steps[0])}; the advisor replays how "

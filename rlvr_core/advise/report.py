@@ -12,7 +12,32 @@ import sys
 from pathlib import Path
 
 from rlvr_core.advise.core import Advice, advise, pct
-from rlvr_core.advise.logs import LogError
+from rlvr_core.advise.logs import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_ROWS,
+    Limits,
+    LogError,
+    format_size,
+    parse_size,
+)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _rows(text: str) -> int:
+    try:
+        n = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"not a row count of at least 1: {text!r}")
+    return n
 
 
 def _num(t: tuple[float, float, float] | None, digits: int = 2) -> str:
@@ -113,15 +138,28 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pool", type=int, default=None, help="simulated prompt pool (default: largest prompt id + 1)")
     ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: LOG's "
                     "folder/advice)")
+    ap.add_argument("--max-rows", type=_rows, default=DEFAULT_MAX_ROWS, metavar="N",
+                    help=f"refuse a log of more rows (default {DEFAULT_MAX_ROWS:,}; docs/advisor.md, Size limits)")
+    ap.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                    help=f"refuse a log whose columns decode to more (e.g. 8GiB; default "
+                    f"{format_size(DEFAULT_MAX_BYTES)})")
+    ap.add_argument("--max-line-bytes", type=_size, default=DEFAULT_MAX_LINE_BYTES, metavar="SIZE",
+                    help=f"refuse a .csv/.jsonl log with a longer line (default {format_size(DEFAULT_MAX_LINE_BYTES)})")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    limits = Limits(args.max_rows, args.max_bytes, args.max_line_bytes)
     try:
-        adv = advise(args.log, k=args.k, batch=args.batch, seeds=args.seeds, steps=args.steps, pool=args.pool)
+        adv = advise(args.log, k=args.k, batch=args.batch, seeds=args.seeds, steps=args.steps, pool=args.pool,
+                     limits=limits)
     except (LogError, FileNotFoundError, ValueError) as e:
         print(f"rlvr-alloc advise: error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"rlvr-alloc advise: error: {args.log}: ran out of memory replaying the log ({e.__class__.__name__}); "
+              "give a smaller log or lower --max-rows", file=sys.stderr)
         return 2
     out = args.out if args.out is not None else args.log.parent / "advice"
     paths = write(adv, out)

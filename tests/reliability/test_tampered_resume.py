@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+import torch
 
 from rlvr_core.checkpoint import MANIFEST, STATE, CheckpointError, verify
 from rlvr_core.config import TrainConfig
@@ -205,3 +206,47 @@ def test_a_line_cut_by_a_crash_after_the_checkpoint_is_still_accepted(policy_dir
     cfg = TrainConfig(**{**RUN, "steps": 5})
     checked = preflight(cfg, "arithmetic", ds["train"], ds["test"], policy_dir, run)
     assert checked.run_dir == run
+
+
+def test_a_checkpoint_with_non_zero_counters_resumes(policy_dir: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks refuse what no run writes, not what a run does: a checkpoint taken right after a non-finite
+    update (nonfinite_run = 1) in a run with verifier errors resumes, its counters carried on."""
+    import rlvr_core.training as training
+    from rlvr_core.rewards import scoring
+
+    real_verifier, real_load = scoring.get_verifier, training.load_policy
+    box: dict[str, Any] = {"next": 1}
+
+    def flaky(name: str) -> Any:
+        verify_one = real_verifier(name)
+        return lambda text, row: (_ for _ in ()).throw(ValueError("flaky")) if len(text) % 5 == 0 else \
+            verify_one(text, row)
+
+    def load(*args: Any, **kw: Any) -> Any:
+        model, tok = real_load(*args, **kw)
+
+        def nan_in_step_2(module: Any, inputs: Any, output: Any) -> Any:
+            if torch.is_grad_enabled() and box["next"] == 2:
+                output.logits = output.logits * float("nan")
+            return output
+        model.register_forward_hook(nan_in_step_2)
+        return model, tok
+
+    def on_step(rec: dict[str, Any]) -> None:
+        box["next"] = rec["step"] + 1
+
+    monkeypatch.setattr(scoring, "get_verifier", flaky)
+    monkeypatch.setattr(training, "load_policy", load)
+    ds = dataset()
+    run = tmp_path / "run"
+    cfg = {**RUN, "steps": 2, "batch_size": 16, "eval_every": 0, "eval_samples": 0}
+    first = train(TrainConfig(**cfg), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                  run_dir=run, on_step=on_step)
+    saved = json.loads((run / "checkpoints/step_000002" / STATE).read_text())
+    assert saved["nonfinite_run"] == 1 and saved["verifier_errors"] == first.metrics[-1]["verifier_errors"] > 0
+    again = train(TrainConfig(**{**cfg, "steps": 3}), policy_dir=policy_dir, train_rows=ds["train"],
+                  test_rows=ds["test"], run_dir=run, on_step=on_step)
+    assert again.resumed_from == 2 and [r["step"] for r in again.metrics] == [0, 1, 2, 3]
+    assert again.metrics[3]["verifier_errors"] >= saved["verifier_errors"]
+    assert again.metrics[3]["cum_rollouts"] == saved["cum"]["rollouts"] + again.metrics[3]["rollouts"]

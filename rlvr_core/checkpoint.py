@@ -347,10 +347,12 @@ def manifest_step(folder: str | os.PathLike) -> int:
     return int(_read_manifest(Path(folder))["step"])
 
 
-def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: Iterable[str] = ()) -> Any:
+def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: Iterable[str] = (),
+               without: Iterable[str] = ()) -> Any:
     """The state saved in checkpoint ``folder`` (verified first), or its sub-tree at key path ``part``.
 
-    ``part=("trainer", "model")`` reads only the policy weights' tensors. Raises CheckpointError for
+    ``part=("trainer", "model")`` reads only the policy weights' tensors; ``without=("trainer",)`` reads
+    all but the top-level keys named (their tensors are not loaded). Raises CheckpointError for
     a pickle-format checkpoint, ValueError for a damaged one (sizes, hashes or contents).
     """
     from safetensors import SafetensorError, safe_open
@@ -365,7 +367,7 @@ def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: It
     if problem:
         raise ValueError(f"checkpoint {folder}: {problem}")
     try:
-        tree = json.loads((folder / STATE).read_text())
+        tree = _without(json.loads((folder / STATE).read_text()), without)
         for key in part:
             tree = tree[key]
         names = sorted(_tensor_refs(tree), key=int)
@@ -386,6 +388,12 @@ def read_state(folder: str | os.PathLike, map_location: str = "cpu", *, part: It
                          f"{str(e)[:200]})") from None
 
 
+def _without(tree: Any, keys: Iterable[str]) -> Any:
+    """``tree`` less the top-level ``keys`` (a tree that is not a JSON object is returned as it is)."""
+    keys = set(keys)
+    return {k: v for k, v in tree.items() if k not in keys} if keys and isinstance(tree, dict) else tree
+
+
 def _tensor_refs(tree: Any) -> set[str]:
     out: set[str] = set()
     stack = [tree]
@@ -403,10 +411,12 @@ def _tensor_refs(tree: Any) -> set[str]:
     return out
 
 
-def load_latest(root: str | os.PathLike, map_location: str = "cpu") -> tuple[int, dict[str, Any]] | None:
+def load_latest(root: str | os.PathLike, map_location: str = "cpu", *,
+                without: Iterable[str] = ()) -> tuple[int, dict[str, Any]] | None:
     """(step, state) of the newest intact checkpoint, or None; damaged ones are reported and skipped.
 
-    Raises CheckpointError when the newest checkpoint with a readable manifest is in the pickle format.
+    ``without`` names top-level keys of the state not to read (``read_state``). Raises CheckpointError
+    when the newest checkpoint with a readable manifest is in the pickle format.
     """
     for folder in reversed(list_checkpoints(root)):
         try:
@@ -417,7 +427,7 @@ def load_latest(root: str | os.PathLike, map_location: str = "cpu") -> tuple[int
             continue
         check_format(folder, manifest)
         try:
-            state = read_state(folder, map_location)
+            state = read_state(folder, map_location, without=without)
         except CheckpointError:
             raise
         except ValueError as e:

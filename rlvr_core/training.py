@@ -23,7 +23,9 @@ Faults (see tests/reliability):
 
 - the inputs are checked once, before anything is loaded or generated (``rlvr_core.preflight``:
   the data, the policy folder, the prompts against its tokenizer and positions, the device, the
-  allocator parameters); a checkpoint written with other trajectory settings or other data is refused;
+  allocator parameters); a checkpoint written with other trajectory settings or other data is refused,
+  and so is one whose restored values no run writes or metrics.jsonl does not account for, however its
+  hashes were recorded (``rlvr_core.preflight.check_restored_state``: a CheckpointError names the field);
 - a failing ``engine.generate`` is retried inside the round (``engine_retries``),
   then the step raises ``EngineError`` before its metrics or checkpoint are
   written, so a restart resumes from the last checkpoint;
@@ -47,7 +49,6 @@ import contextlib
 import inspect
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -60,7 +61,7 @@ import torch
 
 from rlvr_core.allocation import PromptSource, run_allocation_step
 from rlvr_core.allocation.loop import EngineError
-from rlvr_core.checkpoint import fault_point, load_latest, save_checkpoint
+from rlvr_core.checkpoint import STATE, fault_point, load_latest, save_checkpoint, step_folder_name
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.context import context_keys
 from rlvr_core.errors import OutOfMemory, TrainingStopped, VerifierTimeout, is_out_of_memory
@@ -68,7 +69,17 @@ from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.grpo.trainer import GRPOTrainer, TrainerConfig
 from rlvr_core.models.policy import load_any_policy as load_policy
 from rlvr_core.models.policy import policy_prompts, precision
-from rlvr_core.preflight import RESUMABLE_KEYS, TRAJECTORY_KEYS, CheckedInputs, check_resumable, data_digest, preflight
+from rlvr_core.preflight import (
+    RESUMABLE_KEYS,
+    TRAJECTORY_KEYS,
+    CheckedInputs,
+    check_restored_state,
+    check_resumable,
+    data_digest,
+    preflight,
+    read_step_records,
+    resume_refused,
+)
 from rlvr_core.rewards.scoring import Scorer
 from rlvr_core.rollout import ENGINES
 from rlvr_core.rollout_log import FILENAME as ROLLOUT_LOG
@@ -217,17 +228,13 @@ class _Run:
         st = self.state
         if resume and (latest := load_latest(self.ckpt_dir)) is not None:
             step0, saved = latest
-            check_resumable(saved, self.cfg, self.digest, str(self.ckpt_dir / f"step_{step0:06d}"), step=step0)
-            self.trainer.load_state_dict(saved["trainer"])
-            self.allocator.load_state_dict(saved["allocator"])
-            self.source.load_state_dict(saved["source"])
-            self.engine.load_state_dict(saved["engine"])
-            self.scorer.errors = saved["verifier_errors"]
-            self.scorer.timeouts = saved.get("verifier_timeouts", 0)
-            _set_rng_state(saved["rng"])
-            st.load_state_dict(saved)
-            results = _read_metrics(self.metrics_path, upto=step0)
-            timings = _read_metrics(self.timings_path, upto=step0)
+            folder = self.ckpt_dir / step_folder_name(step0)
+            examples = {"allocator": self.allocator.state_dict(), "source": self.source.state_dict(),
+                        "engine": self.engine.state_dict(), "trainer": self.trainer.state_dict()}
+            results = check_restored_state(saved, folder, self.metrics_path, self.cfg, examples)  # CheckpointError
+            check_resumable(saved, self.cfg, self.digest, str(folder), step=step0)
+            self._load(saved, folder)
+            timings = read_step_records(self.timings_path, upto=step0)
             _write_metrics(self.metrics_path, results)  # drop lines written after the checkpoint
             _write_metrics(self.timings_path, timings)
             st.history = join_timings(results, timings)
@@ -241,6 +248,24 @@ class _Run:
             te = time.perf_counter()
             rec = {"step": 0, "cum_rollouts": 0, "cum_tokens": 0, **self.evaluate(), "eval_s": time.perf_counter() - te}
             self._emit(rec)
+
+    def _load(self, saved: Mapping[str, Any], folder: Path) -> None:
+        """Load a checked state (``check_restored_state``) into the components; what a component's
+        ``load_state_dict`` still refuses is a CheckpointError naming it, without the component's trace."""
+        loads: tuple[tuple[str, Callable[[Any], None]], ...] = (
+            ("trainer", self.trainer.load_state_dict), ("allocator", self.allocator.load_state_dict),
+            ("source", self.source.load_state_dict), ("engine", self.engine.load_state_dict), ("rng", _set_rng_state))
+        for key, load in loads:
+            try:
+                load(saved[key])
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, OverflowError) as e:
+                if is_out_of_memory(e):
+                    raise
+                problem = f"{key}: cannot be restored ({e.__class__.__name__}: {str(e)[:300]})"
+                raise resume_refused(str(folder / STATE), problem) from None
+        self.scorer.errors = saved["verifier_errors"]
+        self.scorer.timeouts = saved.get("verifier_timeouts", 0)
+        self.state.load_state_dict(saved)
 
     def loop(self) -> None:
         cfg, st = self.cfg, self.state
@@ -437,17 +462,3 @@ def join_timings(results: Sequence[Mapping[str, Any]], timings: Sequence[Mapping
     """Each step's record of metrics.jsonl with its seconds from timings.jsonl (none for a step it lacks)."""
     by_step = {t["step"]: t for t in timings}
     return [{**r, **{k: v for k, v in by_step.get(r["step"], {}).items() if k in TIMING_KEYS}} for r in results]
-
-
-def _read_metrics(path: Path, upto: int) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash
-        if rec.get("step", math.inf) <= upto:
-            out.append(rec)
-    return out

@@ -54,6 +54,14 @@ class RolloutEngine(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - a deliberate no-op default
         """Restore ``state_dict()``'s state; nothing to restore by default."""
 
+    @classmethod
+    def fresh_state(cls, seed: int) -> dict[str, Any] | None:
+        """What ``state_dict()`` returns for an engine of this class built with ``seed``, before its first
+        call, without building one: a resume checks a checkpoint's engine state against it before anything
+        is loaded (``rlvr_core.preflight.check_restored_state``). None (the default): not declared, and the
+        state is checked against the built engine's ``state_dict()`` instead."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - a deliberate no-op default
         """Release what the engine started; idempotent, nothing by default."""
 

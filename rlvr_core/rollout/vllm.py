@@ -470,6 +470,11 @@ class VLLMEngine(RolloutEngine):
         """Sampling state for checkpoints (the model weights are saved elsewhere)."""
         return {"seed": self.seed, "calls": self.calls}
 
+    @classmethod
+    def fresh_state(cls, seed: int) -> dict[str, int]:
+        """``state_dict()`` of an engine built with ``seed`` that has not generated yet."""
+        return {"seed": int(seed), "calls": 0}
+
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         self.seed = int(state["seed"])
         self.calls = int(state["calls"])

@@ -84,8 +84,9 @@ def rollout_bytes(max_new_tokens: int) -> int:
     return NUMBER_BYTES * (ROW_NUMBERS + 2 * max_new_tokens)
 
 
-def gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB"
+def size(n: float) -> str:
+    """Bytes as GiB, or MiB below one GiB: "149.0 GiB", "320.0 MiB"."""
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def check_cpus(key: str, value: int) -> None:
@@ -100,5 +101,5 @@ def check_memory(key: str, value: int, needs: int, what: str) -> None:
     """ConfigError unless ``needs`` bytes (what ``key = value`` asks for: ``what``) fit ``host_memory()``."""
     memory = host_memory()
     if memory is not None and needs > memory:
-        raise ConfigError(f"{key} = {value}: {what} need at least ~{gib(needs)}, and this machine has "
-                          f"{gib(memory)} of memory; lower it")
+        raise ConfigError(f"{key} = {value}: {what} need at least ~{size(needs)}, and this machine has "
+                          f"{size(memory)} of memory; lower it")

@@ -132,7 +132,8 @@ def test_the_memory_rule_is_rollouts_times_their_bytes(monkeypatch: pytest.Monke
     monkeypatch.setattr(limits, "host_memory", lambda: 2**20 * 2 * per)  # 320 MiB
     assert TrainConfig(**base, batch_size=2**20).batch_size == 2**20
     with pytest.raises(ConfigError, match=r"^batch_size = 1048577: a grpo step's 2,097,154 rollouts \(160 bytes "
-                                          r"each at max_new_tokens=8\) need at least ~320\.0 MiB, and this machine has 320\.0 MiB"):
+                                          r"each at max_new_tokens=8\) need at least ~320\.0 MiB, and this machine "
+                                          r"has 320\.0 MiB"):
         TrainConfig(**base, batch_size=2**20 + 1)
     monkeypatch.setattr(limits, "host_memory", lambda: None)  # a machine whose memory cannot be read: no ceiling
     assert TrainConfig(**base, batch_size=10**9).batch_size == 10**9

@@ -53,6 +53,12 @@ class AllocatorParams:
                 f"got {self.batch_size!r}; set batch_size >= 1")
         require(self.reward_eps >= 0, "reward_eps", f"got {self.reward_eps}; must be >= 0")
 
+    def host_items(self) -> dict[str, int]:
+        """{field: items} of the per-step host arrays, besides the step's rollouts, that a field of these
+        parameters sizes (none here). ``TrainConfig`` checks them, 8 bytes an item, with the step's rollouts
+        (``Allocator.max_rollouts_per_step``) against the machine's memory (``rlvr_core.config.limits``)."""
+        return {}
+
 
 class StepLedger:
     """All rollouts of the current step plus per-prompt ("slot") running sums.

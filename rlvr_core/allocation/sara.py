@@ -390,6 +390,12 @@ class SARADPSParams(SARAParams):
         super().__post_init__()
         require(self.candidates_factor >= 1, "candidates_factor", f"got {self.candidates_factor}; set it >= 1")
 
+    def host_items(self) -> dict[str, int]:
+        """The candidate prompt ids drawn for one round's fresh prompts: candidates_factor times the most fresh
+        prompts a round starts (``max_new_prompts_per_round``, and no more than the step budget's groups)."""
+        fresh = min(self.max_new_prompts_per_round or 8 * self.batch_size, self.step_budget // self.k)
+        return {**super().host_items(), "candidates_factor": fresh * self.candidates_factor}
+
 
 @ALLOCATORS.register("sara+dps")
 class SARADPSAllocator(SARAAllocator):

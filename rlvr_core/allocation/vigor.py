@@ -15,6 +15,7 @@ gradient, and the paper's ranking would put it last anyway.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,13 @@ class VIGORParams(AllocatorParams):
         require(self.step_budget >= self.m0, "budget",
                 f"{self.step_budget} rollouts cannot give one prompt m0={self.m0}; raise budget or lower m0")
         require(self.num_prompts is None or self.num_prompts >= 1, "num_prompts", "set it >= 1 or leave it unset")
+        require(self.T * math.log(self.gamma) < math.log(sys.float_info.max / self.m0), "T",
+                f"got {self.T}; m0 * gamma**T overflows a float (a size past 1e308 rollouts, where any size past the "
+                "step budget is never requested); lower T")
+
+    def host_items(self) -> dict[str, int]:
+        """The T + 1 per-prompt sizes (``sizes``), listed at each refinement iteration."""
+        return {"T": self.T + 1}
 
     @property
     def step_budget(self) -> int:

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr_core.config import limits
 from rlvr_core.config.checks import _check_self, _is_int
 from rlvr_core.config.reading import short_repr
 from rlvr_core.errors import ConfigError, require
@@ -41,8 +42,9 @@ class TrainConfig:
     allocator_params: dict[str, dict[str, Any]] = field(
         default_factory=lambda: {"dapo": {"max_gen_batches": 4}}, metadata={"help": (
             "Per-allocator parameter overrides, {name: {param: value}}. E.g. `{sara: {tau_low: 0.4}}`: the "
-            "parameters of each allocator's `Params` dataclass (`rlvr_core/allocation/`), checked by "
-            "`make_allocator` before the run starts. The default caps a dapo step at 4 generation batches.")})
+            "parameters of each allocator's `Params` dataclass (`rlvr_core/allocation/`), checked when the params "
+            "load for every allocator the section names, each step's rollouts against the machine's memory "
+            "(`rlvr_core/config/limits.py`). The default caps a dapo step at 4 generation batches.")})
     k: int = field(default=8, metadata={"help": "Rollouts per full group (the group size)."})
     batch_size: int = field(default=32, metadata={"help": (
         "Prompts per step. Effective groups per step for the allocators that fill a batch with them.")})
@@ -124,7 +126,7 @@ class TrainConfig:
         "Stop when more of a step's rollouts are verifier errors or timeouts. A share in [0, 1] (1: never).")})
     verifier_workers: int = field(default=2, metadata={"help": (
         "Helper processes scoring a step's completions (math). For verifiers that run out of process; the "
-        "others score in process.")})
+        "others score in process. At most what the machine's memory holds at 64 MiB each.")})
     allow_no_update: bool = field(default=False, metadata={"help": (
         "True: a run in which no step updated the policy ends, its summary saying updates: 0. False: such a "
         "run (no effective group, or every loss non-finite) ends FAILED without a summary; true is for "
@@ -142,7 +144,8 @@ class TrainConfig:
     threads: int = field(default=1, metadata={"help": (
         "Torch CPU threads of the warmstart, train and evaluate stages (not $OMP_NUM_THREADS). Set by each "
         "flow before any computation (`torch.set_num_threads`): float sums depend on it, so it is a param "
-        "and equal params give byte-identical results.")})
+        "and equal params give byte-identical results. At most the CPUs the process may use on the machine "
+        "that loads the params (`rlvr_core/config/limits.py`).")})
 
     def __post_init__(self) -> None:
         from rlvr_core.allocation import ALLOCATORS
@@ -195,6 +198,66 @@ class TrainConfig:
                 f"got {short_repr(self.verifier_workers)}; need an int >= 1")
         self._check_engine()
         TrainerConfig.from_train(self)  # the update's knobs: clip_eps in (0, 1), grad_clip > 0, betas, ...
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        """Every size within the machine's ceilings (``rlvr_core.config.limits``): threads, verifier helpers,
+        an evaluation's rollouts, and each named allocator's parameters and step."""
+        limits.check_cpus("threads", self.threads)
+        limits.check_memory("verifier_workers", self.verifier_workers, self.verifier_workers * limits.WORKER_BYTES,
+                            f"{self.verifier_workers:,} verifier helper processes")
+        per = limits.rollout_bytes(self.max_new_tokens)
+        n_eval = self.eval_size * max(1, self.eval_samples)
+        key = "eval_samples" if self.eval_samples > self.eval_size else "eval_size"
+        limits.check_memory(key, getattr(self, key), n_eval * per, f"an evaluation's {n_eval:,} rollouts "
+                            f"(eval_size * max(1, eval_samples), {per:,} bytes each at max_new_tokens="
+                            f"{self.max_new_tokens:,})")
+        for name in dict.fromkeys((self.allocator, *self.allocators, *self.allocator_params)):
+            self._check_step(name, per)
+
+    def _step_rollouts(self, name: str, changes: dict[str, Any] | None = None) -> tuple[Any, int]:
+        """(the checked ``Params`` of allocator ``name``, the most rollouts one of its steps generates), with
+        ``changes`` over ``allocator_kwargs(name)`` (a None value drops the key: its default)."""
+        from rlvr_core.allocation import ALLOCATORS
+        from rlvr_core.allocation.base import build_params
+
+        cls = ALLOCATORS.get(name)
+        kwargs = {k: v for k, v in {**self.allocator_kwargs(name), **(changes or {})}.items() if v is not None}
+        params = build_params(cls.Params, name, kwargs)
+        return params, int(cls(params).max_rollouts_per_step)
+
+    def _check_step(self, name: str, per: int) -> None:
+        """Allocator ``name``'s parameters are valid, and its step's rollouts (``per`` bytes each) and other
+        arrays (``host_items``) fit the machine's memory; a refusal names the key that set the size."""
+        try:
+            params, rollouts = self._step_rollouts(name)
+        except ConfigError as e:
+            raise ConfigError(f"allocator_params.{e}") from None
+        memory = limits.host_memory()
+        if memory is not None and rollouts * per > memory:
+            key, value = self._largest_size(name, rollouts)
+            limits.check_memory(key, value, rollouts * per, f"a {name} step's {rollouts:,} rollouts "
+                                f"({per:,} bytes each at max_new_tokens={self.max_new_tokens:,})")
+        for field_name, items in params.host_items().items():
+            limits.check_memory(f"allocator_params.{name}.{field_name}", getattr(params, field_name),
+                                items * limits.NUMBER_BYTES, f"{items:,} items of a {name} step's arrays")
+
+    def _largest_size(self, name: str, rollouts: int) -> tuple[str, Any]:
+        """(key, value) of the size that makes allocator ``name``'s step ``rollouts`` long: of the ints given in
+        ``allocator_params.<name>`` (dropped to their defaults) and train.batch_size and k (lowered to 1 and
+        2), the one whose lowering shortens the step most."""
+        given = self.allocator_params.get(name, {})
+        options = [(f"allocator_params.{name}.{k}", v, {k: None}) for k, v in given.items() if _is_int(v)]
+        options += [(k, getattr(self, k), {k: lo}) for k, lo in (("batch_size", 1), ("k", 2)) if k not in given]
+        best: tuple[str, Any, int] = (f"allocator_params.{name}", dict(given), rollouts)
+        for key, value, change in options:
+            try:
+                shorter = self._step_rollouts(name, change)[1]
+            except ConfigError:
+                continue
+            if shorter < best[2]:
+                best = (key, value, shorter)
+        return best[0], best[1]
 
     def _check_engine(self) -> None:
         """engine is a policy engine; engine_options are keyword arguments it takes and the run does not set."""

@@ -203,23 +203,18 @@ def step_folder_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *, keep_last: int | None = None,
-                    meta: Mapping[str, Any] | None = None) -> Path:
-    """Write ``state`` as checkpoint ``step`` under ``root``; prune to the newest ``keep_last``.
-
-    ``meta`` (JSON-serialisable) is stored in the manifest, readable without loading the state
-    (``latest_manifest``). An OSError while writing (ENOSPC, EIO) removes the temporary folder and
-    is raised again with the same errno, naming the file being written.
-    """
+def _write_folder(folder: Path, state: Any, step: int, meta: Mapping[str, Any] | None, *,
+                  fault: bool = False) -> None:
+    """Write ``state`` as ``folder`` in the checkpoint format (state.json, tensors.safetensors, manifest.json):
+    into a temporary sibling folder made afresh, each file fsynced, which then replaces ``folder``. An OSError
+    removes the temporary folder and is raised again with its errno and the file being written (``filename``);
+    ``fault`` calls ``fault_point("checkpoint", step)`` before the manifest is written."""
     from safetensors.torch import save as st_save
 
-    root = Path(root)
     tree, tensors = encode_state(state)
     blobs = {STATE: json.dumps(tree, separators=(",", ":")).encode(), TENSORS: st_save(tensors)}
     del tensors
-    root.mkdir(parents=True, exist_ok=True)
-    folder = root / step_folder_name(step)
-    tmp_folder = root / f".tmp_{folder.name}"
+    tmp_folder = folder.with_name(f".tmp_{folder.name}")
     target = tmp_folder
     try:
         shutil.rmtree(tmp_folder, ignore_errors=True)
@@ -227,7 +222,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *
         for name, data in blobs.items():
             target = tmp_folder / name
             _fsync_write(target, data)
-        fault_point("checkpoint", step)
+        if fault:
+            fault_point("checkpoint", step)
         manifest = {"format": FORMAT, "step": step,
                     "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)} for n, d in blobs.items()},
                     "meta": dict(meta or {})}
@@ -236,12 +232,35 @@ def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *
         target = folder
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp_folder, folder)
-        _fsync_dir(root)
+        _fsync_dir(folder.parent)
     except OSError as e:
         shutil.rmtree(tmp_folder, ignore_errors=True)
-        what = e.strerror or os.strerror(e.errno or 0) or e.__class__.__name__
-        raise OSError(e.errno, f"{what} while writing checkpoint {step} under {root} (its temporary folder was "
-                      "removed; the earlier checkpoints are intact)", str(target)) from e
+        e.filename = str(target)
+        raise
+
+
+def _reraise(e: OSError, where: str) -> OSError:
+    """``e`` (from ``_write_folder``) again with the same errno and file, its message saying ``where``."""
+    what = e.strerror or os.strerror(e.errno or 0) or e.__class__.__name__
+    return OSError(e.errno, f"{what} while writing {where}", e.filename)
+
+
+def save_checkpoint(root: str | os.PathLike, step: int, state: dict[str, Any], *, keep_last: int | None = None,
+                    meta: Mapping[str, Any] | None = None) -> Path:
+    """Write ``state`` as checkpoint ``step`` under ``root``; prune to the newest ``keep_last``.
+
+    ``meta`` (JSON-serialisable) is stored in the manifest, readable without loading the state
+    (``latest_manifest``). An OSError while writing (ENOSPC, EIO) removes the temporary folder and
+    is raised again with the same errno, naming the file being written.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / step_folder_name(step)
+    try:
+        _write_folder(folder, state, step, meta, fault=True)
+    except OSError as e:
+        raise _reraise(e, f"checkpoint {step} under {root} (its temporary folder was removed; the earlier "
+                          "checkpoints are intact)") from e
     if keep_last is not None:
         prune(root, keep_last)
     return folder
@@ -483,33 +502,10 @@ def save_state_folder(folder: str | os.PathLike, state: Any, *, step: int,
     The files go to a temporary sibling folder, fsynced, which then replaces ``folder``; an OSError
     removes the temporary folder and names the file being written.
     """
-    from safetensors.torch import save as st_save
-
     folder = Path(folder)
-    tree, tensors = encode_state(state)
-    blobs = {STATE: json.dumps(tree, separators=(",", ":")).encode(), TENSORS: st_save(tensors)}
-    del tensors
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp_folder = folder.with_name(f".tmp_{folder.name}")
-    target = tmp_folder
     try:
-        shutil.rmtree(tmp_folder, ignore_errors=True)
-        tmp_folder.mkdir()
-        for name, data in blobs.items():
-            target = tmp_folder / name
-            _fsync_write(target, data)
-        manifest = {"format": FORMAT, "step": int(step),
-                    "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)} for n, d in blobs.items()},
-                    "meta": dict(meta or {})}
-        target = tmp_folder / MANIFEST
-        _fsync_write(target, json.dumps(manifest, indent=1, default=str).encode())
-        target = folder
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp_folder, folder)
-        _fsync_dir(folder.parent)
+        _write_folder(folder, state, int(step), meta)
     except OSError as e:
-        shutil.rmtree(tmp_folder, ignore_errors=True)
-        what = e.strerror or os.strerror(e.errno or 0) or e.__class__.__name__
-        raise OSError(e.errno, f"{what} while writing {folder} (its temporary folder was removed)",
-                      str(target)) from e
+        raise _reraise(e, f"{folder} (its temporary folder was removed)") from e
     return folder

@@ -66,6 +66,7 @@ WRITERS: tuple[Writer, ...] = (
            "the advisor states the json's error figures (rlvr_core.advise.core.VALIDATION_FILE)"),
     Writer("leaderboard/*", "python -m benchmarks.leaderboard", "leaderboard"),
     Writer("orchestration/*", "python -m benchmarks.orchestration", "orchestration"),
+    Writer("cpu_kernels/*", "python -m benchmarks.cpu_kernels", "cpu_kernels"),
     Writer("regimes/regimes_steps_*", "", "", "a run file of `python -m benchmarks.study --regime steps --protocol "
            "reference` under a setting tried on uniform GRPO and dropped before any other allocator ran, moved here "
            "by hand for the record (docs/training-study.md)"),

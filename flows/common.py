@@ -1,5 +1,6 @@
-"""Shared flow helpers: params loading with overrides, --set parsing, JSON writing, Prefect run id, torch
-threads, and tie_children (every process this one starts, servers included, ends with it, also after SIGKILL)."""
+"""Shared flow helpers: params loading with overrides, --set parsing, JSON writing, Prefect run id, torch's
+threads and kernels, and tie_children (every process this one starts, servers included, ends with it, also after
+SIGKILL)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,36 @@ def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, An
     return load_params(params_path(params_file), overrides=overrides)
 
 
-def fix_threads(threads: int) -> None:
-    """Run torch's CPU work on ``threads`` threads (params ``train.threads``), whatever $OMP_NUM_THREADS says:
-    float sums depend on the thread count, so a stage's results must not depend on the environment."""
+# The CPU kernels every stage runs, whatever the processor offers (docs/design.md, "Replication"): torch's vectorised
+# kernels (softmax, norms, reductions) at AVX2 width and MKL's AVX2 code path (conditional numerical
+# reproducibility). On an AVX-512 machine either native choice changes a training run's bytes (measured:
+# benchmarks/results/cpu_kernels.json), so without these a lock written on one x86 machine is not replicated on
+# another. Any x86-64 machine with AVX2 runs the same code paths.
+CPU_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+
+
+def fix_cpu(threads: int) -> None:
+    """Run torch's CPU work on ``threads`` threads (params ``train.threads``), whatever $OMP_NUM_THREADS says, and
+    on the kernels of ``CPU_KERNELS``, whatever the processor offers: float sums depend on both, so a stage's
+    results must not depend on the environment or the machine. Torch and MKL read their kernel choice once, at
+    their first kernel, so this runs before any tensor is computed: a stage's process (`python -m flows.<name>`)
+    always starts with it. Where it comes too late (a flow called inside a process that has computed already)
+    or the processor has no AVX2, it warns that the results may differ from a dvc.lock written elsewhere.
+    ``RLVR_CPU_KERNELS=native`` keeps the processor's own choice (faster on AVX-512; results then replicate on
+    that kind of machine only)."""
     import torch
 
+    if os.environ.get("RLVR_CPU_KERNELS") == "native":  # the processor's fastest kernels; results stay on it
+        torch.set_num_threads(threads)
+        return
+    os.environ.update(CPU_KERNELS)
     torch.set_num_threads(threads)
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability != "AVX2":
+        why = ("this processor has no AVX2" if capability == "DEFAULT" else
+               f"torch chose its {capability} kernels before this process pinned them")
+        print(f"warning: {why}, so these results may differ from a dvc.lock written on another machine",
+              file=sys.stderr)
 
 
 def parse_set(items: Sequence[str], params_file: str | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import fix_threads, load, tie_children, write_json
+from flows.common import fix_cpu, load, tie_children, write_json
 from pipeline import remote, tracking, untrusted
 from pipeline.paths import data_dir, experiment_dir, reports_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import checkpoint_digest, checkpoint_meta, list_checkpoints, manifest_step, newest_intact
@@ -90,7 +90,7 @@ def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: boo
         untrusted.check_evaluate_parameters(checkpoint, run, nightly, params_file)
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
     params = load(params_file)
-    fix_threads(params.train.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
+    fix_cpu(params.train.threads)  # before any computation: results must not depend on the machine
     if sync:  # dvc pull: data, warm start and every training stage's outputs
         sync.pull(sync.training_stages())
     if nightly:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 from prefect import flow
 
-from flows.common import fix_threads, flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
+from flows.common import fix_cpu, flow_run_id, load, parse_set, refuse_launch_options, tie_children, write_json
 from pipeline import remote, tracking, untrusted
 from pipeline.curves import write_curve
 from pipeline.lineage import dvc_md5, git_commit
@@ -137,7 +137,7 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train
-    fix_threads(cfg.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
+    fix_cpu(cfg.threads)  # before any computation: results must not depend on the machine
     refuse_launch_options(cfg.engine_options, worker=sync is not None)  # a params file must not pick the program
     task, data, base = params.prepare.task, data_dir(params.prepare.task), warmstart_dir()
     # a worker with a DVC remote runs the stage itself and commits it (dvc.lock): its folder stays the stage's

@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import fix_threads, load, tie_children, write_json
+from flows.common import fix_cpu, load, tie_children, write_json
 from pipeline.paths import data_dir, recorded_dir, reports_dir, warmstart_dir
 from rlvr_core.models.recorded import copy_recorded, policy_key
 from tasks.models import run_warm_start
@@ -29,7 +29,7 @@ def warmstart(params_file: str | None = None) -> dict[str, Any]:
     """Warm start the tiny policy on the prepared train split, or snapshot warmstart.base_model;
     writes reports/warmstart.json (+ _timings)."""
     params = load(params_file)
-    fix_threads(params.train.threads)  # before any computation: results must not depend on $OMP_NUM_THREADS
+    fix_cpu(params.train.threads)  # before any computation: results must not depend on the machine
     task = params.prepare.task
     key = policy_key(params.prepare, params.warmstart)
     # a recorded warm start of these settings (artifacts/warmstart/): its files verified against their sha256

@@ -83,3 +83,40 @@ def test_the_token_cap_is_per_rollout_of_a_parquet_row(tmp_path):
     log.to_parquet(tmp_path / "r.parquet")
     with pytest.raises(LogError, match=r"row 1, column 'tokens': more than 10,000,000 tokens per completion"):
         load_log(tmp_path / "r.parquet")
+
+
+def same_rows_three_ways(tmp_path: Path) -> list[Path]:
+    """One run's completions as a CSV, a JSONL and a parquet whose groups are split into two rows each (as a log
+    concatenated from two ranks holds them), the parquet's rows shuffled."""
+    df = completions(steps=4, prompts=8)
+    for d in ("csv", "jsonl", "parquet"):  # a folder each, so that each log's advice/ is its own
+        (tmp_path / d).mkdir()
+    csv = tmp_path / "csv" / "log.csv"
+    df.to_csv(csv, index=False)
+    jsonl = write_jsonl(df, tmp_path / "jsonl" / "log.jsonl")
+    half = np.arange(len(df)) % 4 < 2  # each group of 4 completions: 2 in one row, 2 in another
+    parts = [d.assign(passes=(d["reward"] > 0).astype(int), rollouts=1).groupby(["step", "prompt_id"],
+             as_index=False).agg(rollouts=("rollouts", "sum"), passes=("passes", "sum"),
+                                 reward_sum=("reward", "sum"), tokens=("tokens", "sum")) for d in (df[half], df[~half])]
+    rows = pd.concat(parts).sample(frac=1.0, random_state=0)
+    assert rows.duplicated(["step", "prompt_id"]).sum() == 32
+    pq = tmp_path / "parquet" / "log.parquet"
+    rows.to_parquet(pq, index=False)
+    return [csv, jsonl, pq]
+
+
+def test_a_parquet_a_csv_and_a_jsonl_of_the_same_rows_give_the_same_advice(tmp_path):
+    from rlvr_core.advise.report import main
+
+    logs = same_rows_three_ways(tmp_path)
+    frames = [load_log(p) for p in logs]
+    for f in frames[1:]:
+        pd.testing.assert_frame_equal(f, frames[0])
+    assert len(frames[0]) == 32 and (frames[0]["rollouts"] == 4).all()  # duplicates summed: 4 rollouts a group
+    advice = []
+    for p in logs:
+        assert main([str(p), *FAST, "--out", str(p.parent / "out")]) == 0
+        data = json.loads((p.parent / "out" / "advice.json").read_text())
+        assert data.pop("log") == str(p)
+        advice.append(data)
+    assert advice[1] == advice[0] and advice[2] == advice[0]

@@ -2,7 +2,8 @@
 
 - ``.parquet``: a per-(step, prompt) log, as ``rlvr_core.training`` writes it (``rollouts.parquet``,
   ``rlvr_core.rollout_log``) and as ``rlvr_core.integrations.trl.RolloutLogCallback`` writes it: columns
-  ``step, prompt_id, rollouts, passes`` and optionally ``reward_sum, tokens``.
+  ``step, prompt_id, rollouts, passes`` and optionally ``reward_sum, tokens``. Rows of the same (step, prompt)
+  are summed into one log row, as in the text formats.
 - ``.csv`` / ``.jsonl``: one row per completion, as any trainer can write it: ``step, prompt_id, reward`` and
   optionally ``tokens``. Rows of the same (step, prompt) are summed into one log row.
 
@@ -324,12 +325,17 @@ def _aggregate(path: Path, df: Any, columns: list[str]) -> Any:
             "passes": (reward > 0).astype(np.int64), "reward_sum": reward}
     if "tokens" in df.columns:
         cols["tokens"] = _tokens(path, df, np.ones(len(df)))
-    flat = pd.DataFrame(cols)
-    return flat.groupby(["step", "prompt_id"], as_index=False, sort=True).sum()
+    return _sum_groups(pd.DataFrame(cols))
+
+
+def _sum_groups(df: Any) -> Any:
+    """One row per (step, prompt): rows of the same (step, prompt) summed, in every format alike (a log written by
+    several ranks or appended to by a resumed run holds a group in several rows)."""
+    return df.groupby(["step", "prompt_id"], as_index=False, sort=True).sum()
 
 
 def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
-    """A per-(step, prompt) log checked row by row; returns it with numeric columns."""
+    """A per-(step, prompt) log checked row by row; returns it with numeric columns, one row per (step, prompt)."""
     import pandas as pd
 
     _require_columns(path, columns, AGG_REQUIRED, "of one row per (step, prompt)")
@@ -348,7 +354,7 @@ def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
         out["reward_sum"] = r
     if "tokens" in df.columns:
         out["tokens"] = _tokens(path, df, n)
-    return out
+    return _sum_groups(out)
 
 
 def load_log(path: str | os.PathLike, limits: Limits | None = None) -> Any:

@@ -120,3 +120,90 @@ def test_a_parquet_a_csv_and_a_jsonl_of_the_same_rows_give_the_same_advice(tmp_p
         assert data.pop("log") == str(p)
         advice.append(data)
     assert advice[1] == advice[0] and advice[2] == advice[0]
+
+
+def strict_json(path: Path) -> dict:
+    """advice.json, refusing NaN and Infinity (not JSON: a strict reader such as jq or JavaScript rejects them)."""
+    def refuse(name):
+        raise AssertionError(f"{path} holds {name}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def advise_cli(path: Path, capsys) -> tuple[str, str, dict]:
+    from rlvr_core.advise.report import main
+
+    assert main([str(path), *FAST, "--out", str(path.parent / "out")]) == 0
+    out, err = capsys.readouterr()
+    return out, err, strict_json(path.parent / "out" / "advice.json")
+
+
+def test_a_log_with_one_rollout_per_group_is_warned_about_not_advised_on(tmp_path, capsys):
+    """The issue's 3M-row CSV in small: 40 steps x 100 fresh prompts, one completion each. Before: a flat Beta(1, 1)
+    population whatever the log (the true one here is Beta(0.5, 1)), figures from it, and a recommendation."""
+    df = completions(steps=40, prompts=100, n=1)
+    df["prompt_id"] = df["step"] * 1000 + df["prompt_id"]
+    df.to_csv(tmp_path / "one.csv", index=False)
+    out, err, data = advise_cli(tmp_path / "one.csv", capsys)
+    warning = "every one of the log's 4,000 (step, prompt) rows holds a single rollout"
+    assert f"**Warning.** {warning}" in out and "cannot support the pass-rate estimate" in out
+    assert warning in err  # on stderr too
+    assert len(data["warnings"]) == 1 and data["warnings"][0].startswith(warning)
+    assert data["recommendation"].startswith("no recommendation: a log with one rollout per (step, prompt) cannot "
+                                             "support the pass-rate estimate")
+    assert data["allocators"] == [] and data["floor_ratio_to_k"] is None
+    for p in data["phases"]:  # what the log shows is kept; what it cannot support is n/a
+        assert p["logged_group_size"] == 1 and 0.2 < p["pass_share"] < 0.5
+        assert p["beta"] is p["zero_variance_at_k"] is p["floor_ratio_to_k"] is p["zero_variance_logged"] is None
+    assert "%" not in out.split("## Every registered allocator", 1)[1]  # no saving printed
+    assert "fewer rollouts" not in out and "floor leaves" not in out
+    assert (tmp_path / "out" / "advice.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("reward,what", [(0.0, "failed"), (1.0, "passed")])
+def test_an_all_fail_or_all_pass_log_says_there_is_no_effective_group_and_prints_no_saving(tmp_path, capsys, reward,
+                                                                                           what):
+    completions(steps=6, prompts=16).assign(reward=reward).to_csv(tmp_path / "flat.csv", index=False)
+    out, err, data = advise_cli(tmp_path / "flat.csv", capsys)
+    assert f"**Warning.** all 384 rollouts of the log {what}: no logged group had mixed rewards, so there is no " \
+           "effective group to save on" in out
+    assert data["recommendation"] == (f"no recommendation: there is no effective group to save on (every rollout "
+                                      f"{what}), so no allocator was replayed and no saving is given")
+    assert data["allocators"] == [] and len(data["warnings"]) == 1 and "no effective group" in err
+    assert "%" not in out.split("## Every registered allocator", 1)[1] and "floor leaves" not in out
+    assert [p["zero_variance_logged"] for p in data["phases"]] == [1.0, 1.0, 1.0]  # as logged
+    assert all(p["floor_ratio_to_k"] is None for p in data["phases"])
+
+
+def test_a_log_with_some_single_rollout_steps_is_advised_on_with_a_warning(tmp_path, capsys):
+    df = completions(steps=6, prompts=16)
+    df = df[(df["step"] > 2) | ~df.duplicated(["step", "prompt_id"])]  # steps 1 and 2: one completion a prompt
+    df.to_csv(tmp_path / "mixed.csv", index=False)
+    out, err, data = advise_cli(tmp_path / "mixed.csv", capsys)
+    assert data["warnings"] == ["2 of 6 logged steps (1, 2) hold one rollout per (step, prompt) row: their pass-rate "
+                                "spread cannot be estimated, and the replay takes a flat Beta(1, 1) population for "
+                                "them"]
+    assert f"**Warning.** {data['warnings'][0]}." in out and data["allocators"]
+    assert not data["recommendation"].startswith("no recommendation")
+
+
+def test_a_complete_log_has_no_warning(tmp_path, capsys):
+    completions(steps=6, prompts=16).to_csv(tmp_path / "log.csv", index=False)
+    out, err, data = advise_cli(tmp_path / "log.csv", capsys)
+    assert data["warnings"] == [] and "**Warning.**" not in out and "warning" not in err
+
+
+def test_a_seed_without_an_effective_group_makes_savings_and_the_recommendation_n_a():
+    """Before: the seeds without an effective group were dropped from the saving ("sara+dps 45%" beside an n/a
+    cost) and GRPO's infinite cost gave "the floor leaves at most 100%"."""
+    from rlvr_core.advise.core import recommend, summarise
+    from rlvr_core.advise.model import SimRun
+
+    runs = {"grpo": [SimRun("grpo", 0, 800.0, 0.0, 2.0, 6), SimRun("grpo", 1, 800.0, 0.0, 0.0, 6)],
+            "sara+dps": [SimRun("sara+dps", 0, 400.0, 0.0, 2.0, 6), SimRun("sara+dps", 1, 400.0, 0.0, 1.0, 6)]}
+    table = summarise(runs, False, {})
+    by = {a.name: a for a in table}
+    assert by["sara+dps"].saving_vs_grpo is None and by["grpo"].saving_vs_grpo is None
+    line = recommend(table, 300.0, 2)
+    assert line.startswith("no recommendation: uniform GRPO met no effective group in some replay seed")
+    assert "%" not in line

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 from rlvr_core.advise.core import Advice, advise, pct
@@ -46,18 +47,24 @@ def _num(t: tuple[float, float, float] | None, digits: int = 2) -> str:
     return f"{t[0]:.{digits}f} [{t[1]:.{digits}f}, {t[2]:.{digits}f}]"
 
 
+def _fmt(v: float | None, spec: str) -> str:
+    return "n/a" if v is None or not math.isfinite(v) else format(v, spec)
+
+
 def phase_table(adv: Advice) -> list[str]:
+    """One row per phase; a figure the log cannot support is n/a."""
     lines = ["| phase | steps | rows | pass share | population Beta(a, b) | pass rate 10/50/90% | logged group size | "
              "zero-variance, logged | zero-variance at k | floor / k | floor rule |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in adv.phases:
-        q = "/".join(f"{v:.2f}" for v in p.rate_quantiles)
-        fails = "never abandon" if p.floor_abandon_after_fails >= adv.k else \
-            f"abandon after {p.floor_abandon_after_fails} fail(s) in a row"
-        lines.append(f"| {p.name} | {p.first_step}-{p.last_step} | {p.rows} | {p.pass_share:.3f} | "
-                     f"({p.beta[0]:.2f}, {p.beta[1]:.2f}) | {q} | {p.logged_group_size:g} | "
-                     f"{p.zero_variance_logged:.3f} | {p.zero_variance_at_k:.3f} | {p.floor_ratio_to_k:.2f} | "
-                     f"{fails} |")
+        q = "/".join(f"{v:.2f}" for v in p.rate_quantiles) if p.rate_quantiles is not None else "n/a"
+        beta = f"({p.beta[0]:.2f}, {p.beta[1]:.2f})" if p.beta is not None else "n/a"
+        rule = p.floor_abandon_after_fails
+        fails = ("n/a" if rule is None else "never abandon" if rule >= adv.k else
+                 f"abandon after {rule} fail(s) in a row")
+        lines.append(f"| {p.name} | {p.first_step}-{p.last_step} | {p.rows} | {p.pass_share:.3f} | {beta} | {q} | "
+                     f"{p.logged_group_size:g} | {_fmt(p.zero_variance_logged, '.3f')} | "
+                     f"{_fmt(p.zero_variance_at_k, '.3f')} | {_fmt(p.floor_ratio_to_k, '.2f')} | {fails} |")
     return lines
 
 
@@ -78,15 +85,19 @@ def render(adv: Advice) -> str:
     tok = ("no tokens column: token figures n/a" if adv.token_model is None else
            f"tokens per rollout fitted to the log: {adv.token_model[0]:.1f} for a pass, x{adv.token_model[1]:.2f} "
            "for a fail")
-    out = [f"# Allocation advice for {adv.log}", "",
-           f"**Recommendation.** {adv.recommendation}.", "",
-           f"Validation: {adv.validation}.", "",
-           f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. Replay: k = {adv.k}, batch = {adv.batch} "
-           f"prompts, {adv.sim_steps} simulated steps over the logged run, {adv.seeds} replay seeds, pool of "
-           f"{adv.pool} prompts; {tok}. Intervals: 95% t-intervals over the replay seeds.", "",
-           "## The run's pass-rate population, by phase", ""] + phase_table(adv) + [
-           "", f"Floor class: {adv.floor_class}. Whole run: {adv.floor_ratio_to_k:.2f} k.", "",
-           "## Every registered allocator replayed on this log", ""] + allocator_table(adv)
+    replayed = bool(adv.allocators)
+    replay = (f"Replay: k = {adv.k}, batch = {adv.batch} prompts, {adv.sim_steps} simulated steps over the logged "
+              f"run, {adv.seeds} replay seeds, pool of {adv.pool} prompts; {tok}. Intervals: 95% t-intervals over "
+              "the replay seeds." if replayed else "Not replayed: the log cannot support it (the warning above).")
+    whole = f"{adv.floor_ratio_to_k:.2f} k" if adv.floor_ratio_to_k is not None else "n/a"
+    out = [f"# Allocation advice for {adv.log}", ""] + [f"**Warning.** {w}." for w in adv.warnings]
+    out += ["", f"**Recommendation.** {adv.recommendation}.", "", f"Validation: {adv.validation}.", "",
+            f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. {replay}", "",
+            "## The run's pass-rate population, by phase", ""] + phase_table(adv)
+    out += ["", f"Floor class: {adv.floor_class}. Whole run: {whole}.", "",
+            "## Every registered allocator replayed on this log", ""]
+    out += allocator_table(adv) if replayed else ["None: this log cannot support the replay (the warning above "
+                                                  "says why)."]
     if adv.skipped:
         out += ["", "Not replayed (do not build with default parameters): "
                 + "; ".join(f"{n}: {why}" for n, why in adv.skipped.items())]
@@ -102,6 +113,13 @@ def plot(adv: Advice, path: Path) -> None:
 
     rows = sorted(adv.allocators, key=lambda a: a.rollouts_per_effective_group[0])
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.6))
+    if not rows or adv.floor_ratio_to_k is None:  # a log the advisor cannot replay: say so, draw nothing
+        ax.axis("off")
+        ax.text(0.5, 0.5, textwrap.fill(f"{Path(adv.log).name}: {adv.recommendation}.", 70), ha="center", va="center",
+                fontsize=9, transform=ax.transAxes)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return
     for i, a in enumerate(rows):
         m, lo, hi = (v / adv.k for v in a.rollouts_per_effective_group)
         ax.barh(i, m, color="tab:blue" if a.name != "grpo" else "tab:gray")
@@ -164,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out if args.out is not None else args.log.parent / "advice"
     paths = write(adv, out)
     sys.stdout.write(render(adv))
+    for w in adv.warnings:  # also on stderr, so that a script that keeps only stdout's files still sees them
+        print(f"rlvr-alloc advise: warning: {args.log}: {w}", file=sys.stderr)
     print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
     return 0
 

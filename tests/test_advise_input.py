@@ -6,6 +6,9 @@ outside the DVC pipeline's dependencies by default (docs/advisor.md)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +210,31 @@ def test_a_seed_without_an_effective_group_makes_savings_and_the_recommendation_
     line = recommend(table, 300.0, 2)
     assert line.startswith("no recommendation: uniform GRPO met no effective group in some replay seed")
     assert "%" not in line
+
+
+def test_the_default_output_goes_under_the_current_directory_not_beside_the_log(tmp_path, monkeypatch, capsys):
+    """Before: runs/grpo-s0/advice/, inside `runs`, a dependency of the evaluate and report stages (dvc.yaml)."""
+    from rlvr_core.advise.report import main
+
+    run = tmp_path / "project" / "runs" / "grpo-s0"
+    run.mkdir(parents=True)
+    completions(steps=4, prompts=8).to_csv(run / "rollouts.csv", index=False)
+    before = sorted(p.name for p in run.iterdir())
+    monkeypatch.chdir(tmp_path / "project")
+    assert main(["runs/grpo-s0/rollouts.csv", *FAST]) == 0
+    out = tmp_path / "project" / "advice" / "grpo-s0-rollouts"
+    assert sorted(p.name for p in out.iterdir()) == ["advice.json", "advice.md", "advice.png"]
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert f"written: {Path('advice') / 'grpo-s0-rollouts' / 'advice.md'}" in capsys.readouterr().out
+    for doc in ("README.md", "docs/advisor.md"):  # the docs say where it writes
+        assert "advice/grpo-s0-rollouts/" in (ROOT / doc).read_text(), doc
+
+
+def test_dvc_ignores_an_advice_folder_inside_a_run_folder(tmp_path):
+    """An --out into a run folder (or an older advisor's default) stays out of the hash of `runs`."""
+    shutil.copy(ROOT / ".dvcignore", tmp_path / ".dvcignore")
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    subprocess.run([dvc, "init", "-q", "--no-scm"], cwd=tmp_path, check=True, timeout=120)
+    r = subprocess.run([dvc, "check-ignore", "runs/grpo-s0/advice/advice.json", "runs/grpo-s0/rollouts.parquet"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["runs/grpo-s0/advice/advice.json"], r.stdout + r.stderr

@@ -1,6 +1,7 @@
 """The advisor's outputs and command line: ``python -m rlvr_core.advise LOG [--k 8] [--batch 32] [--out DIR]``
 (also ``rlvr-alloc advise``). Prints the markdown report and writes ``advice.md``, ``advice.json`` and
-``advice.png`` into ``--out`` (default: ``advice/`` beside the log). docs/advisor.md describes every figure.
+``advice.png`` into ``--out`` (default: ``advice/<log's folder>-<log's stem>/`` under the current directory, so
+never into a run folder that the DVC pipeline hashes; ``default_out``). docs/advisor.md describes every figure.
 """
 
 from __future__ import annotations
@@ -144,6 +145,14 @@ def write(adv: Advice, out: Path) -> dict[str, Path]:
     return paths
 
 
+def default_out(log: Path) -> Path:
+    """``advice/<folder>-<stem>/`` under the current directory: runs/grpo-s0/rollouts.parquet ->
+    advice/grpo-s0-rollouts/. Never beside the log, where it would change the hash of a DVC dependency (``runs``
+    is one of the evaluate and report stages'); the folder's name keeps two runs' rollouts.parquet apart."""
+    folder = Path(log).resolve().parent.name
+    return Path("advice") / (f"{folder}-{Path(log).stem}" if folder else Path(log).stem)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="rlvr-alloc advise", description="Will rollout allocation pay on my run? "
                                  "Replays every registered allocator on a run's own rollout log (docs/advisor.md).")
@@ -154,8 +163,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, default=5, help="replay seeds behind each interval, default 5")
     ap.add_argument("--steps", type=int, default=60, help="simulated steps over the logged run, default 60")
     ap.add_argument("--pool", type=int, default=None, help="simulated prompt pool (default: largest prompt id + 1)")
-    ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: LOG's "
-                    "folder/advice)")
+    ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: "
+                    "advice/<LOG's folder>-<LOG's stem>/ under the current directory)")
     ap.add_argument("--max-rows", type=_rows, default=DEFAULT_MAX_ROWS, metavar="N",
                     help=f"refuse a log of more rows (default {DEFAULT_MAX_ROWS:,}; docs/advisor.md, Size limits)")
     ap.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlvr-alloc advise: error: {args.log}: ran out of memory replaying the log ({e.__class__.__name__}); "
               "give a smaller log or lower --max-rows", file=sys.stderr)
         return 2
-    out = args.out if args.out is not None else args.log.parent / "advice"
+    out = args.out if args.out is not None else default_out(args.log)
     paths = write(adv, out)
     sys.stdout.write(render(adv))
     for w in adv.warnings:  # also on stderr, so that a script that keeps only stdout's files still sees them

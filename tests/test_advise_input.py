@@ -238,3 +238,19 @@ def test_dvc_ignores_an_advice_folder_inside_a_run_folder(tmp_path):
     r = subprocess.run([dvc, "check-ignore", "runs/grpo-s0/advice/advice.json", "runs/grpo-s0/rollouts.parquet"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.stdout.split() == ["runs/grpo-s0/advice/advice.json"], r.stdout + r.stderr
+
+
+def test_advice_json_is_strict_json_when_a_figure_is_infinite(tmp_path):
+    """An allocator that found no effective group costs infinitely many rollouts per group: n/a in the report,
+    null in advice.json (before: Infinity, which strict JSON readers refuse)."""
+    from rlvr_core.advise.core import Advice, AllocatorAdvice
+    from rlvr_core.advise.report import render, write
+
+    inf = float("inf")
+    adv = Advice("log.csv", 10, 2, 4, 8, 2, 4, 10, None, [], 1.5, "class",
+                 [AllocatorAdvice("grpo", (inf, inf, inf), None, None, None),
+                  AllocatorAdvice("sara", (8.0, 7.0, 9.0), None, None, None)], recommendation="no recommendation")
+    write(adv, tmp_path)
+    data = strict_json(tmp_path / "advice.json")
+    assert data["allocators"][0]["rollouts_per_effective_group"] == [None, None, None]
+    assert "| grpo | n/a | n/a |" in render(adv)

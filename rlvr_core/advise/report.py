@@ -123,6 +123,10 @@ def plot(adv: Advice, path: Path) -> None:
         return
     for i, a in enumerate(rows):
         m, lo, hi = (v / adv.k for v in a.rollouts_per_effective_group)
+        if not all(math.isfinite(v) for v in (m, lo, hi)):  # a replay seed found no effective group
+            ax.text(0.02, i, "n/a: no effective group in some replay seed", va="center", fontsize=8,
+                    transform=ax.get_yaxis_transform())
+            continue
         ax.barh(i, m, color="tab:blue" if a.name != "grpo" else "tab:gray")
         ax.errorbar(m, i, xerr=[[m - lo], [hi - m]], color="black", capsize=3)
     ax.axvline(adv.floor_ratio_to_k, color="tab:red", ls="--", label=f"screening floor {adv.floor_ratio_to_k:.2f} k")
@@ -136,11 +140,24 @@ def plot(adv: Advice, path: Path) -> None:
     plt.close(fig)
 
 
+def _json_safe(x: object) -> object:
+    """``x`` with every non-finite float as None: advice.json is strict JSON (NaN and Infinity are not JSON; a
+    figure with no effective group to divide by is n/a, null)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def write(adv: Advice, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "advice.md", "json": out / "advice.json", "png": out / "advice.png"}
     paths["md"].write_text(render(adv), encoding="utf-8")
-    paths["json"].write_text(json.dumps(adv.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
+    paths["json"].write_text(json.dumps(_json_safe(adv.to_json()), indent=1, default=str, allow_nan=False) + "\n",
+                             encoding="utf-8")
     plot(adv, paths["png"])
     return paths
 

@@ -23,6 +23,7 @@ from rlvr_core.advise.model import (
     token_model,
     whole_run_floor,
 )
+from rlvr_core.advise.support import Support, check_support
 from rlvr_core.rollout.simulated import ReplayLog
 
 # written by `python -m benchmarks.advisor_validation`: how far the advisor's predictions were from measured runs
@@ -68,25 +69,29 @@ class Advice:
     pool: int
     token_model: tuple[float, float] | None
     phases: list[PhaseStats]
-    floor_ratio_to_k: float
+    floor_ratio_to_k: float | None  # None where the log cannot support it (warnings)
     floor_class: str
     allocators: list[AllocatorAdvice]
     skipped: dict[str, str] = field(default_factory=dict)
     recommendation: str = ""
     validation: str = ""
+    warnings: list[str] = field(default_factory=list)  # what the log cannot support (rlvr_core.advise.support)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _paired_saving(runs: dict[str, list[SimRun]], name: str, ref: str) -> tuple[float, float, float] | None:
-    """1 - rpeg(name) / rpeg(ref), paired by seed (the same replay draws), with its interval."""
+    """1 - rpeg(name) / rpeg(ref), paired by seed (the same replay draws), with its interval; None (n/a) where a
+    seed of either found no effective group (its rollouts per effective group are infinite)."""
     if ref not in runs:
         return None
     mine = {r.seed: r.rollouts_per_effective_group for r in runs[name]}
     theirs = {r.seed: r.rollouts_per_effective_group for r in runs[ref]}
-    vals = [1.0 - mine[s] / theirs[s] for s in mine if s in theirs and math.isfinite(mine[s] / theirs[s])]
-    return interval(np.asarray(vals)) if vals else None
+    pairs = [(mine[s], theirs[s]) for s in mine if s in theirs]
+    if not pairs or not all(math.isfinite(a) and math.isfinite(b) for a, b in pairs):
+        return None
+    return interval(np.asarray([1.0 - a / b for a, b in pairs]))
 
 
 def summarise(runs: dict[str, list[SimRun]], with_tokens: bool, errors: dict[str, float]) -> list[AllocatorAdvice]:
@@ -138,9 +143,13 @@ def recommend(table: list[AllocatorAdvice], floor_rpeg: float, seeds: int) -> st
     others = [a for a in table if a.name != "grpo" and math.isfinite(a.rollouts_per_effective_group[0])]
     if grpo is None or not others:
         return "no recommendation: uniform GRPO and at least one other allocator are needed for a comparison"
+    if not math.isfinite(grpo.rollouts_per_effective_group[0]):
+        return ("no recommendation: uniform GRPO met no effective group in some replay seed, so there is no "
+                "saving to measure against it")
     best = min(others, key=lambda a: a.rollouts_per_effective_group[0])
-    floor_saving = 1.0 - floor_rpeg / grpo.rollouts_per_effective_group[0]
-    floor_txt = f"the floor leaves at most {floor_saving:.0%} without prompt history"
+    floor_saving = max(0.0, 1.0 - floor_rpeg / grpo.rollouts_per_effective_group[0])
+    floor_txt = (f"the floor leaves at most {floor_saving:.0%} without prompt history" if math.isfinite(floor_rpeg)
+                 else "the floor is n/a")
     s = best.saving_vs_grpo
     if s is not None and s[1] > 0:
         return (f"{best.name}: {pct(s)} fewer rollouts per effective group than uniform GRPO "
@@ -167,26 +176,38 @@ def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int =
            pool: int | None = None, allocators: list[str] | None = None, limits: Limits | None = None) -> Advice:
     """Advise on the log at ``path``: phases, every registered allocator replayed with ``seeds`` seeds for
     ``steps`` steps at group size ``k`` and ``batch`` prompts, and a recommendation (module docstring). The log
-    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``)."""
+    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``). A log that cannot
+    support the estimates (``rlvr_core.advise.support``) is not replayed: its advice holds the warnings, the
+    phases with their population figures None, no allocator and no recommendation."""
     if k < 2 or batch < 1 or seeds < 1 or steps < 1:
         raise ValueError(f"need k >= 2, batch >= 1, seeds >= 1, steps >= 1; got {k}, {batch}, {seeds}, {steps}")
     df = load_log(path, limits)
+    support = check_support(df)
     names, skipped = registered_allocators(k, batch)
     names = [n for n in names if allocators is None or n in allocators]
     pool = int(pool or default_pool(df))
     tokens = token_model(df)
+    val = load_validation()
+    adv = Advice(str(path), len(df), len(np.unique(df["step"].to_numpy())), k, batch, seeds, steps, pool, tokens,
+                 [], None, FLOOR_CLASS, [], skipped, validation=validation_sentence(val), warnings=support.warnings)
+    if not support.supported:
+        adv.phases = phase_stats(None, df, k)
+        adv.recommendation = unsupported_recommendation(support)
+        return adv
     with tempfile.TemporaryDirectory(prefix="rlvr-advise-") as tmp:
         norm = Path(tmp) / "log.parquet"
         df.to_parquet(norm, index=False)
         log = ReplayLog(norm)
-        phases = phase_stats(log, df, k)
+        adv.phases = phase_stats(log, df, k)
         floor = whole_run_floor(log, k)
         runs = {n: [simulate(norm, n, k=k, batch=batch, seed=s, steps=steps, pool=pool, tokens=tokens)
                     for s in range(seeds)] for n in names}
-    val = load_validation()
-    table = summarise(runs, tokens is not None, (val or {}).get("per_allocator_error", {}))
-    adv = Advice(str(path), len(df), len(log), k, batch, seeds, steps, pool, tokens, phases, floor.ratio_to_k,
-                 FLOOR_CLASS, table, skipped)
-    adv.recommendation = recommend(table, floor.rollouts_per_effective_group, seeds)
-    adv.validation = validation_sentence(val)
+    adv.floor_ratio_to_k = floor.ratio_to_k
+    adv.allocators = summarise(runs, tokens is not None, (val or {}).get("per_allocator_error", {}))
+    adv.recommendation = recommend(adv.allocators, floor.rollouts_per_effective_group, seeds)
     return adv
+
+
+def unsupported_recommendation(support: Support) -> str:
+    """The recommendation line of a log the advisor cannot advise on: none, and why."""
+    return f"no recommendation: {'; '.join(support.short)}, so no allocator was replayed and no saving is given"

@@ -2,7 +2,8 @@
 
 - ``.parquet``: a per-(step, prompt) log, as ``rlvr_core.training`` writes it (``rollouts.parquet``,
   ``rlvr_core.rollout_log``) and as ``rlvr_core.integrations.trl.RolloutLogCallback`` writes it: columns
-  ``step, prompt_id, rollouts, passes`` and optionally ``reward_sum, tokens``.
+  ``step, prompt_id, rollouts, passes`` and optionally ``reward_sum, tokens``. Rows of the same (step, prompt)
+  are summed into one log row, as in the text formats.
 - ``.csv`` / ``.jsonl``: one row per completion, as any trainer can write it: ``step, prompt_id, reward`` and
   optionally ``tokens``. Rows of the same (step, prompt) are summed into one log row.
 
@@ -41,6 +42,9 @@ FORMATS = {".parquet": "per (step, prompt)", ".csv": "per completion", ".jsonl":
 DEFAULT_MAX_ROWS = 5_000_000
 DEFAULT_MAX_BYTES = 2**30
 DEFAULT_MAX_LINE_BYTES = 2**20
+# The most tokens one completion may have generated (docs/advisor.md "Inputs"): 10M is past the context window of
+# any model an RL run trains; a count past it (1e30, an overflowed counter, a running total) is a broken log.
+MAX_TOKENS_PER_COMPLETION = 10**7
 _CHUNK = 8 * 2**20  # bytes read at a time when scanning a text log
 
 
@@ -131,6 +135,18 @@ def _numeric(path: Path, df: Any, column: str, *, integer: bool) -> np.ndarray:
     if integer:
         _first_bad(path, "not a whole number", vals != np.round(vals), column, raw, "write integers")
     return vals
+
+
+def _tokens(path: Path, df: Any, rollouts: np.ndarray) -> np.ndarray:
+    """The tokens column as int64, refusing a count no completion can have: not a finite whole number, negative, or
+    more than ``MAX_TOKENS_PER_COMPLETION`` per rollout of the row."""
+    tok = _numeric(path, df, "tokens", integer=True)
+    raw = df["tokens"].to_numpy()
+    _first_bad(path, "negative token count", tok < 0, "tokens", raw, "count generated tokens, 0 or more")
+    cap = np.minimum(MAX_TOKENS_PER_COMPLETION * rollouts, 2.0**53)  # 2**53: the last integer float64 holds exactly
+    _first_bad(path, f"more than {MAX_TOKENS_PER_COMPLETION:,} tokens per completion", tok > cap, "tokens", raw,
+               "log generated tokens (a count per completion, or per row's rollouts), not bytes or a running total")
+    return tok.astype(np.int64)
 
 
 def _scan_text(path: Path, limits: Limits) -> int:
@@ -308,15 +324,18 @@ def _aggregate(path: Path, df: Any, columns: list[str]) -> Any:
     cols = {"step": step.astype(np.int64), "prompt_id": _prompt_codes(df), "rollouts": np.ones(len(df), np.int64),
             "passes": (reward > 0).astype(np.int64), "reward_sum": reward}
     if "tokens" in df.columns:
-        tok = _numeric(path, df, "tokens", integer=True)
-        _first_bad(path, "negative token count", tok < 0, "tokens", df["tokens"].to_numpy(), "count tokens >= 0")
-        cols["tokens"] = tok.astype(np.int64)
-    flat = pd.DataFrame(cols)
-    return flat.groupby(["step", "prompt_id"], as_index=False, sort=True).sum()
+        cols["tokens"] = _tokens(path, df, np.ones(len(df)))
+    return _sum_groups(pd.DataFrame(cols))
+
+
+def _sum_groups(df: Any) -> Any:
+    """One row per (step, prompt): rows of the same (step, prompt) summed, in every format alike (a log written by
+    several ranks or appended to by a resumed run holds a group in several rows)."""
+    return df.groupby(["step", "prompt_id"], as_index=False, sort=True).sum()
 
 
 def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
-    """A per-(step, prompt) log checked row by row; returns it with numeric columns."""
+    """A per-(step, prompt) log checked row by row; returns it with numeric columns, one row per (step, prompt)."""
     import pandas as pd
 
     _require_columns(path, columns, AGG_REQUIRED, "of one row per (step, prompt)")
@@ -334,8 +353,8 @@ def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
                    "the advisor models pass/fail tasks: scale rewards to [0, 1]")
         out["reward_sum"] = r
     if "tokens" in df.columns:
-        out["tokens"] = _numeric(path, df, "tokens", integer=True).astype(np.int64)
-    return out
+        out["tokens"] = _tokens(path, df, n)
+    return _sum_groups(out)
 
 
 def load_log(path: str | os.PathLike, limits: Limits | None = None) -> Any:

@@ -26,7 +26,8 @@ FLOOR_CLASS = ("screening floor: bounds every allocator that decides from a prom
 
 @dataclass(frozen=True)
 class PhaseStats:
-    """One phase (a third of the logged steps) of the run."""
+    """One phase (a third of the logged steps) of the run. The population figures (``beta`` to
+    ``floor_abandon_after_fails``) are None where the log cannot support them (``rlvr_core.advise.support``)."""
 
     name: str
     first_step: int
@@ -34,13 +35,13 @@ class PhaseStats:
     rows: int
     rollouts: int
     pass_share: float
-    beta: tuple[float, float]  # the empirical-Bayes Beta fitted to the phase's per-prompt pass rates
-    rate_quantiles: tuple[float, float, float]  # 10%, 50%, 90% of the smoothed pass rates
+    beta: tuple[float, float] | None  # the empirical-Bayes Beta fitted to the phase's per-prompt pass rates
+    rate_quantiles: tuple[float, float, float] | None  # 10%, 50%, 90% of the smoothed pass rates
     logged_group_size: float  # median rollouts per (step, prompt) in the log
-    zero_variance_logged: float  # logged groups (>= 2 rollouts) with all rewards equal
-    zero_variance_at_k: float  # P(a group of k is all-pass or all-fail) under the smoothed rates
-    floor_ratio_to_k: float  # the screening floor in units of k
-    floor_abandon_after_fails: int
+    zero_variance_logged: float | None  # logged groups (>= 2 rollouts) with all rewards equal; None without one
+    zero_variance_at_k: float | None  # P(a group of k is all-pass or all-fail) under the smoothed rates
+    floor_ratio_to_k: float | None  # the screening floor in units of k
+    floor_abandon_after_fails: int | None
 
 
 def phase_of(steps: np.ndarray) -> list[np.ndarray]:
@@ -48,22 +49,29 @@ def phase_of(steps: np.ndarray) -> list[np.ndarray]:
     return [part for part in np.array_split(steps, len(PHASES)) if len(part)]
 
 
-def phase_stats(log: ReplayLog, df: Any, k: int, seed: int = 0) -> list[PhaseStats]:
-    """The population, zero-variance shares and screening floor of each phase of the logged run."""
+def _population(log: ReplayLog, part: np.ndarray, n: np.ndarray, s: np.ndarray, k: int, seed: int) -> tuple:
+    """(beta, rate quantiles, zero-variance share at k, floor / k, floor rule) of one phase's logged steps."""
+    pos = np.searchsorted(log.steps, part)
+    rates = np.concatenate([log.rates(int(i), seed) for i in pos])
+    a, b = fit_beta_moments(s / n, n.astype(np.float64))
+    fl = screening_floor(k, rates=rates)
+    return ((float(a), float(b)), tuple(float(q) for q in np.quantile(rates, [0.1, 0.5, 0.9])),
+            1.0 - fl.mixed_probability, fl.ratio_to_k, fl.abandon_after_fails)
+
+
+def phase_stats(log: ReplayLog | None, df: Any, k: int, seed: int = 0) -> list[PhaseStats]:
+    """The population, zero-variance shares and screening floor of each phase of the logged run; without a
+    ``log`` to replay (one the log cannot support), the population figures are None."""
     out = []
-    for name, part in zip(PHASES, phase_of(log.steps)):
-        pos = np.searchsorted(log.steps, part)
-        rates = np.concatenate([log.rates(int(i), seed) for i in pos])
+    for name, part in zip(PHASES, phase_of(np.unique(df["step"].to_numpy()))):
         rows = df[df["step"].isin(part)]
         n, s = rows["rollouts"].to_numpy(), rows["passes"].to_numpy()
-        a, b = fit_beta_moments(s / n, n.astype(np.float64))
         grouped = n >= 2
-        zero_logged = float(np.mean((s[grouped] == 0) | (s[grouped] == n[grouped]))) if grouped.any() else math.nan
-        fl = screening_floor(k, rates=rates)
+        zero_logged = float(np.mean((s[grouped] == 0) | (s[grouped] == n[grouped]))) if grouped.any() else None
+        beta, quantiles, zero_k, floor, rule = (_population(log, part, n, s, k, seed) if log is not None
+                                                else (None,) * 5)
         out.append(PhaseStats(name, int(part[0]), int(part[-1]), len(rows), int(n.sum()), float(s.sum() / n.sum()),
-                              (float(a), float(b)), tuple(float(q) for q in np.quantile(rates, [0.1, 0.5, 0.9])),
-                              float(np.median(n)), zero_logged, 1.0 - fl.mixed_probability, fl.ratio_to_k,
-                              fl.abandon_after_fails))
+                              beta, quantiles, float(np.median(n)), zero_logged, zero_k, floor, rule))
     return out
 
 

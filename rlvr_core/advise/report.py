@@ -1,6 +1,7 @@
 """The advisor's outputs and command line: ``python -m rlvr_core.advise LOG [--k 8] [--batch 32] [--out DIR]``
 (also ``rlvr-alloc advise``). Prints the markdown report and writes ``advice.md``, ``advice.json`` and
-``advice.png`` into ``--out`` (default: ``advice/`` beside the log). docs/advisor.md describes every figure.
+``advice.png`` into ``--out`` (default: ``advice/<log's folder>-<log's stem>/`` under the current directory, so
+never into a run folder that the DVC pipeline hashes; ``default_out``). docs/advisor.md describes every figure.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 from rlvr_core.advise.core import Advice, advise, pct
@@ -46,18 +48,24 @@ def _num(t: tuple[float, float, float] | None, digits: int = 2) -> str:
     return f"{t[0]:.{digits}f} [{t[1]:.{digits}f}, {t[2]:.{digits}f}]"
 
 
+def _fmt(v: float | None, spec: str) -> str:
+    return "n/a" if v is None or not math.isfinite(v) else format(v, spec)
+
+
 def phase_table(adv: Advice) -> list[str]:
+    """One row per phase; a figure the log cannot support is n/a."""
     lines = ["| phase | steps | rows | pass share | population Beta(a, b) | pass rate 10/50/90% | logged group size | "
              "zero-variance, logged | zero-variance at k | floor / k | floor rule |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in adv.phases:
-        q = "/".join(f"{v:.2f}" for v in p.rate_quantiles)
-        fails = "never abandon" if p.floor_abandon_after_fails >= adv.k else \
-            f"abandon after {p.floor_abandon_after_fails} fail(s) in a row"
-        lines.append(f"| {p.name} | {p.first_step}-{p.last_step} | {p.rows} | {p.pass_share:.3f} | "
-                     f"({p.beta[0]:.2f}, {p.beta[1]:.2f}) | {q} | {p.logged_group_size:g} | "
-                     f"{p.zero_variance_logged:.3f} | {p.zero_variance_at_k:.3f} | {p.floor_ratio_to_k:.2f} | "
-                     f"{fails} |")
+        q = "/".join(f"{v:.2f}" for v in p.rate_quantiles) if p.rate_quantiles is not None else "n/a"
+        beta = f"({p.beta[0]:.2f}, {p.beta[1]:.2f})" if p.beta is not None else "n/a"
+        rule = p.floor_abandon_after_fails
+        fails = ("n/a" if rule is None else "never abandon" if rule >= adv.k else
+                 f"abandon after {rule} fail(s) in a row")
+        lines.append(f"| {p.name} | {p.first_step}-{p.last_step} | {p.rows} | {p.pass_share:.3f} | {beta} | {q} | "
+                     f"{p.logged_group_size:g} | {_fmt(p.zero_variance_logged, '.3f')} | "
+                     f"{_fmt(p.zero_variance_at_k, '.3f')} | {_fmt(p.floor_ratio_to_k, '.2f')} | {fails} |")
     return lines
 
 
@@ -78,15 +86,19 @@ def render(adv: Advice) -> str:
     tok = ("no tokens column: token figures n/a" if adv.token_model is None else
            f"tokens per rollout fitted to the log: {adv.token_model[0]:.1f} for a pass, x{adv.token_model[1]:.2f} "
            "for a fail")
-    out = [f"# Allocation advice for {adv.log}", "",
-           f"**Recommendation.** {adv.recommendation}.", "",
-           f"Validation: {adv.validation}.", "",
-           f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. Replay: k = {adv.k}, batch = {adv.batch} "
-           f"prompts, {adv.sim_steps} simulated steps over the logged run, {adv.seeds} replay seeds, pool of "
-           f"{adv.pool} prompts; {tok}. Intervals: 95% t-intervals over the replay seeds.", "",
-           "## The run's pass-rate population, by phase", ""] + phase_table(adv) + [
-           "", f"Floor class: {adv.floor_class}. Whole run: {adv.floor_ratio_to_k:.2f} k.", "",
-           "## Every registered allocator replayed on this log", ""] + allocator_table(adv)
+    replayed = bool(adv.allocators)
+    replay = (f"Replay: k = {adv.k}, batch = {adv.batch} prompts, {adv.sim_steps} simulated steps over the logged "
+              f"run, {adv.seeds} replay seeds, pool of {adv.pool} prompts; {tok}. Intervals: 95% t-intervals over "
+              "the replay seeds." if replayed else "Not replayed: the log cannot support it (the warning above).")
+    whole = f"{adv.floor_ratio_to_k:.2f} k" if adv.floor_ratio_to_k is not None else "n/a"
+    out = [f"# Allocation advice for {adv.log}", ""] + [f"**Warning.** {w}." for w in adv.warnings]
+    out += ["", f"**Recommendation.** {adv.recommendation}.", "", f"Validation: {adv.validation}.", "",
+            f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. {replay}", "",
+            "## The run's pass-rate population, by phase", ""] + phase_table(adv)
+    out += ["", f"Floor class: {adv.floor_class}. Whole run: {whole}.", "",
+            "## Every registered allocator replayed on this log", ""]
+    out += allocator_table(adv) if replayed else ["None: this log cannot support the replay (the warning above "
+                                                  "says why)."]
     if adv.skipped:
         out += ["", "Not replayed (do not build with default parameters): "
                 + "; ".join(f"{n}: {why}" for n, why in adv.skipped.items())]
@@ -102,8 +114,19 @@ def plot(adv: Advice, path: Path) -> None:
 
     rows = sorted(adv.allocators, key=lambda a: a.rollouts_per_effective_group[0])
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.6))
+    if not rows or adv.floor_ratio_to_k is None:  # a log the advisor cannot replay: say so, draw nothing
+        ax.axis("off")
+        ax.text(0.5, 0.5, textwrap.fill(f"{Path(adv.log).name}: {adv.recommendation}.", 70), ha="center", va="center",
+                fontsize=9, transform=ax.transAxes)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return
     for i, a in enumerate(rows):
         m, lo, hi = (v / adv.k for v in a.rollouts_per_effective_group)
+        if not all(math.isfinite(v) for v in (m, lo, hi)):  # a replay seed found no effective group
+            ax.text(0.02, i, "n/a: no effective group in some replay seed", va="center", fontsize=8,
+                    transform=ax.get_yaxis_transform())
+            continue
         ax.barh(i, m, color="tab:blue" if a.name != "grpo" else "tab:gray")
         ax.errorbar(m, i, xerr=[[m - lo], [hi - m]], color="black", capsize=3)
     ax.axvline(adv.floor_ratio_to_k, color="tab:red", ls="--", label=f"screening floor {adv.floor_ratio_to_k:.2f} k")
@@ -117,13 +140,34 @@ def plot(adv: Advice, path: Path) -> None:
     plt.close(fig)
 
 
+def _json_safe(x: object) -> object:
+    """``x`` with every non-finite float as None: advice.json is strict JSON (NaN and Infinity are not JSON; a
+    figure with no effective group to divide by is n/a, null)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def write(adv: Advice, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / "advice.md", "json": out / "advice.json", "png": out / "advice.png"}
     paths["md"].write_text(render(adv), encoding="utf-8")
-    paths["json"].write_text(json.dumps(adv.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
+    paths["json"].write_text(json.dumps(_json_safe(adv.to_json()), indent=1, default=str, allow_nan=False) + "\n",
+                             encoding="utf-8")
     plot(adv, paths["png"])
     return paths
+
+
+def default_out(log: Path) -> Path:
+    """``advice/<folder>-<stem>/`` under the current directory: runs/grpo-s0/rollouts.parquet ->
+    advice/grpo-s0-rollouts/. Never beside the log, where it would change the hash of a DVC dependency (``runs``
+    is one of the evaluate and report stages'); the folder's name keeps two runs' rollouts.parquet apart."""
+    folder = Path(log).resolve().parent.name
+    return Path("advice") / (f"{folder}-{Path(log).stem}" if folder else Path(log).stem)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -136,8 +180,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, default=5, help="replay seeds behind each interval, default 5")
     ap.add_argument("--steps", type=int, default=60, help="simulated steps over the logged run, default 60")
     ap.add_argument("--pool", type=int, default=None, help="simulated prompt pool (default: largest prompt id + 1)")
-    ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: LOG's "
-                    "folder/advice)")
+    ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: "
+                    "advice/<LOG's folder>-<LOG's stem>/ under the current directory)")
     ap.add_argument("--max-rows", type=_rows, default=DEFAULT_MAX_ROWS, metavar="N",
                     help=f"refuse a log of more rows (default {DEFAULT_MAX_ROWS:,}; docs/advisor.md, Size limits)")
     ap.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
@@ -161,9 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlvr-alloc advise: error: {args.log}: ran out of memory replaying the log ({e.__class__.__name__}); "
               "give a smaller log or lower --max-rows", file=sys.stderr)
         return 2
-    out = args.out if args.out is not None else args.log.parent / "advice"
+    out = args.out if args.out is not None else default_out(args.log)
     paths = write(adv, out)
     sys.stdout.write(render(adv))
+    for w in adv.warnings:  # also on stderr, so that a script that keeps only stdout's files still sees them
+        print(f"rlvr-alloc advise: warning: {args.log}: {w}", file=sys.stderr)
     print(f"\nwritten: {', '.join(str(p) for p in paths.values())}")
     return 0
 

@@ -3,7 +3,7 @@
 The issue's reproductions: ``threads=4000`` started 8,000 OS threads in one matmul; vigor ``budget=1e9``, pods
 ``n_generate=1e9`` and sara ``batch_size=1e8`` passed every check and ended in a MemoryError mid-step, after the
 MLflow run had opened. Each is now a ConfigError naming the key, raised by ``load_params`` (so by the flow before
-``fix_threads``, preflight or MLflow), without starting a thread or allocating the arrays it asks for. The
+``fix_cpu``, preflight or MLflow), without starting a thread or allocating the arrays it asks for. The
 ceilings are read from the machine (``rlvr_core.config.limits``); the memory tests pin it to at most
 ``SMALL_HOST`` so that they refuse the same sizes on a bigger one.
 """

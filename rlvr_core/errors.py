@@ -57,6 +57,21 @@ def from_mapping(cls: type[C], data: Mapping[str, Any] | None, section: str) -> 
         raise ConfigError(f"{section}: {e}") from None
 
 
+class RewardError(ValueError):
+    """A reward outside an allocator's reward contract (NaN, infinite, or not pass/fail where the allocator reads
+    passes; docs/design.md §3.2). The message names the round, the prompt and the value; ``prompt``, ``value`` and
+    ``row`` (the row of the round's rollouts) let a caller that knows more (the step, the reward functions) say so
+    with ``where``."""
+
+    def __init__(self, message: str, *, prompt: int, value: float, row: int) -> None:
+        super().__init__(message)
+        self.message, self.prompt, self.value, self.row = message, prompt, value, row
+
+    def where(self, context: str) -> RewardError:
+        """The same error, its message led by ``context`` (e.g. "step 3")."""
+        return RewardError(f"{context}: {self.message}", prompt=self.prompt, value=self.value, row=self.row)
+
+
 class TrainingStopped(RuntimeError):
     """Training cannot continue (e.g. repeated non-finite updates); the message says why."""
 

@@ -312,7 +312,8 @@ class _Run:
         with precision(self.device, cfg.dtype), _stop_on_oom(f"step {step}: generation", "the prompt length, "
                                                               f"train.max_new_tokens (now {cfg.max_new_tokens})"):
             batch, stats = run_allocation_step(self.allocator, self.engine, self.source, score=score,
-                                               retries=cfg.engine_retries, retry_delay_s=cfg.engine_retry_delay_s)
+                                               retries=cfg.engine_retries, retry_delay_s=cfg.engine_retry_delay_s,
+                                               step=step)
         self.scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
         ex = stats.extra
         return batch, stats, (time.perf_counter() - t0) - ex["generate_seconds"] - ex["verify_seconds"]

@@ -7,9 +7,9 @@ description as summarised in its abstract and public summaries (the full text wa
 so stage sizes and the buffer policy are ours where the summaries are silent.
 
 Adaptive rollout: per step ``batch_size`` fresh prompts get ``stage_size`` rollouts each; after each stage a
-prompt with a correct response (reward above ``pass_threshold``) stops, the others get another stage, for at
-most ``max_stages`` stages. Easy prompts cost one stage, hard ones up to stage_size * max_stages. Every
-prompt's rollouts go to the update as one group.
+prompt with a correct response (a pass: a reward above ``reward_threshold``, or 1 of pass/fail rewards) stops,
+the others get another stage, for at most ``max_stages`` stages. Easy prompts cost one stage, hard ones up to
+stage_size * max_stages. Every prompt's rollouts go to the update as one group.
 
 Response reuse (``reuse=True``): after each step the allocator keeps, per prompt, the latest correct
 completion it generated (payload included) in a buffer of at most ``buffer_prompts`` prompts, the least
@@ -21,7 +21,8 @@ Reused rows are not generated: ``StepStats.rollouts`` (and so rollouts-to-target
 ``reused_tokens``. The buffer is part of ``state_dict``, so it is in every checkpoint.
 
 Knobs (defaults): ``stage_size`` (max(1, k // 4)), ``max_stages`` (4: at most k rollouts per prompt),
-``pass_threshold`` (0.5), ``reuse`` (True), ``buffer_prompts`` (4096).
+``reuse`` (True), ``buffer_prompts`` (4096); a pass is the base
+``reward_threshold``'s (docs/design.md §3.2; this allocator's ``pass_threshold`` of earlier releases, 0.5).
 The step budget is batch_size * stage_size * max_stages.
 
 Departures from the source: stage sizes and the buffer bound are ours (see above); one buffered completion
@@ -34,7 +35,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,16 +51,18 @@ class AR3POParams(AllocatorParams):
 
     stage_size: rollouts per active prompt per stage (default max(1, k // 4)), >= 1
     max_stages: stages per step, >= 1
-    pass_threshold: a reward above it is a correct response
     reuse: add a buffered correct completion to a group whose new rollouts all fail
     buffer_prompts: the most prompts the reuse buffer holds (one completion each), >= 1
     """
 
     stage_size: int | None = None
     max_stages: int = 4
-    pass_threshold: float = 0.5
     reuse: bool = True
     buffer_prompts: int = 4096
+
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        "pass_threshold": "replaced by reward_threshold, which every allocator takes (a pass is a reward above it; "
+                          "unset, rewards must be 1 or 0); write reward_threshold"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -112,7 +115,7 @@ class AR3POAllocator(Allocator):
     def _solved(self) -> np.ndarray:
         rows, slot = self.ledger.all_rows()
         out = np.zeros(self.ledger.num_slots, bool)
-        out[slot[rows.reward > self.params.pass_threshold]] = True
+        out[slot[rows.reward > self.params.pass_above]] = True
         return out
 
     def _on_observe(self, slots: np.ndarray) -> None:
@@ -127,7 +130,7 @@ class AR3POAllocator(Allocator):
         if not self.params.reuse:
             return
         rows, _ = self.ledger.all_rows()
-        for i in np.flatnonzero(rows.reward > self.params.pass_threshold).tolist():
+        for i in np.flatnonzero(rows.reward > self.params.pass_above).tolist():
             q = int(rows.prompt_id[i])
             self.buffer.pop(q, None)
             self.buffer[q] = rows.select([i])

@@ -15,11 +15,21 @@ Subclasses implement ``_propose`` (the next round's requests), optionally
 which training group). The base class checks the protocol, the step budget,
 keeps the step's rollouts in a ledger with per-prompt counts, and builds the
 ``TrainBatch`` and ``StepStats``.
+
+The reward contract (docs/design.md §3.2) is checked here, once, for every
+allocator, as each round's rewards come in (``observe``): a reward must be a
+finite number; a pass is a reward above ``reward_threshold``; with the threshold
+unset, an allocator whose decisions read passes (``reward_contract`` PASS_FAIL)
+takes only 1 (pass) and 0 (fail). Any other reward raises ``RewardError``,
+naming the prompt, the value and the round; nothing of that round is kept.
+A group is effective (mixed) by its rewards themselves (std above
+``reward_eps``), whatever the threshold.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -27,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlvr_core.allocation.source import PromptSource
-from rlvr_core.errors import from_mapping, require
+from rlvr_core.errors import RewardError, from_mapping, require
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
 
@@ -39,12 +49,15 @@ class AllocatorParams:
     batch_size: prompts per step (uniform) or effective groups wanted per step
     reward_eps: a group is effective (mixed) when its reward std exceeds this
     seed: seeds the allocator's own randomness (prompt selection, skipping)
+    reward_threshold: a pass is a reward above it; unset (None), rewards are pass/fail, 1 or 0, and an
+        allocator that reads passes refuses any other reward (the reward contract, docs/design.md §3.2)
     """
 
     k: int = 8
     batch_size: int = 32
     reward_eps: float = 1e-6
     seed: int = 0
+    reward_threshold: float | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.k, (int, np.integer)) and self.k >= 2, "k",
@@ -52,6 +65,15 @@ class AllocatorParams:
         require(isinstance(self.batch_size, (int, np.integer)) and self.batch_size >= 1, "batch_size",
                 f"got {self.batch_size!r}; set batch_size >= 1")
         require(self.reward_eps >= 0, "reward_eps", f"got {self.reward_eps}; must be >= 0")
+        t = self.reward_threshold
+        require(t is None or (isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool)
+                              and math.isfinite(t)), "reward_threshold",
+                f"got {t!r}; give a number (a pass is a reward above it) or leave it unset for pass/fail rewards")
+
+    @property
+    def pass_above(self) -> float:
+        """A reward above this is a pass: ``reward_threshold``, or 0.5 for pass/fail rewards (1 passes, 0 fails)."""
+        return 0.5 if self.reward_threshold is None else float(self.reward_threshold)
 
     def host_items(self) -> dict[str, int]:
         """{field: items} of the per-step host arrays, besides the step's rollouts, that a field of these
@@ -72,7 +94,7 @@ class StepLedger:
         self.slot_of: dict[int, int] = {}
         self.prompt = np.zeros(0, np.int64)
         self.n = np.zeros(0, np.int64)  # rollouts per slot
-        self.s = np.zeros(0, np.float64)  # reward sum per slot (passes for binary rewards)
+        self.s = np.zeros(0, np.float64)  # passes per slot (rewards above the pass threshold)
         self.ref = np.zeros(0, np.float64)  # first reward seen per slot: the moments below are shifted by it
         self.d1 = np.zeros(0, np.float64)  # sum of (reward - ref) per slot
         self.d2 = np.zeros(0, np.float64)  # sum of (reward - ref)**2 per slot: exactly 0 for a constant group
@@ -108,7 +130,9 @@ class StepLedger:
     def slots(self, prompt_ids: np.ndarray) -> np.ndarray:
         return np.fromiter((self.slot_of[q] for q in np.asarray(prompt_ids).tolist()), np.int64, len(prompt_ids))
 
-    def add(self, rollouts: Rollouts) -> np.ndarray:
+    def add(self, rollouts: Rollouts, passed: np.ndarray | None = None) -> np.ndarray:
+        """Add a round's rows; ``passed`` (1.0 or 0.0 a row) is what ``s`` counts, the rewards themselves when
+        not given (pass/fail rewards, and the states of earlier releases, whose ``s`` summed the rewards)."""
         slots = self.slots(rollouts.prompt_id)
         reward = np.asarray(rollouts.reward, np.float64)
         first_slot, first_row = np.unique(slots, return_index=True)
@@ -116,7 +140,7 @@ class StepLedger:
         self.ref[first_slot[new]] = reward[first_row[new]]
         d = reward - self.ref[slots]
         np.add.at(self.n, slots, 1)
-        np.add.at(self.s, slots, reward)
+        np.add.at(self.s, slots, reward if passed is None else np.asarray(passed, np.float64))
         np.add.at(self.d1, slots, d)
         np.add.at(self.d2, slots, d * d)
         np.add.at(self.tokens, slots, rollouts.tokens)
@@ -158,6 +182,35 @@ class StepLedger:
         return rows, slot
 
 
+PASS_FAIL, SCALAR = "pass/fail", "scalar"  # the reward contracts (Allocator.reward_contract)
+
+
+def check_rewards(rollouts: Rollouts, params: AllocatorParams, contract: str, who: str, round_index: int) -> None:
+    """Raise RewardError unless every reward of the round is in the contract: a finite number, and under
+    ``PASS_FAIL`` with ``reward_threshold`` unset exactly 1 or 0. The message names the first row outside it
+    (prompt, value, row), the round and how many rows of the round are outside."""
+    reward = np.asarray(rollouts.reward, np.float64)
+    finite = np.isfinite(reward)
+    binary = contract == PASS_FAIL and params.reward_threshold is None
+    ok = finite & ((reward == 0.0) | (reward == 1.0)) if binary else finite
+    if ok.all():
+        return
+    bad = np.flatnonzero(~ok)
+    i = int(bad[0])
+    value = float(reward[i])
+    more = f"; {len(bad) - 1} more of the round's {len(reward)} rewards are outside too" if len(bad) > 1 else ""
+    head = (f"{who}: reward {value!r} of prompt {int(rollouts.prompt_id[i])} (row {i} of round {round_index} of the "
+            f"step{more})")
+    if not finite[i]:
+        why = ("is not a finite number; every reward must be one (score an unverifiable or failed rollout as a fail, "
+               "not NaN)")
+    else:
+        why = (f"is not pass/fail: with reward_threshold unset, {who} takes rewards 1 (pass) and 0 (fail) only. "
+               "For other rewards set reward_threshold, the value a pass must exceed (e.g. 0 for -1/+1 rewards, "
+               "0.5 for rewards in [0, 1])")
+    raise RewardError(f"{head} {why}", prompt=int(rollouts.prompt_id[i]), value=value, row=i)
+
+
 def mixed_groups(reward: np.ndarray, group_id: np.ndarray, num_groups: int, eps: float) -> np.ndarray:
     """Per group: at least 2 rows whose rewards differ (max > min) with a two-pass std above ``eps``."""
     reward = np.asarray(reward, np.float64)
@@ -177,6 +230,9 @@ class Allocator(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[AllocatorParams]] = AllocatorParams
+    # PASS_FAIL: decisions read passes (rewards above params.pass_above); SCALAR: they read the rewards' spread
+    # only, so any finite reward will do (docs/design.md §3.2)
+    reward_contract: ClassVar[str] = PASS_FAIL
 
     def __init__(self, params: AllocatorParams) -> None:
         self.params = params
@@ -264,7 +320,10 @@ class Allocator(ABC):
         return dict(req)
 
     def observe(self, rollouts: Rollouts) -> None:
-        """Take the rollouts generated for the last proposal (rewards filled in)."""
+        """Take the rollouts generated for the last proposal (rewards filled in).
+
+        Raises RewardError, before anything of the round is kept, when a reward is outside the allocator's
+        contract (``check_rewards``)."""
         if self._pending is None:
             raise RuntimeError("observe() called without a pending proposal")
         ids, counts = np.unique(rollouts.prompt_id, return_counts=True)
@@ -273,8 +332,9 @@ class Allocator(ABC):
             missing = {q: n for q, n in self._pending.items() if got.get(q) != n}
             raise ValueError(f"{self.name}: rollouts do not answer the proposal; mismatched prompts (wanted): "
                              f"{dict(list(missing.items())[:5])}")
+        check_rewards(rollouts, self.params, self.reward_contract, self.name, self.ledger.rounds)
         self._pending = None
-        slots = self.ledger.add(rollouts)
+        slots = self.ledger.add(rollouts, rollouts.reward > self.params.pass_above)
         self._on_observe(slots)
 
     def finish_step(self) -> tuple[TrainBatch, StepStats]:

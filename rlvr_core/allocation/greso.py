@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_core.allocation.base import PASS_FAIL
 from rlvr_core.allocation.dapo import DAPOAllocator, DAPOParams
 from rlvr_core.allocation.registry import ALLOCATORS
 from rlvr_core.errors import require
@@ -54,6 +55,7 @@ class GRESOAllocator(DAPOAllocator):
 
     name = "greso"
     Params = GRESOParams
+    reward_contract = PASS_FAIL  # its streaks tell all-pass from all-fail groups
 
     def __init__(self, params: GRESOParams) -> None:
         super().__init__(params)

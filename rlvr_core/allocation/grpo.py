@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr_core.allocation.base import Allocator, AllocatorParams
+from rlvr_core.allocation.base import SCALAR, Allocator, AllocatorParams
 from rlvr_core.allocation.registry import ALLOCATORS
 
 
@@ -12,6 +12,7 @@ class GRPOAllocator(Allocator):
 
     name = "grpo"
     Params = AllocatorParams
+    reward_contract = SCALAR  # reads the rewards' spread only: any finite reward
 
     @property
     def max_rollouts_per_step(self) -> int:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from rlvr_core.allocation.base import Allocator
 from rlvr_core.allocation.source import PromptSource
-from rlvr_core.errors import is_out_of_memory
+from rlvr_core.errors import RewardError, is_out_of_memory
 from rlvr_core.rollout.base import RolloutEngine
 from rlvr_core.types import Requests, Rollouts, StepStats, TrainBatch
 
@@ -75,12 +75,14 @@ def generate_with_retry(engine: RolloutEngine, requests: Requests, *, retries: i
 
 def run_allocation_step(allocator: Allocator, engine: RolloutEngine, source: PromptSource,
                         score: ScoreFn | None = None, *, retries: int = 0,
-                        retry_delay_s: float = 0.0) -> tuple[TrainBatch, StepStats]:
+                        retry_delay_s: float = 0.0, step: int | None = None) -> tuple[TrainBatch, StepStats]:
     """Run rounds until the allocator proposes nothing; return its batch and counters.
 
     ``retries``/``retry_delay_s``: see ``generate_with_retry``.
     ``stats.extra`` gains ``generate_seconds``, ``verify_seconds`` and
     ``engine_retries`` (retries used in this step).
+    A reward outside the allocator's contract raises ``RewardError`` (``Allocator.observe``), its message led
+    by "step {step}" when ``step`` is given.
     """
     gen_s = ver_s = 0.0
     used = 0
@@ -96,7 +98,12 @@ def run_allocation_step(allocator: Allocator, engine: RolloutEngine, source: Pro
             score(rollouts)
         ver_s += time.perf_counter() - t1
         gen_s += t1 - t0
-        allocator.observe(rollouts)
+        try:
+            allocator.observe(rollouts)
+        except RewardError as e:
+            if step is None:
+                raise
+            raise e.where(f"step {step}") from None
         round_index += 1
     batch, stats = allocator.finish_step()
     stats.extra["generate_seconds"] = gen_s

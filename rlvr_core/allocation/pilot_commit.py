@@ -10,7 +10,8 @@ A step runs rounds. Each round may carry two kinds of requests:
 - a pilot: ``gen_batch_size`` fresh prompts get ``n_pilot`` rollouts each. A prompt whose pilot pass rate m
   lies in [lower, 1 - upper] survives and waits in the survivor buffer; m < lower is deferred (too hard: it
   comes back when the prompt stream does), m > 1 - upper is skipped (too easy), and m >= ``exclude`` evicts
-  the prompt from all later steps;
+  the prompt from all later steps. A pass is a reward above ``reward_threshold`` (docs/design.md §3.2); under a
+  threshold, a pilot whose rewards differ though all pass (or all fail) survives too: it carries a gradient;
 - a commit: survivors from the buffer, highest pilot variance first and then the most recent, get k -
   ``n_pilot`` more rollouts, until ``batch_size`` prompts are committed.
 
@@ -168,15 +169,18 @@ class PilotCommitAllocator(Allocator):
         self.piloting = np.zeros(0, np.int64)
         rate = led.s[piloted] / np.maximum(led.n[piloted], 1)
         std = np.sqrt(led.variance(piloted))
-        keep = (rate >= p.lower) & (rate <= 1.0 - p.upper)
+        # a scalar reward (reward_threshold set) whose pilot rewards differ while all pass or all fail carries a
+        # gradient whatever the threshold says: it survives (with pass/fail rewards this never happens)
+        spread = (std > p.reward_eps) & ((rate == 0.0) | (rate == 1.0))
+        keep = ((rate >= p.lower) & (rate <= 1.0 - p.upper)) | spread
         self._counters["survived"] += int(keep.sum())
-        self._counters["deferred"] += int((rate < p.lower).sum())
-        self._counters["too_easy"] += int((rate > 1.0 - p.upper).sum())
+        self._counters["deferred"] += int(((rate < p.lower) & ~spread).sum())
+        self._counters["too_easy"] += int(((rate > 1.0 - p.upper) & ~spread).sum())
         self._counters["abandoned"] += int((~keep).sum())
         prompts = led.prompt[piloted]
         self.survivors.update((q, (self.step, sd)) for q, sd in zip(prompts[keep].tolist(), std[keep].tolist()))
         if p.exclude is not None:
-            gone = prompts[rate >= p.exclude].tolist()
+            gone = prompts[(rate >= p.exclude) & ~spread].tolist()
             self.evicted.update(gone)
             self._counters["evicted"] += len(gone)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlvr_core.allocation.base import Allocator, AllocatorParams
+from rlvr_core.allocation.base import SCALAR, Allocator, AllocatorParams
 from rlvr_core.allocation.registry import ALLOCATORS
 from rlvr_core.errors import require
 from rlvr_core.types import Rollouts
@@ -58,6 +58,7 @@ class PODSAllocator(Allocator):
 
     name = "pods"
     Params = PODSParams
+    reward_contract = SCALAR  # reads the rewards' spread only: any finite reward
 
     @property
     def max_rollouts_per_step(self) -> int:

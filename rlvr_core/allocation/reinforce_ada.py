@@ -12,13 +12,15 @@ round a prompt leaves the active set once its exit rule holds:
   k - k // 2 fails;
 - ``rule="positive"`` (Reinforce-Ada-pos): at least one pass.
 
-A pass is a reward above ``pass_threshold``. After ``max_rounds`` rounds the step ends; every prompt goes to
-the update with a group of at most k of its rollouts: up to k // 2 passes (in the order they came) and the
-rest fails, filled from the other side when one side is short. A prompt that never met its rule keeps what
-it has the same way. (The source's fallback for ``positive`` takes passes in proportion to the pass rate, but a
-prompt that never met that rule has no pass, so it comes to the same group.)
+A pass is a reward above ``reward_threshold`` (1 of pass/fail rewards; docs/design.md §3.2). After
+``max_rounds`` rounds the step ends; every prompt goes to the update with a group of at most k of its
+rollouts: up to k // 2 passes (in the order they came) and the rest fails, filled from the other side when one
+side is short. A prompt that never met its rule keeps what it has the same way. (The source's fallback for
+``positive`` takes passes in proportion to the pass rate, but a prompt that never met that rule has no pass,
+so it comes to the same group.)
 
-Knobs (defaults): ``round_size`` (k), ``max_rounds`` (4), ``rule`` ("balanced"), ``pass_threshold`` (0.5).
+Knobs (defaults): ``round_size`` (k), ``max_rounds`` (4), ``rule`` ("balanced"); the pass threshold is the
+base ``reward_threshold`` (this allocator's ``pass_threshold`` of earlier releases, 0.5).
 The step budget is batch_size * round_size * max_rounds.
 
 Departures from the source:
@@ -33,9 +35,8 @@ Departures from the source:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -54,13 +55,15 @@ class ReinforceAdaParams(AllocatorParams):
     round_size: rollouts per active prompt per round (default k), >= 1
     max_rounds: rounds per step, >= 1
     rule: exit rule, "balanced" (k // 2 passes and k - k // 2 fails) or "positive" (one pass)
-    pass_threshold: a reward above it is a pass
     """
 
     round_size: int | None = None
     max_rounds: int = 4
     rule: str = "balanced"
-    pass_threshold: float = 0.5
+
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        "pass_threshold": "replaced by reward_threshold, which every allocator takes (a pass is a reward above it; "
+                          "unset, rewards must be 1 or 0); write reward_threshold"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -68,7 +71,6 @@ class ReinforceAdaParams(AllocatorParams):
                 f"got {self.round_size}; set it >= 1 or leave it unset (= k)")
         require(self.max_rounds >= 1, "max_rounds", f"got {self.max_rounds}; set it >= 1")
         require(self.rule in RULES, "rule", f"got {self.rule!r}; choose one of {', '.join(RULES)}")
-        require(math.isfinite(self.pass_threshold), "pass_threshold", f"got {self.pass_threshold}; give a number")
 
     @property
     def per_round(self) -> int:
@@ -106,7 +108,7 @@ class ReinforceAdaAllocator(Allocator):
         """Passes per slot in this step's ledger."""
         rows, slot = self.ledger.all_rows()
         out = np.zeros(self.ledger.num_slots, np.int64)
-        np.add.at(out, slot, (rows.reward > self.params.pass_threshold).astype(np.int64))
+        np.add.at(out, slot, (rows.reward > self.params.pass_above).astype(np.int64))
         return out
 
     def _exited(self, slots: np.ndarray) -> np.ndarray:
@@ -139,7 +141,7 @@ class ReinforceAdaAllocator(Allocator):
         keep = []
         for slot in range(self.ledger.num_slots):
             idx = np.flatnonzero(row_slot == slot)
-            keep.append(idx[balanced_pick(rows.reward[idx] > self.params.pass_threshold, k, k // 2)])
+            keep.append(idx[balanced_pick(rows.reward[idx] > self.params.pass_above, k, k // 2)])
         idx = np.concatenate(keep) if keep else np.zeros(0, np.int64)
         return idx, row_slot[idx]
 

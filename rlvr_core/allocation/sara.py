@@ -316,7 +316,8 @@ class SARAAllocator(Allocator):
         live, n, s = live[arrived], n[arrived], s[arrived]
         peff = p_effective(n, np.rint(s), p.k, self.a[live], self.b[live])
         self.peff[live] = peff
-        mixed = (s > 0) & (s < n)
+        # mixed: passes and fails, or (a scalar reward under reward_threshold) rewards that differ
+        mixed = ((s > 0) & (s < n)) | (led.variance(live) > p.reward_eps**2)
         commit = mixed | (peff >= p.tau_high)
         if p.stop_rule == "floor":
             abandon = ~commit & (n < p.k) & (self._go_on_value(n, np.rint(s), self.a[live], self.b[live]) <= 0)

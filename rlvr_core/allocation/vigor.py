@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_core.allocation.base import Allocator, AllocatorParams
+from rlvr_core.allocation.base import SCALAR, Allocator, AllocatorParams
 from rlvr_core.allocation.registry import ALLOCATORS
 from rlvr_core.errors import require
 
@@ -94,6 +94,7 @@ class VIGORAllocator(Allocator):
 
     name = "vigor"
     Params = VIGORParams
+    reward_contract = SCALAR  # reads the rewards' spread only: any finite reward
 
     @property
     def max_rollouts_per_step(self) -> int:

@@ -26,7 +26,12 @@ where TRL generates) runs the allocation loop of docs/design.md §3.1:
    completions are gathered to every process (``gather_object``), so every
    process holds the same allocator and feeds it the same rollouts: there is
    one global decision, replicated, checked each round (a proposal that differs
-   across ranks raises).
+   across ranks raises). The allocator's reward contract applies to the
+   combined reward (docs/trl.md "Rewards"): a pass is a reward above
+   ``allocator_params["reward_threshold"]``, by default ``REWARD_THRESHOLD``
+   (0: a pass is a reward > 0); a completion that no reward function scored
+   (NaN), or an infinite reward, stops training with a ``RewardError`` naming
+   the step, the dataset row and each function's value.
 3. ``allocator.finish_step()`` gives the ragged groups. Advantages are
    computed per group with ``rlvr_core.grpo.advantages`` following TRL's
    ``scale_rewards``: "group" -> (r - mean_g) / (std_g + 1e-4) (unbiased std, as
@@ -125,13 +130,17 @@ except ImportError as e:
 
 from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator
 from rlvr_core.checkpoint import CheckpointError, read_state, save_state_folder
-from rlvr_core.errors import ConfigError, short_repr
+from rlvr_core.errors import ConfigError, RewardError, short_repr
 from rlvr_core.grpo.advantages import dr_grpo_advantages, grpo_advantages
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
 STATE_DIR = "allocator_state"  # in each checkpoint-N/: the format of rlvr_core.checkpoint, loaded without pickle
 LEGACY_STATE_FILE = "allocator_state.pkl"  # the earlier releases' pickle: refused (it could run code when loaded)
 ADV_EPS = 1e-4  # TRL's epsilon in (r - mean) / (std + eps)
+# a pass is a combined reward above this (allocator_params["reward_threshold"] overrides it; None: rewards must be
+# 1 or 0): right for 0/1 rewards, -1/+1 rewards, TRL's cosine-scaled accuracy (correct > 0 > wrong) and
+# accuracy plus penalties (soft overlong, repetition: <= 0); see docs/trl.md "Rewards"
+REWARD_THRESHOLD = 0.0
 COUNTERS = ("rollouts", "tokens", "rounds", "prompts", "groups", "effective_groups", "useful_rollouts",
             "useful_tokens", "committed", "abandoned", "skipped", "hit_cap")
 
@@ -214,7 +223,7 @@ def _resolve_params(name: str, args: GRPOConfig, params: dict[str, Any] | None) 
             "allocator_params['reuse']: AR3PO's response reuse is not supported inside TRL (a completion from an "
             "earlier step would enter TRL's generation output with stale sampling log-probs); pass "
             "allocator_params={'reuse': False} for its adaptive rollout alone, or train with rlvr_core.training")
-    out = {"k": k, "batch_size": prompts, "seed": int(args.seed)}
+    out = {"k": k, "batch_size": prompts, "seed": int(args.seed), "reward_threshold": REWARD_THRESHOLD}
     out.update(user)
     return out
 
@@ -344,9 +353,21 @@ class AllocatedGRPOTrainer(GRPOTrainer):
             item["rewards_per_func"] = rpf_all[j]
             item["reward"] = float(weighted_all[j])
             payload.append(item)
-        rewards = np.nan_to_num(weighted_all, nan=0.0)
+        # a completion no reward function scored stays NaN: the allocator's reward contract refuses it
         tokens = np.asarray([len(x["completion_ids"]) for x in payload], np.int64)
-        return Rollouts(np.asarray(rows, np.int64), rewards, tokens, payload), W * share - R
+        return Rollouts(np.asarray(rows, np.int64), weighted_all, tokens, payload), W * share - R
+
+    def _reward_error(self, e: RewardError, rollouts: Rollouts) -> RewardError:
+        """``e`` led by the training step, the dataset row and what each reward function gave the completion."""
+        per_func = rollouts.payload[e.row]["rewards_per_func"].tolist()
+        funcs = ", ".join(f"{name}: {v!r}" for name, v in zip(self.reward_func_names, per_func))
+        hint = ""
+        if not math.isfinite(e.value):
+            hint = (" (NaN: every reward function returned None or NaN for this completion; plain GRPOTrainer "
+                    "skips such a completion, but an allocator counts each one as a pass or a fail: return a reward "
+                    "for it, or drop from train_dataset the rows no reward function can score)")
+        return e.where(f"AllocatedGRPOTrainer, training step {int(self.state.global_step) + 1}, train_dataset row "
+                       f"{e.prompt} (reward functions: {funcs}){hint}")
 
     def run_allocation_step(self) -> tuple[TrainBatch, StepStats]:
         """One allocator step over TRL's generation backend; identical on every process."""
@@ -359,16 +380,17 @@ class AllocatedGRPOTrainer(GRPOTrainer):
             self._check_same_proposal(requests)
             rollouts, n_pad = self._run_round(requests)
             pad += n_pad
-            alloc.observe(rollouts)
+            try:
+                alloc.observe(rollouts)
+            except RewardError as e:
+                raise self._reward_error(e, rollouts) from None
         batch, stats = alloc.finish_step()
         stats.extra["padding_rollouts"] = pad
         stats.extra["allocation_seconds"] = time.perf_counter() - t0
         return batch, stats
 
     def _advantages(self, batch: TrainBatch) -> np.ndarray:
-        r = np.asarray([p["reward"] for p in batch.rollouts.payload], np.float64)
-        unscorable = np.isnan(r)
-        r = np.nan_to_num(r, nan=0.0)
+        r = np.asarray([p["reward"] for p in batch.rollouts.payload], np.float64)  # finite: observe checked them
         gid = batch.group_id
         if len(r) == 0:
             return r
@@ -379,9 +401,7 @@ class AllocatedGRPOTrainer(GRPOTrainer):
             if self.scale_rewards == "batch":
                 std = float(np.std(r, ddof=1)) if len(r) > 1 else 0.0
                 adv = adv / (std + ADV_EPS)
-        adv = np.asarray(adv, np.float64)
-        adv[unscorable] = 0.0
-        return adv
+        return np.asarray(adv, np.float64)
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:  # evaluation keeps TRL's fixed groups
@@ -692,9 +712,9 @@ class RolloutLogCallback(TrainerCallback):
             self.log.flush()
 
 
-__all__ = ["AllocatedGRPOTrainer", "LEGACY_STATE_FILE", "RolloutLogCallback", "STATE_DIR", "SamplerOrderSource",
-           "allocation_state_folder", "check_allocation_state", "convert_state", "read_allocation_state",
-           "stable_prompt_id"]
+__all__ = ["AllocatedGRPOTrainer", "LEGACY_STATE_FILE", "REWARD_THRESHOLD", "RolloutLogCallback", "STATE_DIR",
+           "SamplerOrderSource", "allocation_state_folder", "check_allocation_state", "convert_state",
+           "read_allocation_state", "stable_prompt_id"]
 
 
 if __name__ == "__main__":

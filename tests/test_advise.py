@@ -155,7 +155,7 @@ def test_cli_prints_the_tables_and_writes_md_json_png(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "rlvr_core.cli", "advise", str(tmp_path / "log.csv"), "--k", "4", "--batch", "8",
            "--seeds", "2", "--steps", "4", "--out", str(tmp_path / "out")]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert "**Recommendation.**" in r.stdout and "| sara |" in r.stdout and "| early |" in r.stdout
     data = json.loads((tmp_path / "out" / "advice.json").read_text())
@@ -165,7 +165,7 @@ def test_cli_prints_the_tables_and_writes_md_json_png(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("step,prompt_id\n1,0\n")
     r = subprocess.run([sys.executable, "-m", "rlvr_core.advise", str(bad)], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=900)
     assert r.returncode == 2 and "missing column(s) ['reward']" in r.stderr
 
 

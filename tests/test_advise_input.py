@@ -234,9 +234,9 @@ def test_dvc_ignores_an_advice_folder_inside_a_run_folder(tmp_path):
     """An --out into a run folder (or an older advisor's default) stays out of the hash of `runs`."""
     shutil.copy(ROOT / ".dvcignore", tmp_path / ".dvcignore")
     dvc = str(Path(sys.executable).with_name("dvc"))
-    subprocess.run([dvc, "init", "-q", "--no-scm"], cwd=tmp_path, check=True, timeout=120)
+    subprocess.run([dvc, "init", "-q", "--no-scm"], cwd=tmp_path, check=True, timeout=360)
     r = subprocess.run([dvc, "check-ignore", "runs/grpo-s0/advice/advice.json", "runs/grpo-s0/rollouts.parquet"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                       cwd=tmp_path, capture_output=True, text=True, timeout=360)
     assert r.stdout.split() == ["runs/grpo-s0/advice/advice.json"], r.stdout + r.stderr
 
 

@@ -226,6 +226,6 @@ def test_reading_params_and_the_stages_that_train_nothing_import_no_torch() -> N
 
     code = ("import sys, rlvr_core.config, flows.prepare, flows.report; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=360)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout

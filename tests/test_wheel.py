@@ -43,7 +43,7 @@ def _build_wheel(tmp: Path) -> Path:
     except md.PackageNotFoundError:
         pytest.skip("building the wheel offline (--no-build-isolation) needs setuptools in this environment")
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                          "-q", "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=300)
+                          "-q", "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return next((tmp / "dist").glob("rlvr_alloc-*.whl"))
 
@@ -91,12 +91,12 @@ def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv holding the wheel and links to its base dependencies only; its python."""
     tmp = tmp_path_factory.mktemp("wheel")
     wheel = _build_wheel(tmp)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=360)
     py = tmp / "venv" / "bin" / "python"
     site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
     inst = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target",
-                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=900)
     assert inst.returncode == 0, inst.stderr[-3000:]
     dists = _closure(_base_requirements(wheel))
     assert not set(PIPELINE_ONLY) & set(dists), f"a base requirement pulls in {set(PIPELINE_ONLY) & set(dists)}"
@@ -107,7 +107,7 @@ def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run(py: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    return subprocess.run([str(py), "-I", "-c", code], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    return subprocess.run([str(py), "-I", "-c", code], capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
 
 
 def test_base_dependencies_leave_the_pipeline_out() -> None:

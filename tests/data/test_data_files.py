@@ -174,7 +174,7 @@ _READ = ("import sys\nfrom rlvr_core.data.disk import load_saved_split\n"
 
 def _read_in_a_child(path: Path) -> subprocess.CompletedProcess:
     """load_saved_split in a subprocess: a bit-flipped arrow file crashed the reading process with SIGSEGV."""
-    return subprocess.run([sys.executable, "-c", _READ, str(path)], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-c", _READ, str(path)], capture_output=True, text=True, timeout=360,
                           cwd=PROJECT, env={**os.environ, "PYTHONPATH": str(PROJECT)})
 
 

@@ -246,7 +246,7 @@ def test_two_process_gloo_run_is_consistent(tmp_path, model_dir):
            "no", "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1", "--main_process_port", "29517",
            str(ROOT / "tests" / "integrations" / "trl_dist_run.py"), model_dir, str(tmp_path), "sara", "2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
     assert all(x["world"] == 2 and x["backend"] == "gloo" for x in ranks)
@@ -263,7 +263,7 @@ def test_two_process_gloo_run_is_consistent(tmp_path, model_dir):
 
 def test_example_quick_mode_runs():
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "trl_sara.py"), "--quick"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300,
+                       capture_output=True, text=True, timeout=900,
                        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "sara inside TRL: per step" in r.stdout

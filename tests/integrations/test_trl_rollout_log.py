@@ -50,7 +50,7 @@ def test_plain_grpo_trainer_log_then_advise_prints_table_and_recommendation(tmp_
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     cmd = [sys.executable, "-m", "rlvr_core.cli", "advise", str(path), "--k", "4", "--batch", "2", "--seeds", "2",
            "--steps", "4", "--out", str(tmp_path / "advice")]
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert "**Recommendation.**" in r.stdout and "| grpo |" in r.stdout and "| early |" in r.stdout
     advice = json.loads((tmp_path / "advice" / "advice.json").read_text())

@@ -108,10 +108,10 @@ def test_convert_state_needs_trust_and_converts_a_trusted_pickle(tmp_path, train
     _as_legacy(ckpt, straight.allocation_state())
     cmd = [sys.executable, "-m", "rlvr_core.integrations.trl", "convert-state", str(ckpt)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 2 and "--trust-pickle" in r.stderr, r.stdout + r.stderr
     assert not (ckpt / STATE_DIR).exists()
-    r = subprocess.run(cmd + ["--trust-pickle"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(cmd + ["--trust-pickle"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (ckpt / STATE_DIR / "manifest.json").is_file() and str(ckpt / STATE_DIR) in r.stdout
     # the converted state is what the pickle held, read back without pickle

@@ -107,7 +107,7 @@ def test_save_and_reload_offline_in_a_fresh_process(policy, tmp_path: Path) -> N
         expected = float(model(ids).logits.sum())
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "empty_hf_home"))
     res = subprocess.run(
-        [sys.executable, "-c", _RELOAD_SCRIPT, str(folder)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", _RELOAD_SCRIPT, str(folder)], capture_output=True, text=True, env=env, timeout=360
     )
     assert res.returncode == 0, res.stderr
     _name, length, total = res.stdout.split()

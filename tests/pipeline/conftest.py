@@ -25,7 +25,7 @@ def base_env(tmp: Path) -> dict[str, str]:
     """Environment for flows in ``tmp``: own PREFECT_HOME, MLflow sqlite file, run root, tiny params."""
     env = dict(os.environ)
     env.update(PREFECT_HOME=str(tmp / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="600", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp / 'mlflow.db'}", RLVR_ROOT=str(tmp), RLVR_PARAMS=str(TINY),
                OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PREFECT_LOGGING_LEVEL="INFO")
     env.pop("PREFECT_API_URL", None)
@@ -86,7 +86,7 @@ def copy_project(dest: Path) -> None:
         shutil.copy(PROJECT / name, dest / name)
 
 
-def sh(env: dict[str, str] | None, cwd: Path, *cmd: str, timeout: int = 600) -> str:
+def sh(env: dict[str, str] | None, cwd: Path, *cmd: str, timeout: int = 1800) -> str:
     """Run ``cmd`` and return its stdout; a non-zero exit fails the test with the output's tail."""
     p = subprocess.run(list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"

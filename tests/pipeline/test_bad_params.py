@@ -22,7 +22,7 @@ from tests.pipeline.conftest import PROJECT, PY
 def test_bad_train_params_fail_before_rollouts(pipeline_env: dict[str, str], tmp_path: Path, args: list[str],
                                                message: str) -> None:
     p = subprocess.run([PY, "-m", "flows.train", *args], env=pipeline_env, cwd=PROJECT, capture_output=True,
-                       text=True, timeout=300)  # a loaded 2-core machine takes 85 s to import the flow
+                       text=True, timeout=900)  # a loaded 2-core machine takes 85 s to import the flow
     out = p.stdout + p.stderr
     assert p.returncode != 0
     assert message in out, out[-2000:]

@@ -250,7 +250,7 @@ def test_two_machines_on_localhost(prefect_server: str, prefect_auth: str, tmp_p
 
         def run(name: str) -> str:
             p = subprocess.run([prefect, "deployment", "run", name, "--watch", "--watch-interval", "1",
-                                "--watch-timeout", "500"], env=env, capture_output=True, text=True, timeout=560)
+                                "--watch-timeout", "1500"], env=env, capture_output=True, text=True, timeout=1680)
             text = p.stdout + p.stderr
             assert p.returncode == 0 and "Completed" in text, \
                 text[-3000:] + "\n--- worker ---\n" + (worker_dir / "worker.log").read_text()[-6000:]
@@ -283,11 +283,11 @@ def test_two_machines_on_localhost(prefect_server: str, prefect_auth: str, tmp_p
     finally:
         if deployment_ids:
             subprocess.run([PY, "-c", PREFECT_QUERY, "delete", *deployment_ids], env=env, capture_output=True,
-                           timeout=120)
+                           timeout=360)
         for proc, log in reversed(procs):
             stop(proc)
             log.close()
-        subprocess.run([prefect, "work-pool", "delete", pool], env=env, capture_output=True, timeout=60)
+        subprocess.run([prefect, "work-pool", "delete", pool], env=env, capture_output=True, timeout=180)
 
     # MLflow (the server's store) holds the training run, continued by the resumed flow run, and the evaluation
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def flow(env: dict[str, str], cwd: Path, *args: str) -> float:
     """Run ``python -m flows.<...>``; returns its wall seconds; fails the test with the output on error."""
     t0 = time.perf_counter()
-    p = subprocess.run([PY, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([PY, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, f"{args} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return time.perf_counter() - t0
 

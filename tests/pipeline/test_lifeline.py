@@ -106,7 +106,7 @@ def test_sigkilled_flow_leaves_no_temporary_prefect_server(tmp_path: Path) -> No
     mark = secrets.token_hex(6)
     proc = _spawn([sys.executable, "-m", "flows.report"], mark, PREFECT_HOME=str(tmp_path / ".prefect"),
                   RLVR_ROOT=str(tmp_path), RLVR_PARAMS=str(TINY))
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 720
     while not _runs(mark, "prefect.server.api.server:create_app"):  # prefect's temporary server (uvicorn)
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
         time.sleep(0.3)

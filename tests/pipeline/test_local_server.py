@@ -35,7 +35,7 @@ def test_command_runs_against_the_server_which_is_stopped_after(tmp_path: Path) 
     out = tmp_path / "seen.txt"
     home = tmp_path / "home"
     r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(home), "--", PY, "-c", CHILD, str(out)],
-                       cwd=PROJECT, env=base_env(tmp_path), capture_output=True, text=True, timeout=400)
+                       cwd=PROJECT, env=base_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert r.returncode == 3, r.stdout + r.stderr  # the command's own exit status
     url, seen_home = out.read_text().splitlines()
     assert url.startswith("http://127.0.0.1:") and url.endswith("/api")
@@ -56,7 +56,7 @@ def test_a_server_that_cannot_start_is_reported_and_the_command_never_runs(tmp_p
         port = busy.getsockname()[1]
         r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(tmp_path / "home"), "--port", str(port),
                             "--timeout", "120", "--", PY, "-c", CHILD, str(out)],
-                           cwd=PROJECT, env=base_env(tmp_path), capture_output=True, text=True, timeout=300)
+                           cwd=PROJECT, env=base_env(tmp_path), capture_output=True, text=True, timeout=900)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"prefect server on port {port}" in r.stderr
     assert not out.exists()
@@ -64,7 +64,7 @@ def test_a_server_that_cannot_start_is_reported_and_the_command_never_runs(tmp_p
 
 def test_no_command_is_a_usage_error(tmp_path: Path) -> None:
     r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(tmp_path)], cwd=PROJECT,
-                       env=base_env(tmp_path), capture_output=True, text=True, timeout=60)
+                       env=base_env(tmp_path), capture_output=True, text=True, timeout=180)
     assert r.returncode == 2 and "give the command to run" in r.stderr
 
 
@@ -73,7 +73,7 @@ def test_a_server_the_user_set_is_used_and_none_is_started(tmp_path: Path) -> No
     env = dict(base_env(tmp_path), PREFECT_API_URL="http://127.0.0.1:9/api")
     code = "import os; print('url=' + os.environ['PREFECT_API_URL'])"
     r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(home), "--", PY, "-c", code], cwd=PROJECT,
-                       env=env, capture_output=True, text=True, timeout=60)
+                       env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "url=http://127.0.0.1:9/api" in r.stdout and "against that server" in r.stdout
     assert not (home / "prefect.db").exists()

@@ -19,24 +19,24 @@ def test_deployment_run_train_sara(pipeline_env: dict[str, str], tmp_path: Path)
 
     env = pipeline_env
     for mod in ("flows.prepare", "flows.warmstart"):
-        subprocess.run([PY, "-m", mod], env=env, cwd=PROJECT, check=True, capture_output=True, timeout=300)
+        subprocess.run([PY, "-m", mod], env=env, cwd=PROJECT, check=True, capture_output=True, timeout=900)
     prefect = str(Path(PY).with_name("prefect"))
     log = open(tmp_path / "serve.log", "w")
     server = subprocess.Popen([PY, "-m", "flows.serve"], env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 360
         while subprocess.run([prefect, "deployment", "inspect", "train/sara"], env=env, capture_output=True,
-                             timeout=60).returncode != 0:
+                             timeout=180).returncode != 0:
             assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             assert time.time() < deadline, "train/sara was never registered"
             time.sleep(2)
-        ls = subprocess.run([prefect, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=60).stdout
+        ls = subprocess.run([prefect, "deployment", "ls"], env=env, capture_output=True, text=True, timeout=180).stdout
         for name in ("train/grpo", "train/dapo", "train/vigor", "train/pods", "train/greso", "train/saraplusdps",
                      "evaluate/nightly"):
             assert name.split("/")[1] in ls
         run = subprocess.run([prefect, "deployment", "run", "train/sara", "--watch", "--watch-interval", "1",
-                              "--watch-timeout", "300"], env=env, capture_output=True, text=True, timeout=360)
+                              "--watch-timeout", "900"], env=env, capture_output=True, text=True, timeout=1080)
         out = run.stdout + run.stderr
         assert run.returncode == 0 and "Completed" in out, out[-3000:] + (tmp_path / "serve.log").read_text()[-3000:]
     finally:

@@ -27,7 +27,7 @@ def test_disassembly_pattern_matches_a_real_disassembly(capsys: pytest.CaptureFi
 
 def test_prepare_log_has_no_bytecode_and_keeps_its_prints(pipeline_env: dict[str, str], tmp_path: Path) -> None:
     p = subprocess.run([PY, "-m", "flows.prepare"], env=pipeline_env, cwd=PROJECT, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=900)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
     assert not DISASSEMBLY.search(out), out[-3000:]

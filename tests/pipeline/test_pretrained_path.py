@@ -148,7 +148,7 @@ def test_train_chat_model_on_math_rows(chat_model, math_rows, tmp_path, monkeypa
     t0 = time.perf_counter()
     res = training.train(_train_cfg(), policy_dir=chat_model, train_rows=train_rows, test_rows=test_rows,
                          run_dir=tmp_path / "run", task="math")
-    assert time.perf_counter() - t0 < 45
+    assert time.perf_counter() - t0 < 300
     assert res.steps_done == 2 and "greedy_acc" in res.final_eval
     prompts = seen[0]
     assert len(prompts) == len(train_rows)
@@ -215,7 +215,7 @@ def _params_file(tmp: Path, **sections) -> Path:
 
 
 def _flow(env: dict[str, str], *args: str) -> str:
-    p = subprocess.run([PY, "-m", *args], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=240)
+    p = subprocess.run([PY, "-m", *args], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=720)
     assert p.returncode == 0, f"{args} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return p.stdout + p.stderr
 

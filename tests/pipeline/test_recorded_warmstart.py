@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def run(env: dict[str, str], mod: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", mod], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    return subprocess.run([PY, "-m", mod], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=900)
 
 
 def test_warmstart_uses_the_recorded_policy_and_refuses_a_mismatch(pipeline_env: dict[str, str],

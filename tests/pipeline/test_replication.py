@@ -24,15 +24,15 @@ def _serve_and_run_train_sara(env: dict[str, str], repo: Path, log_path: Path) -
     server = subprocess.Popen([PY, "-m", "flows.serve"], env=env, cwd=repo, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 360
         while subprocess.run([prefect, "deployment", "inspect", "train/sara"], env=env, capture_output=True,
-                             timeout=60).returncode != 0:
+                             timeout=180).returncode != 0:
             assert server.poll() is None, log_path.read_text()[-3000:]
             assert time.time() < deadline, "train/sara was never registered"
             time.sleep(2)
         run = subprocess.run([prefect, "deployment", "run", "train/sara", "-p", "steps=3", "--watch",
-                              "--watch-interval", "1", "--watch-timeout", "300"], env=env, capture_output=True,
-                             text=True, timeout=360)
+                              "--watch-interval", "1", "--watch-timeout", "900"], env=env, capture_output=True,
+                             text=True, timeout=1080)
         out = run.stdout + run.stderr
         assert run.returncode == 0 and "Completed" in out, out[-3000:] + log_path.read_text()[-3000:]
         return out

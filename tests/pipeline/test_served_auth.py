@@ -66,7 +66,7 @@ for path in ("/deployments/filter", "/flow_runs/", "/logs/filter"):
 print(json.dumps(out))
 """
     r = subprocess.run(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                        "/usr/bin/python3", "-I", "-c", probe], capture_output=True, text=True, timeout=120)
+                        "/usr/bin/python3", "-I", "-c", probe], capture_output=True, text=True, timeout=360)
     assert r.returncode == 0, r.stderr
     seen = json.loads(r.stdout)
     assert seen["read"] == "PermissionError"

@@ -27,7 +27,7 @@ train: {allocator: sara, allocators: [sara], k: 4, batch_size: 8, steps: 4, eval
 def _flow(root: Path, **extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RLVR_FAULT_KILL_AT")}
     env.update(PREFECT_HOME=str(root / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="600",
                MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
                RLVR_ROOT=str(root), RLVR_PARAMS=str(root / "params.yaml"), OMP_NUM_THREADS="1",
                PYTHONPATH=str(PROJECT), **extra)
@@ -37,7 +37,7 @@ def _flow(root: Path, **extra: str) -> subprocess.CompletedProcess:
         proc = subprocess.Popen([sys.executable, "-m", "flows.train"], env=env, cwd=PROJECT, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = proc.wait(timeout=300)
+            rc = proc.wait(timeout=900)
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)

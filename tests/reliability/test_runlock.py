@@ -121,7 +121,7 @@ def test_second_train_flow_on_the_same_out_is_refused_before_mlflow(policy_dir: 
     run = root / "shared_out"
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RLVR_FAULT_KILL_AT")}
     env.update(PREFECT_HOME=str(root / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="600",
                MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}", RLVR_ROOT=str(root),
                RLVR_PARAMS=str(root / "params.yaml"), OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT))
     holder = _holder(run)
@@ -129,7 +129,7 @@ def test_second_train_flow_on_the_same_out_is_refused_before_mlflow(policy_dir: 
         proc = subprocess.Popen([sys.executable, "-m", "flows.train", "--out", "shared_out"], env=env, cwd=PROJECT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            out, _ = proc.communicate(timeout=300)
+            out, _ = proc.communicate(timeout=900)
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)  # its ephemeral Prefect server
@@ -171,7 +171,7 @@ def test_dvc_repro_leaves_a_live_writers_outputs_alone(policy_dir: Path, tmp_pat
     (run / "metrics.jsonl").write_text('{"step": 0}\n')
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RLVR_PARAMS", "DVC_STAGE")}
     env.update(PREFECT_HOME=str(tmp_path / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", DVC_NO_ANALYTICS="1",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="600", DVC_NO_ANALYTICS="1",
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", RLVR_ROOT=str(repo),
                OMP_NUM_THREADS="1", PYTHONPATH=str(PROJECT), PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
     dvc = [sys.executable, "-m", "dvc"]
@@ -180,7 +180,7 @@ def test_dvc_repro_leaves_a_live_writers_outputs_alone(policy_dir: Path, tmp_pat
     holder = _holder(run)
     try:
         p = subprocess.run([*dvc, "repro", "--single-item", "train@grpo-0"], cwd=repo, env=env, capture_output=True,
-                           text=True, timeout=600)
+                           text=True, timeout=1800)
     finally:
         _kill(holder)
     out = p.stdout + p.stderr

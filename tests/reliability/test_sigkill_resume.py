@@ -101,7 +101,7 @@ def test_kill_from_outside_at_an_arbitrary_moment(policy_dir: Path, reference: A
                 time.sleep(0.2)
                 proc.send_signal(signal.SIGKILL)
                 break
-        assert proc.wait(timeout=60) == -signal.SIGKILL
+        assert proc.wait(timeout=180) == -signal.SIGKILL
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -53,7 +53,7 @@ def test_table(completion, example, expected):
     got = verify_arithmetic(completion, example)
     elapsed = time.perf_counter() - t
     assert got == expected and type(got) is float
-    assert elapsed < 0.05
+    assert elapsed < 1.0  # a table row, not a benchmark: only a pathological parse takes this long
 
 
 def test_typical_call_is_fast():

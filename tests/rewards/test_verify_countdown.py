@@ -76,7 +76,7 @@ def test_table(completion, example, expected):
     got = verify_countdown(completion, example)
     elapsed = time.perf_counter() - t
     assert got == expected and type(got) is float
-    assert elapsed < 0.05
+    assert elapsed < 1.0  # a table row, not a benchmark: only a pathological parse takes this long
 
 
 def test_numpy_ints_in_example_are_accepted():

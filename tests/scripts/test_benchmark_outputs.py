@@ -50,7 +50,7 @@ def test_quick_allocation_run_leaves_results_untouched(tmp_path: Path) -> None:
     assert before, "benchmarks/results/ holds the committed results"
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(PROJECT), OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     p = subprocess.run([sys.executable, "-m", "benchmarks.allocation", "--quick", "--seeds", "1"], cwd=PROJECT,
-                       env=env, capture_output=True, text=True, timeout=900)
+                       env=env, capture_output=True, text=True, timeout=2700)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert snapshot(RESULTS) == before
     out = Path(re.search(r"writing to (\S+)", p.stdout).group(1))

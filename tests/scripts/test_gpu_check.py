@@ -16,7 +16,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1")
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=480)
+                          timeout=1440)
 
 
 def test_dry_run_on_cpu_reports_throughput():

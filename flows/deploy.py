@@ -22,6 +22,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.serve import ALLOCATORS
+from pipeline.remote import check_branch_name
 from rlvr_core.errors import ConfigError
 from rlvr_core.registry import slug
 
@@ -47,6 +48,8 @@ def deploy(source: str, pool: str, ref: str = "main", params: str | None = None,
 
     if params:
         check_params_in_repo(params, ref, Path(repo_dir))
+    if publish_branch:
+        check_branch_name(publish_branch, "--publish-branch (RLVR_GIT_BRANCH)")
     env = {k: v for k, v in (("RLVR_DVC_REMOTE", remote), ("MLFLOW_TRACKING_URI", tracking_uri),
                              ("RLVR_GIT_BRANCH", publish_branch)) if v}
     jobvars = {"env": env} if env else None

@@ -272,16 +272,19 @@ class Remote:
     def _git_push(self, stage: str, rels: list[str], branch: str, tries: int = PUSH_TRIES) -> None:
         """Push HEAD to origin/``branch``; when another worker pushed first, fetch theirs, put this worker's
         ``stage`` entry into their dvc.lock and ``rels`` over their files, commit and push again."""
+        said = ""
         for attempt in range(tries):
-            if git("push", "-q", "origin", f"HEAD:refs/heads/{branch}", cwd=self.top, check=False).returncode == 0:
+            pushed = git("push", "-q", "origin", f"HEAD:refs/heads/{branch}", cwd=self.top, check=False)
+            if pushed.returncode == 0:
                 return
+            said = (pushed.stdout + pushed.stderr).strip()[-1000:]
             if git("fetch", "-q", "origin", branch, cwd=self.top, check=False).returncode != 0:
                 continue  # e.g. the branch does not exist yet: the next push creates it
             self._onto_fetched(stage, rels)
             time.sleep(random.uniform(0.0, 0.5 * (attempt + 1)))  # two workers retrying do not collide again
         raise RuntimeError(f"git push of dvc.lock to origin/{branch} failed {tries} times (another worker kept "
                            f"pushing first, or the push is refused); the outputs are in DVC remote {self.name}: "
-                           f"`dvc commit {stage}` there is what is missing")
+                           f"`dvc commit {stage}` there is what is missing; the last `git push` said: {said}")
 
     def _onto_fetched(self, stage: str, rels: list[str]) -> None:
         """Move this clone to FETCH_HEAD, keeping this worker's ``stage`` entry of dvc.lock (merged into the
@@ -304,11 +307,26 @@ class Remote:
         self._commit(stage, rels)
 
 
+def check_branch_name(branch: str, source: str, top: Path | None = None) -> str:
+    """``branch`` when git accepts it as a branch name (`git check-ref-format --branch`: no "..", no space,
+    no leading "-", no ".lock" ending, ...); otherwise a ConfigError naming ``source`` (the variable or option
+    that gave it). A name git refuses would only fail at the push, after the training."""
+    ok = "@{" not in branch and subprocess.run(  # "@{-1}" would be resolved to a previous branch, not checked
+        ["git", "check-ref-format", "--branch", branch], cwd=top, capture_output=True, text=True,
+        timeout=60).returncode == 0
+    if not ok:
+        raise ConfigError(f"{source}={branch!r}: not a valid git branch name (`git check-ref-format --branch` "
+                          "refuses it: no '..', '@{', spaces, control characters, '~^:?*[\\', leading '-' or "
+                          "'/', trailing '/', '.' or '.lock'); set it to the branch the workers publish dvc.lock to")
+    return branch
+
+
 def publish_branch(top: Path) -> str:
     """The branch a worker publishes dvc.lock to: $RLVR_GIT_BRANCH, else the branch the clone is on. A clone at a
-    detached HEAD (a deployment of a tag or a commit: flows.deploy --ref) has none, and a ConfigError says so."""
+    detached HEAD (a deployment of a tag or a commit: flows.deploy --ref) has none, and a ConfigError says so;
+    a $RLVR_GIT_BRANCH git refuses as a branch name is a ConfigError too (check_branch_name)."""
     if branch := os.environ.get(BRANCH_ENV, "").strip():
-        return branch
+        return check_branch_name(branch, BRANCH_ENV, top)
     head = git("symbolic-ref", "-q", "--short", "HEAD", cwd=top, check=False)
     if head.returncode != 0:
         raise ConfigError(f"this clone ({top}) is at a detached HEAD (a deployment of a tag or a commit, "
@@ -330,7 +348,7 @@ def setup(params_file: str | None = None) -> Remote | None:
     check_tracking_server(tracking_uri())
     check_params_file(params_file, top)
     if os.environ.get("RLVR_GIT_PUSH", "1") != "0":
-        publish_branch(top)  # a detached HEAD with no $RLVR_GIT_BRANCH is refused before compute
+        publish_branch(top)  # a detached HEAD with no $RLVR_GIT_BRANCH, or a bad branch name, is refused here
     return Remote(name, top)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import reprlib
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterator, Mapping, TypeVar
 
 C = TypeVar("C")
 
@@ -85,11 +86,44 @@ class OutOfMemory(RuntimeError):
     the message names what to reduce."""
 
 
-_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate memory")
+# Lower-cased texts of out-of-memory RuntimeErrors: PyTorch's allocators, C++ ``std::bad_alloc`` and the CUDA
+# libraries' allocation failures (CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED, ...).
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate memory",
+             "bad_alloc", "_status_alloc_failed", "cudaerrormemoryallocation")
+_DISK_FULL_TEXT = ("no space left on device", "disk quota exceeded")
 
 
-#: How many links of an exception's cause/context chain ``is_out_of_memory`` follows.
+#: How many links of an exception's cause/context chain (and levels of ExceptionGroup members)
+#: ``is_out_of_memory`` and ``is_disk_full`` follow.
 OOM_CHAIN_DEPTH = 16
+_MAX_VISITED = 256  # exceptions looked at in all, however wide the groups
+
+
+def related_exceptions(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it came from: its ``__cause__``, its ``__context__`` (unless ``from None`` suppressed
+    it) and the members of an ``ExceptionGroup``, recursively, each once, at most ``OOM_CHAIN_DEPTH`` links
+    deep and ``_MAX_VISITED`` exceptions in all (a cycle or a huge group ends the walk)."""
+    seen: set[int] = set()
+    todo: list[tuple[BaseException, int]] = [(exc, 0)]
+    while todo and len(seen) < _MAX_VISITED:
+        link, depth = todo.pop(0)
+        if id(link) in seen or depth >= OOM_CHAIN_DEPTH:
+            continue
+        seen.add(id(link))
+        yield link
+        nxt = [link.__cause__] if link.__cause__ is not None else (
+            [] if link.__suppress_context__ else [link.__context__])
+        if isinstance(link, BaseExceptionGroup):
+            nxt += list(link.exceptions)
+        todo += [(e, depth + 1) for e in nxt if isinstance(e, BaseException)]
+
+
+def _errno_is(exc: BaseException, codes: tuple[int, ...]) -> bool:
+    return isinstance(exc, OSError) and exc.errno in codes
+
+
+def _says(exc: BaseException, texts: tuple[str, ...]) -> bool:
+    return isinstance(exc, RuntimeError) and any(t in str(exc)[:2000].lower() for t in texts)
 
 
 def _is_bare_out_of_memory(exc: BaseException) -> bool:
@@ -97,20 +131,20 @@ def _is_bare_out_of_memory(exc: BaseException) -> bool:
         return True
     if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch here
         return True
-    return isinstance(exc, RuntimeError) and any(t in str(exc)[:2000].lower() for t in _OOM_TEXT)
+    return _errno_is(exc, (errno.ENOMEM,)) or _says(exc, _OOM_TEXT)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for an out-of-memory of any origin: ``MemoryError``, ``torch.OutOfMemoryError`` (CUDA, MPS),
-    the CPU allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory") and ``OutOfMemory``,
-    also when another exception wraps it: ``raise X from oom`` (``__cause__``) or an error raised while
-    handling one (``__context__``, unless ``from None`` suppressed it), up to ``OOM_CHAIN_DEPTH`` links."""
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen and len(seen) < OOM_CHAIN_DEPTH:
-        if _is_bare_out_of_memory(link):
-            return True
-        seen.add(id(link))
-        link = link.__cause__ if link.__cause__ is not None else (
-            None if link.__suppress_context__ else link.__context__)
-    return False
+    ``OSError(ENOMEM)`` (mmap, fork), RuntimeErrors saying so (the CPU allocator's "can't allocate memory",
+    "std::bad_alloc", "CUBLAS_STATUS_ALLOC_FAILED") and ``OutOfMemory``; also when another exception wraps
+    it, by ``raise X from oom``, by raising while handling one, or in an ``ExceptionGroup``
+    (``related_exceptions``). Deterministic for the same work: the callers do not retry it."""
+    return any(_is_bare_out_of_memory(e) for e in related_exceptions(exc))
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True when ``exc`` or what it came from (``related_exceptions``) is a full disk or a spent quota:
+    ``OSError`` ENOSPC / EDQUOT, or a RuntimeError saying "No space left on device" (torch.save's writer)."""
+    codes = tuple(c for c in (getattr(errno, "ENOSPC", None), getattr(errno, "EDQUOT", None)) if c is not None)
+    return any(_errno_is(e, codes) or _says(e, _DISK_FULL_TEXT) for e in related_exceptions(exc))

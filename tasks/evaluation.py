@@ -7,14 +7,17 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import INPUTS
 
+from pipeline.retry import retry_if_transient
 from rlvr_core.config import EvaluateConfig
 from rlvr_core.evaluation import evaluate_policy
 from rlvr_core.models.policy import load_checkpoint_policy, precision, resolve_device
 from tasks.data import load_split
 
 
-# cached on its inputs (paths, config and seed): a checkpoint folder is immutable once written
-@task(retries=1, retry_delay_seconds=2, cache_policy=INPUTS)
+# cached on its inputs (paths, config and seed): a checkpoint folder is immutable once written; retried once,
+# unless the failure is one a retry cannot fix (pipeline.retry: a bad checkpoint or config, out of memory, ...)
+@task(retries=1, retry_delay_seconds=2, cache_policy=INPUTS,
+      retry_condition_fn=retry_if_transient("evaluate.n_samples or evaluate.max_new_tokens"))
 def evaluate_checkpoint(checkpoint: str, checkpoint_id: str, base_policy_dir: str, data_dir: str, task_name: str,
                         cfg: EvaluateConfig, seed: int = 0, device: str = "cpu",
                         dtype: str = "float32") -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from pipeline.retry import retry_if_transient
 from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 
 
@@ -37,7 +38,9 @@ def run_warm_start(cfg: WarmStartConfig, data_dir: str, out_dir: str, task: str 
     return metrics
 
 
-@task(retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE)
+# retried once, unless a retry cannot fix the failure (pipeline.retry: a bad checkpoint, a full disk, ...)
+@task(retries=1, retry_delay_seconds=2, cache_policy=NO_CACHE,
+      retry_condition_fn=retry_if_transient("the model size (export on a machine with more memory)"))
 def export_policy(checkpoint: str, base_policy_dir: str, out_dir: str) -> str:
     """Save the policy of ``checkpoint`` as a standalone policy folder at ``out_dir`` (``save_pretrained``);
     returns it."""

@@ -9,15 +9,17 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from pipeline.retry import retry_if_transient
 from pipeline.tracking import SPOOL, StepLogger
 from rlvr_core.config import TrainConfig
-from rlvr_core.errors import ConfigError
-from rlvr_core.models.policy import PolicyLoadError
-from rlvr_core.training import CheckedInputs, TrainingStopped, train
+from rlvr_core.training import CheckedInputs, train
 from tasks.data import load_split
 
-# Failures a retry cannot fix: bad settings or data, a bad policy folder, a run stopped on purpose.
-NOT_RETRIED: tuple[type[BaseException], ...] = (ConfigError, PolicyLoadError, TrainingStopped)
+# What a retry cannot fix (bad settings or data, a bad policy folder, a run stopped on purpose, out of memory, a
+# full disk) is not retried: pipeline.retry decides; the hint names what lowers this task's memory.
+OOM_HINT = ("train.micro_batch, train.max_new_tokens, train.engine_options.micro_batch, train.eval_size or "
+            "train.eval_samples (the error names the part that did not fit)")
+should_retry = retry_if_transient(OOM_HINT)
 
 
 def progress_line(rec: dict[str, Any]) -> str:
@@ -43,17 +45,6 @@ def fault_notes(rec: dict[str, Any]) -> list[str]:
     if rec.get("engine_retries"):
         notes.append(f"{rec['engine_retries']} engine retries")
     return notes
-
-
-def should_retry(task: Any, task_run: Any, state: Any) -> bool:
-    """Prefect retry condition: retry anything but ``NOT_RETRIED`` (the retry resumes from the newest checkpoint)."""
-    exc = state.data if isinstance(getattr(state, "data", None), BaseException) else None
-    if exc is None:
-        try:
-            exc = state.result(raise_on_failure=False)
-        except Exception:  # noqa: BLE001 - unknown failure: let the retry policy decide
-            return True
-    return not isinstance(exc, NOT_RETRIED)
 
 
 # retried: the run resumes from its newest checkpoint, so a retry never repeats finished steps

@@ -139,3 +139,28 @@ def test_detached_head_is_refused_before_compute(origin: Path, monkeypatch: pyte
         remote.setup()
     monkeypatch.setenv("RLVR_GIT_BRANCH", "main")
     assert remote.setup() == remote.Remote("r", sync.top)
+
+
+@pytest.mark.parametrize("bad", ["bad..name", "has space", "-leading", "ends.lock", "trailing/", "@{-1}"])
+def test_a_branch_name_git_refuses_is_refused_at_set_up(origin: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        bad: str) -> None:
+    """A bad $RLVR_GIT_BRANCH fails before compute, naming the variable, not after training at the push."""
+    sync, _ = worker(origin, "w", "train@grpo-0", "a" * 32)
+    monkeypatch.setenv("RLVR_DVC_REMOTE", "r")
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.setattr(remote, "root", lambda: sync.top)
+    monkeypatch.setattr(remote, "check_remote", lambda name, top: name)
+    monkeypatch.setattr(remote, "check_tracking_server", lambda uri: None)
+    monkeypatch.setattr(remote, "check_params_file", lambda params_file, top: top / "params.yaml")
+    monkeypatch.setenv("RLVR_GIT_BRANCH", bad)
+    with pytest.raises(ConfigError, match=r"^RLVR_GIT_BRANCH=.*: not a valid git branch name \(`git check-ref-format"):
+        remote.setup()
+    monkeypatch.setenv("RLVR_GIT_BRANCH", "feature/ok-1.2")  # a good name still passes
+    assert remote.setup() == remote.Remote("r", sync.top)
+
+
+def test_deploy_refuses_a_bad_publish_branch() -> None:
+    from flows.deploy import deploy
+
+    with pytest.raises(ConfigError, match=r"^--publish-branch \(RLVR_GIT_BRANCH\)='bad\.\.name': not a valid git"):
+        deploy("https://example.invalid/repo.git", "gpu", publish_branch="bad..name")

@@ -3,6 +3,7 @@ training (and before MLflow opens a run); an out-of-memory fails at once, unretr
 
 from __future__ import annotations
 
+import errno
 import time
 from pathlib import Path
 from typing import Any
@@ -181,8 +182,11 @@ def test_out_of_memory_is_not_retried_but_other_faults_are() -> None:
     assert flaky.calls == 3
 
 
+@pytest.mark.parametrize("make", [lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 160.00 GiB"),
+                                  lambda: OSError(errno.ENOMEM, "Cannot allocate memory"),  # was retried 3 + 2 times
+                                  lambda: RuntimeError("std::bad_alloc")], ids=["cuda", "ENOMEM", "bad_alloc"])
 def test_an_oom_in_generation_stops_training_at_once_naming_what_to_reduce(
-        policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: Any) -> None:
     calls = {"n": 0}
     real = HFEngine._forward_loop
 
@@ -190,7 +194,7 @@ def test_an_oom_in_generation_stops_training_at_once_naming_what_to_reduce(
         if generator is None:  # greedy evaluation runs; sampling does not fit
             return real(self, seqs, max_new, generator)
         calls["n"] += 1
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 160.00 GiB")
+        raise make()
 
     monkeypatch.setattr(HFEngine, "_forward_loop", forward)
     tr, te = _plain_rows()

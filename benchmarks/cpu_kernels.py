@@ -1,7 +1,7 @@
 """CPU kernels and replication: which kernels make a training stage's bytes depend on the machine, and what pinning
 them costs.
 
-    python -m benchmarks.cpu_kernels [--steps 6] [--rounds 3] [--out DIR]
+    python -m benchmarks.cpu_kernels [--steps 30] [--rounds 3] [--out DIR]
 
 Prepares the default pipeline (params.yaml: data, the recorded warm start) in a temporary root, then trains
 `python -m flows.train --allocator grpo --steps S` there under each kernel setting, --rounds times, the settings
@@ -14,9 +14,11 @@ interleaved in every round so that a loaded machine slows them alike:
 - `native`: the processor's own choice (RLVR_CPU_KERNELS=native);
 - `native torch, pinned MKL` and `pinned torch, native MKL`: one of the two pinned, which says which kernels part.
 
-Each run's results are hashed (final policy, metrics.jsonl) and its training seconds summed from timings.jsonl.
+Each run's results are hashed (final policy, metrics.jsonl); its seconds are its training loop's
+(train_timings.json), evaluations included, and each setting's cost is the median over rounds of its seconds over
+pinned's in the same round.
 Writes cpu_kernels.json and cpu_kernels.csv (benchmarks/results/cpu_kernels/ for the default --steps and
---rounds, else a temporary folder unless --out names one). Takes about 10 minutes on an idle 2-core machine.
+--rounds, else a temporary folder unless --out names one). Takes about 20 minutes on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from benchmarks.common import output_dir, results_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-FULL = {"steps": 6, "rounds": 3}
+FULL = {"steps": 30, "rounds": 3}
 SETTINGS: dict[str, dict[str, str]] = {
     "pinned": {},
     "pinned, AVX2-only MKL": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
@@ -72,17 +74,18 @@ def prepare(root: Path) -> None:
 
 
 def train_once(root: Path, name: str, extra: dict[str, str], steps: int) -> dict:
-    """One training run under the kernel setting ``extra``: its results' hash and its training seconds."""
+    """One training run under the kernel setting ``extra``: its results' hash, the seconds of its training loop
+    (train_timings.json: generation, update and evaluations; not the process's start) and of its evaluations."""
     out = root / "runs" / name
     run(dict(base_env(root), **extra), "flows.train", "--allocator", "grpo", "--steps", str(steps), "--out",
         f"runs/{name}")
     digest = hashlib.sha256()
     for f in ("final_model/model.safetensors", "metrics.jsonl"):
         digest.update((out / f).read_bytes())
-    timings = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines() if line.strip()]
-    seconds = sum(float(t.get("step_s") or 0.0) for t in timings)
+    timings = json.loads((out / "train_timings.json").read_text())
     shutil.rmtree(out)
-    return {"sha256": digest.hexdigest(), "train_s": round(seconds, 3)}
+    return {"sha256": digest.hexdigest(), "train_s": round(float(timings["seconds"]), 3),
+            "eval_s": round(float(timings["eval_s"]), 3)}
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
               "native_capability": cpu, "summary": summarize(runs), "runs": runs}
     (dest / "cpu_kernels.json").write_text(json.dumps(result, indent=1) + "\n")
     with open(dest / "cpu_kernels.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["round", "setting", "sha256", "train_s"])
+        w = csv.DictWriter(f, fieldnames=["round", "setting", "sha256", "train_s", "eval_s"])
         w.writeheader()
         w.writerows(runs)
     print(json.dumps(result["summary"], indent=1))

@@ -129,6 +129,9 @@ def test_values_from_overrides_are_reported_against_the_file(flow_root: Path) ->
     err = _refused(flow_root, r"train\.seed: got 18446744073709551616; a seed is an int from 0 to 4,294,967,295",
                    seed=2**64)
     assert "the value of train.seed came from --set or a command-line option" in str(err)
+    # --seed 2 --set seed=1: the option won silently
+    _refused(flow_root, r"^train\.seed is given twice, by --seed 2 and --set seed=1; give it once$", seed=2,
+             overrides={"seed": 1})
     with pytest.raises(ConfigError, match=r"^p/params\.yaml: train\.lr \(from --set 'lr=\['\): not valid YAML"):
         parse_set(["lr=["], "p/params.yaml")
     with pytest.raises(ConfigError, match=r"--set 'lr': use key=value"):

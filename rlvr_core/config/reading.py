@@ -112,8 +112,8 @@ class ParamsLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _Refused(f"the merge key << at {_at(key_node)} is not read in params files (two of them in "
-                               "one mapping kept the last one's values silently); write the keys out (an alias of a whole value, "
-                               "*name, still reads)")
+                               "one mapping kept the last one's values silently); write the keys out (an alias of a "
+                               "whole value, *name, still reads)")
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
             key = self.construct_object(key_node)

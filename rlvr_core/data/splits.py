@@ -109,7 +109,8 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, FieldT
 # Unicode's default-ignorable code points (DerivedCoreProperties.txt) that are not format characters (Cf):
 # the combining grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian free variation selectors,
 # variation selectors and the unassigned ones of the ignorable blocks. With every Cf character (soft hyphen,
-# zero-width space and joiners, bidi marks, BOM, tag characters) they are what shows nothing.
+# zero-width space and joiners, bidi marks, BOM, tag characters) they are what shows nothing. Cf also holds a
+# few marks that show (U+0600 ARABIC NUMBER SIGN): removing them can only make two prompts compare equal.
 _IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f\uffa0"
                         "\ufff0-\ufff8\U000e0000-\U000e0fff]")
 

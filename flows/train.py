@@ -38,7 +38,7 @@ from pipeline.lineage import dvc_md5, git_commit
 from pipeline.paths import data_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
-from rlvr_core.errors import ConfigError
+from rlvr_core.errors import ConfigError, short_repr
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TIMING_KEYS, CheckedInputs, TrainingStopped, preflight
 from tasks.data import load_split
@@ -133,7 +133,11 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     deployed = untrusted.deployment_id()
     deployed_out = untrusted.check_train_parameters(overrides, params_file, out_dir) if deployed else None
     ov = dict(overrides or {})
-    ov.update({k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None})
+    options = {k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None}
+    if both := [k for k in options if k in ov]:  # the option would win over --set silently
+        raise ConfigError(f"train.{both[0]} is given twice, by --{both[0]} {short_repr(options[both[0]])} and --set "
+                          f"{both[0]}={short_repr(ov[both[0]])}; give it once")
+    ov.update(options)
     sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
     params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
     cfg = params.train

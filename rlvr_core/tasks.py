@@ -216,8 +216,8 @@ def build_hub_splits(cfg: Any, keep: Callable[[Mapping[str, Any]], bool] | None 
     Rows keep the loaders' schema. ``keep`` (optional) drops rows the task's verifier cannot score,
     counted per split under ``dropped_key``. Training rows whose problem text is also a held-out
     problem are dropped (decontamination; their number is reported as ``dropped_overlap``); texts are
-    compared after ``normalize_prompt`` (whitespace, NBSP, CRLF), and ``dropped_near_duplicate`` counts
-    the dropped rows that differed from a held-out text only that way. Then
+    compared after ``normalize_prompt`` (whitespace, NBSP, CRLF, invisible characters), and
+    ``dropped_near_duplicate`` counts the dropped rows that differed from a held-out text only that way. Then
     both splits are checked with ``validate_splits`` for the task. Raises DataError (a ConfigError)
     for unusable rows; loader errors name the source and row.
     """

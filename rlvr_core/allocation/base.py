@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
+import types
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -37,7 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlvr_core.allocation.source import PromptSource
-from rlvr_core.errors import RewardError, from_mapping, require
+from rlvr_core.errors import ConfigError, RewardError, from_mapping, require, short_repr
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
 
@@ -393,6 +396,30 @@ class Allocator(ABC):
         self._load_extra_state(state["extra"])
 
 
+def _needs(value: Any, hint: Any) -> str | None:
+    """What a value of field annotation ``hint`` must be ("an int or null"), or None when ``value`` fits it.
+    Checked: bool, int, float, str and their unions with None; other annotations are the class's to check."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        needs = [_needs(value, a) for a in args if a is not type(None)]
+        if any(n is None for n in needs):
+            return None
+        return " or ".join(typing.cast(list[str], needs)) + (" or null" if type(None) in args else "")
+    is_bool = isinstance(value, (bool, np.bool_))
+    fits = {bool: (is_bool, "true or false"), str: (isinstance(value, str), "a string"),
+            int: (isinstance(value, numbers.Integral) and not is_bool, "an int"),
+            float: (isinstance(value, numbers.Real) and not is_bool, "a number")}
+    ok, need = fits.get(hint, (True, ""))
+    return None if ok else need
+
+
 def build_params(cls: type[AllocatorParams], name: str, params: dict[str, Any]) -> AllocatorParams:
-    """Construct ``cls(**params)``; errors read "<allocator>.<field>: why and how to fix"."""
+    """Construct ``cls(**params)``; errors read "<allocator>.<field>: why and how to fix". A value that does not
+    fit its field's type ("0.5" for a float) is refused before the class's range checks compare it."""
+    hints = typing.get_type_hints(cls)
+    for key, value in params.items():
+        if key in hints and (need := _needs(value, hints[key])) is not None:
+            raise ConfigError(f"{name}.{key}: got {short_repr(value)}; need {need}")
     return from_mapping(cls, params, name)

@@ -1,8 +1,9 @@
 """Checking a params section's values against its dataclass's type annotations (``check_fields``).
 
 Ints, booleans, strings, lists and mappings of the right shape, and numbers that are finite (NaN and
-infinities are refused everywhere); no params key takes a negative number. Range checks follow in each
-section's ``__post_init__``.
+infinities are refused everywhere); no params key takes a negative number, and a seed (``SEED_KEYS``:
+prepare.seed, warmstart.seed, train.seed, train.seeds) is at most ``MAX_SEED``. Range checks follow in
+each section's ``__post_init__``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from typing import Any, Mapping, Union
 
 from rlvr_core.config.reading import short_repr
 from rlvr_core.errors import ConfigError
+
+# the largest seed: the vllm engine samples with a seed's low 32 bits (rlvr_core.rollout.vllm.round_seed) and
+# numpy's global generator is seeded with seed % 2**32 (rlvr_core.training), so larger seeds would repeat smaller
+# ones; torch.manual_seed refuses 2**64 and more, and the hf engine seeds torch with seed * 1,000,003 + call
+MAX_SEED = 2**32 - 1
+SEED_KEYS = ("seed", "seeds")
 
 
 def _is_int(x: Any) -> bool:
@@ -112,6 +119,9 @@ def check_fields(cls: type, values: Mapping[str, Any]) -> None:
         numbers = [v] if _is_real(v) else [x for x in v if _is_real(x)] if isinstance(v, (list, tuple)) else []
         if any(x < 0 for x in numbers):
             raise ConfigError(f"{f.name}: got {short_repr(v)}; no params key takes a negative number")
+        if f.name in SEED_KEYS and any(x > MAX_SEED for x in numbers):
+            raise ConfigError(f"{f.name}: got {short_repr(v)}; a seed is an int from 0 to {MAX_SEED:,} (2**32 - 1: "
+                              "the vllm engine and numpy's global generator read only its low 32 bits)")
 
 
 def _check_self(obj: Any) -> None:

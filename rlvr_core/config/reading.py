@@ -3,9 +3,11 @@
 params.yaml is read with ``read_yaml``: aliases that would expand past ``MAX_YAML_NODES`` nodes are
 refused while composing, before anything is built, and exponent floats as people type them (``5e-5``,
 ``1E-4``) are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused with the
-line they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as octal 8, ``1:30`` as 90,
-and a key given twice. Messages show values through ``short_repr``; a file that is not YAML is refused with
-the line and column of the fault and never a word of its text (it may be no params file at all).
+line and key they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as octal 8, ``1:30`` as
+90 and ``1:30.0`` as 90.0 (base 60), a key given twice, and merge keys (``<<``: two of them in one mapping
+kept the last one's values silently). ``--set`` refuses a key given twice. Messages show values through
+``short_repr``; a file that is not YAML is refused with the line and column of the fault and never a word
+of its text (it may be no params file at all).
 """
 
 from __future__ import annotations
@@ -42,31 +44,65 @@ def _at(node: yaml.Node) -> str:
     return f"line {node.start_mark.line + 1}, column {node.start_mark.column + 1}"
 
 
+def _key_paths(root: yaml.Node) -> dict[int, str]:
+    """{id(node): "train.lr"} for the values of a composed document (the first path an aliased node has;
+    items of lists as "key[i]"), walked without recursion."""
+    paths: dict[int, str] = {}
+    todo: list[tuple[yaml.Node, str]] = [(root, "")]
+    while todo:
+        node, path = todo.pop()
+        if id(node) in paths:
+            continue
+        paths[id(node)] = path
+        if isinstance(node, yaml.MappingNode):
+            todo.extend((v, f"{path}.{k.value}" if path else str(k.value)) for k, v in node.value
+                        if isinstance(k, yaml.ScalarNode))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend((v, f"{path}[{i}]") for i, v in enumerate(node.value))
+    return paths
+
+
 class ParamsLoader(yaml.SafeLoader):
     """SafeLoader that refuses alias bombs and reads ``5e-5`` / ``1E-4`` / ``1e5`` as floats."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._paths: dict[int, str] = {}
 
     def compose_document(self) -> Any:
         node = super().compose_document()
         _count_nodes(node, {})
+        self._paths = _key_paths(node)
         return node
+
+    def _where(self, node: yaml.Node) -> str:
+        """ "line 6, column 9 (train.seed)": where a value is, with its key when it has one."""
+        path = self._paths.get(id(node))
+        return f"{_at(node)} ({path})" if path else _at(node)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """An int, refused when it is past a float's range (Python refuses 4,301+ digit ints with a
         ValueError, and no params number can be that large)."""
         digits = str(node.value).replace("_", "").lstrip("+-")
         if len(digits) > MAX_INT_DIGITS:
-            raise _Refused(f"the number at {_at(node)} is {len(digits):,} digits long; a params number must fit "
-                           f"a float (at most {MAX_INT_DIGITS} digits)")
+            raise _Refused(f"the number at {self._where(node)} is {len(digits):,} digits long; a params number "
+                           f"must fit a float (at most {MAX_INT_DIGITS} digits)")
         value = super().construct_yaml_int(node)
         if ":" in digits:
-            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a colon as base 60); "
-                           f"write {value} or quote the value")
+            raise _Refused(_base_60(node.value, self._where(node), value))
         if digits[:2] not in ("0x", "0b") and len(digits) > 1 and digits[0] == "0":
             meant = int(str(node.value).replace("_", ""), 10)
-            raise _Refused(f"{node.value} at {_at(node)} reads as {value} (YAML 1.1 reads a leading 0 as octal); "
-                           f"write {meant}, or {value} if octal was meant")
+            raise _Refused(f"{node.value} at {self._where(node)} reads as {value} (YAML 1.1 reads a leading 0 as "
+                           f"octal); write {meant}, or {value} if octal was meant")
         if abs(value) >= 2 ** 1024:
-            raise _Refused(f"the number at {_at(node)} is past a float's range (about 1.8e308)")
+            raise _Refused(f"the number at {self._where(node)} is past a float's range (about 1.8e308)")
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        """A float, refused when YAML 1.1 reads it in base 60 (``1:30.0`` is 90.0)."""
+        value = super().construct_yaml_float(node)
+        if ":" in str(node.value):
+            raise _Refused(_base_60(node.value, self._where(node), value))
         return value
 
 
@@ -74,7 +110,11 @@ class ParamsLoader(yaml.SafeLoader):
         """A mapping, refused when it gives a key twice (YAML would keep the last one silently)."""
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Refused(f"the merge key << at {_at(key_node)} is not read in params files (two of them in "
+                               "one mapping kept the last one's values silently); write the keys out (an alias of a "
+                               "whole value, *name, still reads)")
+            if not isinstance(key_node, yaml.ScalarNode):
                 continue
             key = self.construct_object(key_node)
             if key in seen:
@@ -84,7 +124,13 @@ class ParamsLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _base_60(text: str, where: str, value: float) -> str:
+    return (f"{text} at {where} reads as {value} (YAML 1.1 reads a colon as base 60); write {value} or quote "
+            "the value")
+
+
 ParamsLoader.add_constructor("tag:yaml.org,2002:int", ParamsLoader.construct_yaml_int)
+ParamsLoader.add_constructor("tag:yaml.org,2002:float", ParamsLoader.construct_yaml_float)
 
 
 # YAML 1.1 (PyYAML) wants a dot and a signed exponent (5.0e-5); people type 5e-5, 1E-4, 1e5
@@ -150,12 +196,17 @@ def parse_set(items: typing.Sequence[str], params_file: str | Path, section: str
     Errors name ``params_file`` and ``section.key`` and say the value came from --set.
     """
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(f"--set {short_repr(item)}: use key=value, e.g. --set lr=5e-5")
         key, value = (s.strip() for s in item.split("=", 1))
         if not key:
             raise ConfigError(f"--set {short_repr(item)}: the key is empty; use key=value, e.g. --set lr=5e-5")
+        if key in given:
+            raise ConfigError(f"{params_file}: {section}.{key} is set twice, by --set {short_repr(given[key])} and "
+                              f"--set {short_repr(item)} (the last one would win silently); set it once")
+        given[key] = item
         out[key] = read_yaml(value, f"{params_file}: {section}.{key} (from --set {short_repr(item)})")
     return out
 

@@ -45,7 +45,11 @@ is unpickled with every class refused, so it can only give back a string). Its r
 hub repository or a folder of split files such as ``test.jsonl``) or a single
 local ``.json``/``.jsonl``/``.parquet``/``.csv`` file in the source's format.
 Every loader also takes ``limit`` (first N rows) and ``cache_dir`` (the
-``datasets`` cache, default ``~/.cache/huggingface/datasets``).
+``datasets`` cache, default ``~/.cache/huggingface/datasets``). Local JSON files
+(a ``.json``/``.jsonl`` file, or those of a local directory) are read once
+before ``datasets`` reads them (``check_json_numbers``): a number no column
+holds, an int past 64 bits or a float past a float's range, is a DataError
+naming the file, line and field.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -168,8 +173,73 @@ def parse_level(level: Any) -> int:
 # --------------------------------------------------------------------------- loading
 
 
+class _Unfit(str):
+    """The text of a JSON number no column holds, kept while ``check_json_numbers`` reads a file."""
+
+
+def _json_int(text: str) -> Any:
+    # int() only on what can fit: Python refuses 4,301+ digit ints, and a column holds 64 bits
+    return _Unfit(text) if len(text.lstrip("-")) > 19 or not -(2**63) <= int(text) < 2**63 else int(text)
+
+
+def _json_float(text: str) -> Any:
+    value = float(text)
+    return value if math.isfinite(value) else _Unfit(text)
+
+
+def _first_unfit(value: Any) -> tuple[str, str] | None:
+    """(key path, number text) of the first ``_Unfit`` in a decoded JSON value, walked without recursion."""
+    todo: list[tuple[str, Any]] = [("", value)]
+    while todo:
+        path, v = todo.pop()
+        if isinstance(v, _Unfit):
+            return path, str(v)
+        if isinstance(v, dict):
+            todo.extend((f"{path}.{k}" if path else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            todo.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def _unfit_message(path: str, where: str, field: str, text: str) -> str:
+    shown = text if len(text) <= 24 else f"{text[:12]}...{text[-4:]}, {len(text):,} characters"
+    what = "a float past a float's range" if any(c in text for c in ".eE") else "an int past 64 bits"
+    return (f"{path}: {where}: field {field or '(the row)'!r} is {what} ({shown}); no column holds it: write it "
+            "as a string or remove it")
+
+
+def check_json_numbers(path: str) -> None:
+    """DataError naming ``path``, the line (the row of a file that is one JSON document) and the field of the
+    first number in a local .json / .jsonl file that no column holds: an int past 64 bits (``datasets`` raised
+    OverflowError or ValueError on a 4,000-digit int, or read it as "inf") or a float past a float's range
+    (1e999). A file that is not JSON is left to ``datasets`` to refuse."""
+    decoder = json.JSONDecoder(parse_int=_json_int, parse_float=_json_float)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = decoder.decode(line)
+            except json.JSONDecodeError:  # not JSON Lines: one document (a list of rows), read whole below
+                break
+            if (found := _first_unfit(row)) is not None:
+                raise DataError(_unfit_message(path, f"line {n}", *found))
+        else:
+            return
+    with open(path, encoding="utf-8", errors="replace") as f:
+        try:
+            found = _first_unfit(decoder.decode(f.read()))
+        except json.JSONDecodeError:
+            return
+    if found is not None:
+        m = re.match(r"\[(\d+)\]\.?", found[0])
+        where, field = (f"row {m.group(1)}", found[0][m.end():]) if m else ("the document", found[0])
+        raise DataError(_unfit_message(path, where, field, found[1]))
+
+
 def _load_raw(path_or_name: str, split: str, config: str | None, cache_dir: str | None = None) -> Any:
-    """``datasets.load_dataset`` for a hub name, a local directory or a local file."""
+    """``datasets.load_dataset`` for a hub name, a local directory or a local file (local JSON files checked
+    with ``check_json_numbers`` first)."""
     import datasets
 
     kw: dict[str, Any] = {"split": split, "cache_dir": cache_dir}
@@ -180,8 +250,15 @@ def _load_raw(path_or_name: str, split: str, config: str | None, cache_dir: str 
             raise ValueError(
                 f"path_or_name {path_or_name!r}: unsupported file type {ext!r}; use one of {sorted(_FILE_BUILDERS)}"
             )
+        if _FILE_BUILDERS[ext] == "json":
+            check_json_numbers(path_or_name)
         return datasets.load_dataset(_FILE_BUILDERS[ext], data_files={split: path_or_name}, **kw)
     if os.path.isdir(path_or_name):
+        for folder, subfolders, files in os.walk(path_or_name):
+            subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))  # .git, .cache
+            for name in sorted(files):
+                if os.path.splitext(name)[1].lower() in (".json", ".jsonl"):
+                    check_json_numbers(os.path.join(folder, name))
         has_card = os.path.isfile(os.path.join(path_or_name, "README.md"))
         if config and has_card:
             return datasets.load_dataset(path_or_name, config, **kw)

@@ -106,15 +106,30 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], schema: Mapping[str, FieldT
         raise ValueError(f"{split}: duplicate row ids {dup[:5]}")
 
 
-# characters that show nothing and that NFKC keeps: zero-width space, joiners, word joiner, BOM
-_INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
+# Unicode's default-ignorable code points (DerivedCoreProperties.txt) that are not format characters (Cf):
+# the combining grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian free variation selectors,
+# variation selectors and the unassigned ones of the ignorable blocks. With every Cf character (soft hyphen,
+# zero-width space and joiners, bidi marks, BOM, tag characters) they are what shows nothing. Cf also holds a
+# few marks that show (U+0600 ARABIC NUMBER SIGN): removing them can only make two prompts compare equal.
+_IGNORABLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f\uffa0"
+                        "\ufff0-\ufff8\U000e0000-\U000e0fff]")
+
+
+def strip_invisible(text: str) -> str:
+    """``text`` without the code points that show nothing: every format character (category Cf) and the
+    other default-ignorable code points (``_IGNORABLE``)."""
+    if text.isascii():
+        return text
+    text = _IGNORABLE.sub("", text)
+    return "".join(c for c in text if c.isascii() or unicodedata.category(c) != "Cf")
 
 
 def normalize_prompt(text: str) -> str:
-    """The form prompts are compared in for overlap between splits: NFKC (a no-break space and other
-    compatibility characters become their plain form), invisible characters removed, each run of whitespace
+    """The form prompts are compared in for overlap between splits: invisible characters removed
+    (``strip_invisible``: a soft hyphen, zero-width space or tag character makes no new problem), NFKC (a
+    no-break space and other compatibility characters become their plain form), each run of whitespace
     (CRLF, tabs, a trailing space) one space, and no whitespace at either end."""
-    return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).split())
+    return " ".join(strip_invisible(unicodedata.normalize("NFKC", strip_invisible(text))).split())
 
 
 def check_disjoint(splits: Mapping[str, Sequence[Hashable]]) -> None:

@@ -137,7 +137,8 @@ def validate_splits(train_rows: Sequence[Mapping[str, Any]], test_rows: Sequence
     shared = [k for k in test_prompts if k in train_prompts]
     if shared:
         prompt, theirs = test_prompts[shared[0]], train_prompts[shared[0]]
-        near = "" if prompt == theirs else f" (as {theirs!r}: the same text up to whitespace, NBSP or CRLF)"
+        near = "" if prompt == theirs else (f" (as {theirs!r}: the same text up to whitespace, NBSP, CRLF or "
+                                            "invisible characters)")
         raise DataError(f"{_where(source)}problem {prompt!r} appears in both 'train'{near} and split 'test'; "
                         f"splits must be disjoint ({len(shared)} of {len(test_prompts)} held-out prompts are in "
                         "the training split); regenerate the splits")

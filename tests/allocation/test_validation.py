@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from rlvr_core.allocation import PromptSource, make_allocator
@@ -44,6 +45,28 @@ def test_impossible_parameters_name_the_field(name, kw, field):
     with pytest.raises(ConfigError) as e:
         make_allocator(name, **kw)
     assert str(e.value).startswith(f"{name}.{field}")
+
+
+@pytest.mark.parametrize("name,kw,message", [
+    ("sara", {"tau_low": "0.5"}, "sara.tau_low: got '0.5'; need a number"),
+    ("sara", {"max_step_rollouts": 64.0}, "sara.max_step_rollouts: got 64.0; need an int or null"),
+    ("sara", {"mode": 1}, "sara.mode: got 1; need a string"),
+    ("vigor", {"fill": "yes"}, "vigor.fill: got 'yes'; need true or false"),
+    ("dapo", {"max_gen_batches": True}, "dapo.max_gen_batches: got True; need an int"),
+    ("pilot-commit", {"exclude": "1"}, "pilot-commit.exclude: got '1'; need a number or null"),
+    ("grpo", {"seed": 0.5}, "grpo.seed: got 0.5; need an int"),
+])
+def test_a_parameter_of_the_wrong_type_names_the_field_and_the_type(name, kw, message):
+    """``tau_low: "0.5"`` raised "'<=' not supported between instances of 'float' and 'str'"."""
+    with pytest.raises(ConfigError) as e:
+        make_allocator(name, **kw)
+    assert str(e.value) == message
+
+
+def test_numpy_numbers_and_free_form_parameters_still_build():
+    alloc = make_allocator("sara", k=np.int64(4), tau_low=np.float32(0.25), probe_schedule=[0.5, 1.0],
+                           prior="uniform", max_step_rollouts=None)
+    assert alloc.params.k == 4 and alloc.params.max_step_rollouts is None
 
 
 def test_unknown_parameter_suggests_closest():

@@ -65,11 +65,22 @@ def test_near_duplicate_prompts_count_as_overlap():
                     base.replace("Find", "Find\u200b")):
         assert normalize_prompt(variant) == normalize_prompt(base)
     assert normalize_prompt("Find $x$ if $2^x = 64$.") != normalize_prompt(base)
+    # soft hyphen, combining grapheme joiner, tag characters, LRM, variation selector, Hangul filler: five
+    # listed code points let them all through
+    for hidden in ("\u00ad", "\u034f", "\U000e0001\U000e0041\U000e007f", "\u200e", "\ufe0f", "\u3164", "\u2066"):
+        assert normalize_prompt(base.replace("$2^x", "$2" + hidden + "^x")) == normalize_prompt(base), repr(hidden)
+    # what shows stays: accents (composed or not), other scripts, emoji
+    assert normalize_prompt("caf\u00e9") == normalize_prompt("cafe\u0301") != normalize_prompt("cafe")
+    assert normalize_prompt("\u0645\u0631\u062d\u0628\u0627 \U0001f600") == "\u0645\u0631\u062d\u0628\u0627 \U0001f600"
     train = [{"id": "a", "prompt": base, "answer": "5"}, {"id": "b", "prompt": "Compute 1+1.", "answer": "2"}]
     test = [{"id": "t", "prompt": base.replace("\n", "\r\n") + " ", "answer": "5"}]
     with pytest.raises(DataError, match=r"problem 'Find .*\\r\\n.* ' appears in both 'train' \(as 'Find .*\\n.*': "
-                                        r"the same text up to whitespace, NBSP or CRLF\) and split 'test'.*1 of 1"):
+                                        r"the same text up to whitespace, NBSP, CRLF or invisible characters\) and "
+                                        r"split 'test'.*1 of 1"):
         validate_splits(train, test, get_task("math"))
+    with pytest.raises(DataError, match=r"appears in both 'train'.* and split 'test'.*1 of 1"):
+        validate_splits(train, [{"id": "t", "prompt": base.replace("Find", "Fi\u00adnd"), "answer": "5"}],
+                        get_task("math"))
 
 
 def test_hub_preparation_drops_near_duplicates_of_held_out_problems(tmp_path):

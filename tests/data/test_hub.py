@@ -155,6 +155,52 @@ def test_wrong_format_errors_name_the_field(tmp_path: Path, cache: str) -> None:
         load_math500(str(tmp_path / "x.txt"), cache_dir=cache)
 
 
+AIME_ROWS = [{"ID": "2024-I-1", "Problem": "p", "Solution": "s", "Answer": 30},
+             {"ID": "2024-I-2", "Problem": "q", "Solution": "s", "Answer": 5}]
+
+
+@pytest.mark.parametrize("number, what", [
+    ("9" * 4000, r"an int past 64 bits \(999999999999\.\.\.9999, 4,000 characters\)"),
+    ("-9223372036854775809", r"an int past 64 bits \(-9223372036854775809\)"),
+    ("1e999", r"a float past a float's range \(1e999\)"),
+])
+def test_a_number_no_column_holds_is_refused_naming_file_line_and_field(tmp_path: Path, cache: str, number: str,
+                                                                        what: str) -> None:
+    """A 4,000-digit int in a JSON Lines row raised OverflowError or ValueError ("Value is too big!") out of
+    ``datasets``, or became the answer "inf"."""
+    from rlvr_core.data.validate import DataError
+
+    lines = [json.dumps(r) for r in AIME_ROWS]
+    lines[1] = lines[1].replace('"Answer": 5', f'"Answer": {number}')
+    path = tmp_path / "aime.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=rf"^{path}: line 2: field 'Answer' is {what}; no column holds it: write it "
+                                        "as a string or remove it$"):
+        load_hub_dataset("aime2024", path_or_name=str(path), cache_dir=cache)
+    # a file that is one JSON document names the row; a nested field its key path; a folder each file
+    doc = tmp_path / "doc" / "train.json"
+    doc.parent.mkdir()
+    doc.write_text(json.dumps([AIME_ROWS[0], {**AIME_ROWS[1], "meta": {"n": [1, 2]}}], indent=2)
+                   .replace('"n": [\n        1', f'"n": [\n        {number}'))
+    with pytest.raises(DataError, match=rf"^{doc}: row 1: field 'meta\.n\[0\]' is {what}"):
+        load_aime2024(str(doc), cache_dir=cache)
+    with pytest.raises(DataError, match=rf"^{doc}: row 1: field 'meta\.n\[0\]'"):
+        load_aime2024(str(doc.parent), cache_dir=cache)
+
+
+def test_json_files_with_numbers_that_fit_still_load(tmp_path: Path, cache: str) -> None:
+    path = tmp_path / "aime.jsonl"
+    path.write_text("".join(json.dumps({**r, "Answer": v}) + "\n"
+                            for r, v in zip(AIME_ROWS, (2**63 - 1, -(2**63)))))
+    assert load_aime2024(str(path), cache_dir=cache)["answer"] == [str(2**63 - 1), str(-(2**63))]
+    floats = tmp_path / "floats.jsonl"
+    floats.write_text("".join(json.dumps({**r, "Answer": v}) + "\n" for r, v in zip(AIME_ROWS, (1.5e308, 0.5))))
+    assert load_aime2024(str(floats), cache_dir=cache)["answer"] == ["1.5e+308", "0.5"]
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(AIME_ROWS, indent=2))
+    assert load_aime2024(str(doc), cache_dir=cache)["answer"] == ["30", "5"]
+
+
 # ---------------------------------------------------------------- templates
 
 

@@ -82,6 +82,12 @@ def _with_train(text: str, line: str) -> str:
     ("k: .inf", r"train\.k: got inf; need an int"),
     ("eval_size: -1", r"train\.eval_size: got -1"),
     ("seed: -1", r"train\.seed: got -1"),
+    ("seed: 18446744073709551616", r"train\.seed: got 18446744073709551616; a seed is an int from 0 to 4,294,967,295"),
+    ("seeds: [0, 4294967296]", r"train\.seeds: got \[0, 4294967296\]; a seed is an int from 0 to 4,294,967,295"),
+    ("allocator_params: {sara: {tau_low: '0.5'}}",
+     r"train\.allocator_params\.sara\.tau_low: got '0\.5'; need a number"),
+    ("allocator_params: {dapo: {max_gen_batches: 4.0}}",
+     r"train\.allocator_params\.dapo\.max_gen_batches: got 4\.0; need an int$"),
     ("engine_retry_delay_s: .nan", r"train\.engine_retry_delay_s: got nan"),
     ("micro_batch: 0", r"train\.micro_batch: got 0; need an int >= 1"),
     ("allocator: [sara]", r"train\.allocator: got \['sara'\]; need a string"),
@@ -103,6 +109,8 @@ def test_flow_refuses_a_bad_train_value_before_mlflow(flow_root: Path, line: str
     (PARAMS + "warmstart: {lr: .nan}\n", r"warmstart\.lr: got nan; need a finite number"),
     (PARAMS + "warmstart: {weight_decay: .inf}\n", r"warmstart\.weight_decay: got inf"),
     (PARAMS + "warmstart: {hidden: -128}\n", r"warmstart\.hidden: got -128; no params key takes a negative"),
+    (PARAMS + "warmstart: {seed: 4294967296}\n", r"warmstart\.seed: got 4294967296; a seed is an int from 0 to"),
+    (PARAMS.replace("seed: 0}", "seed: 4294967296}"), r"prepare\.seed: got 4294967296; a seed is an int from 0 to"),
     ("prepare: {task: arithmetic}\ntrain: [1, 2]\n", r"train: got \[1, 2\]; need a mapping of train keys"),
     ("", r"empty \(or only comments\); a params file needs the sections prepare, train"),
     ("# all the keys\n# are commented out\n", r"empty \(or only comments\)"),
@@ -117,6 +125,13 @@ def test_flow_refuses_bad_sections_before_mlflow(flow_root: Path, text: str, mes
 def test_values_from_overrides_are_reported_against_the_file(flow_root: Path) -> None:
     err = _refused(flow_root, r"train\.lr: got \[1\]; need a number", overrides={"lr": [1]})
     assert f"came from --set or a command-line option, not from {flow_root / 'params.yaml'}" in str(err)
+    # --seed 18446744073709551616 opened a FAILED MLflow run and ended in "Overflow when unpacking long long"
+    err = _refused(flow_root, r"train\.seed: got 18446744073709551616; a seed is an int from 0 to 4,294,967,295",
+                   seed=2**64)
+    assert "the value of train.seed came from --set or a command-line option" in str(err)
+    # --seed 2 --set seed=1: the option won silently
+    _refused(flow_root, r"^train\.seed is given twice, by --seed 2 and --set seed=1; give it once$", seed=2,
+             overrides={"seed": 1})
     with pytest.raises(ConfigError, match=r"^p/params\.yaml: train\.lr \(from --set 'lr=\['\): not valid YAML"):
         parse_set(["lr=["], "p/params.yaml")
     with pytest.raises(ConfigError, match=r"--set 'lr': use key=value"):

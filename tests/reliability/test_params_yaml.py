@@ -31,7 +31,8 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_a_huge_int_is_a_config_error_not_a_traceback(tmp_path: Path, number: str) -> None:
     """A 5,001-digit int hit Python's 4,300-digit limit: a raw ValueError out of load_params and --set."""
     path = _write(tmp_path, PARAMS + f"  seed: {number}\n")
-    with pytest.raises(ConfigError, match=r"params\.yaml: the number at line 6, column 9 (is [\d,]+ digits long"
+    with pytest.raises(ConfigError, match=r"params\.yaml: the number at line 6, column 9 \(train\.seed\) "
+                                          r"(is [\d,]+ digits long"
                                           r"|is past a float's range)") as err:
         load_params(path)
     assert len(str(err.value)) < 300
@@ -61,17 +62,37 @@ def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
         load_params(_write(tmp_path, "prepare: {task: arithmetic, seed: 1, seed: 2}\ntrain: {}\n"))
     with pytest.raises(ConfigError, match=r"the key 'train' is given twice"):
         load_params(_write(tmp_path, PARAMS + "train: {}\n"))
-    # a merge key (<<) may still be overridden by an explicit key: that is what merges are for
-    merged = PARAMS + "evaluate: {<<: {k: 4, temperature: 0.5}, k: 8}\n"
-    assert load_params(_write(tmp_path, merged)).evaluate.k == 8
-    assert parse_set(["allocator_params={sara: {prior: {<<: {a0: 1.0}, a0: 2.0}}}"], "p") == {
-        "allocator_params": {"sara": {"prior": {"a0": 2.0}}}}
+
+
+@pytest.mark.parametrize("text, at", [
+    ("train: {<<: {lr: 0.0005}, <<: {lr: 0.00001}}\n", "line 2, column 9"),
+    ("evaluate: &e {k: 4}\ntrain:\n  <<: *e\n  lr: 0.00001\n", "line 4, column 3"),
+    ("train: {<<: [{lr: 0.0005}, {lr: 0.00001}]}\n", "line 2, column 9"),
+])
+def test_a_merge_key_is_refused_where_it_is(tmp_path: Path, text: str, at: str) -> None:
+    """Two merge keys (<<) in one mapping passed the duplicate-key check and the last one's lr won silently."""
+    with pytest.raises(ConfigError, match=rf"params\.yaml: the merge key << at {at} is not read in params files"):
+        load_params(_write(tmp_path, PARAMS.split("\n")[0] + "\n" + text))
+    with pytest.raises(ConfigError, match=r"train\.allocator_params \(from --set .*\): the merge key << at line 1"):
+        parse_set(["allocator_params={sara: {prior: {<<: {a0: 1.0}, a0: 2.0}}}"], "params.yaml")
+    # an alias of a whole value still reads, and so does a quoted "<<"
+    assert parse_set(["allocator_params={sara: &s {tau_low: 0.4}, vigor: {}}", "k={'<<': 1}"], "p") == {
+        "allocator_params": {"sara": {"tau_low": 0.4}, "vigor": {}}, "k": {"<<": 1}}
+
+
+def test_a_key_set_twice_on_the_command_line_is_refused() -> None:
+    """``--set lr=1e-4 --set lr=2e-4`` kept the last value silently."""
+    with pytest.raises(ConfigError, match=r"^params\.yaml: train\.lr is set twice, by --set 'lr=1e-4' and "
+                                          r"--set 'lr = 2e-4' \(the last one would win silently\); set it once$"):
+        parse_set(["lr=1e-4", "k=4", "lr = 2e-4"], "params.yaml")
+    assert parse_set(["lr=1e-4", "k=4"], "params.yaml") == {"lr": 1e-4, "k": 4}
 
 
 @pytest.mark.parametrize("typed, reads, meant", [("010", 8, 10), ("0_17", 15, 17), ("+012", 10, 12)])
 def test_a_leading_zero_is_not_read_as_octal(tmp_path: Path, typed: str, reads: int, meant: int) -> None:
     """``seed: 010`` was seed 8 (YAML 1.1 octal)."""
-    with pytest.raises(ConfigError, match=rf"{typed.replace('+', '[+]')} at line 6, column 9 reads as {reads} "
+    with pytest.raises(ConfigError, match=rf"{typed.replace('+', '[+]')} at line 6, column 9 \(train\.seed\) "
+                                          rf"reads as {reads} "
                                           rf"\(YAML 1\.1 reads a leading 0 as octal\); write {meant}, or {reads}"):
         load_params(_write(tmp_path, PARAMS + f"  seed: {typed}\n"))
     with pytest.raises(ConfigError, match=rf"train\.seed \(from --set .*\): {typed.replace('+', '[+]')} at line 1"):
@@ -80,6 +101,19 @@ def test_a_leading_zero_is_not_read_as_octal(tmp_path: Path, typed: str, reads: 
         parse_set(["seed=1:30"], "params.yaml")
     assert parse_set(["seed=0", "lr=0.010", "k='010'", "top_p=0x10"], "p") == {
         "seed": 0, "lr": 0.01, "k": "010", "top_p": 16}
+
+
+@pytest.mark.parametrize("typed, reads", [("1:30.0", "90.0"), ("-1:30.5", "-90.5"), ("1:30", "90")])
+def test_a_base_60_number_is_refused_naming_its_key(tmp_path: Path, typed: str, reads: str) -> None:
+    """``verifier_timeout_s: 1:30.0`` was 90.0 seconds (YAML 1.1 floats in base 60)."""
+    path = _write(tmp_path, PARAMS + f"  verifier_timeout_s: {typed}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: {typed} at line 6, column 23 \(train\.verifier_timeout_s\) "
+                                          rf"reads as {reads} \(YAML 1\.1 reads a colon as base 60\); write {reads} "
+                                          "or quote the value$"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=r"train\.verifier_timeout_s: got '1:30\.0'; need a number or null"):
+        load_params(_write(tmp_path, PARAMS + "  verifier_timeout_s: '1:30.0'\n"))
+    assert load_params(_write(tmp_path, PARAMS + "  verifier_timeout_s: 90.0\n")).train.verifier_timeout_s == 90.0
 
 
 @pytest.mark.parametrize("value, path, shown", [

@@ -39,6 +39,7 @@ from pipeline.paths import data_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError
+from rlvr_core.models.integrity import require_policy_record
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TIMING_KEYS, CheckedInputs, TrainingStopped, preflight
 from tasks.data import load_split
@@ -82,12 +83,14 @@ def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: boo
 
 
 def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> CheckedInputs:
-    """Refuse, before any tracking or rollout: missing data or base model folders, then every check of
-    ``rlvr_core.preflight.preflight`` (data, base model, device, allocator parameters, checkpoints in ``out``).
-    Returns the checked inputs, which the training task trains on without checking them again."""
+    """Refuse, before any tracking or rollout: missing data or base model folders, a base model without its
+    sha256.json (the warmstart flow writes one), then every check of ``rlvr_core.preflight.preflight`` (data,
+    base model and its files' sha256, device, allocator parameters, checkpoints in ``out``). Returns the checked
+    inputs, which the training task trains on without checking them again."""
     for path, how in ((data, "python -m flows.prepare"), (base, "python -m flows.warmstart")):
         if not path.is_dir():
             raise ConfigError(f"{path}: missing; run `{how}` (or `dvc repro`) first")
+    require_policy_record(base)  # PolicyFilesMismatch: a warm start whose files cannot be checked
     return preflight(cfg, task, load_split(str(data), "train"), load_split(str(data), "test"), str(base), str(out),
                      source=str(data))
 

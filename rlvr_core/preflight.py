@@ -9,10 +9,11 @@ train flow calls ``preflight`` before MLflow opens a run, so a bad input fails b
 The checks, in order:
 
 - the splits (``rlvr_core.data.validate.validate_splits`` with the task's row schema);
-- the policy folder (``check_policy_folder``), and the prompts against its tokenizer and position limit
-  (``check_against_policy``: every prompt encodes, characters outside the tiny policy's vocabulary
-  included, and prompt + ``max_new_tokens`` fits the model's positions; only the tokenizer and
-  config.json are read, no weights);
+- the policy folder: its files against the sha256 its ``sha256.json`` records (``check_policy_files``: a
+  flipped bit is refused naming the file), then ``check_policy_folder``, and the prompts against its
+  tokenizer and position limit (``check_against_policy``: every prompt encodes, characters outside the tiny
+  policy's vocabulary included, and prompt + ``max_new_tokens`` fits the model's positions; only the
+  tokenizer and config.json are read, no weights);
 - the device (cuda on a machine without one fails here);
 - the allocator parameters;
 - a checkpoint in the run folder written in the refused pickle format, with other trajectory settings
@@ -46,6 +47,7 @@ from rlvr_core.checkpoint import CheckpointError, check_format, latest_manifest,
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import DataError, validate_splits
 from rlvr_core.errors import ConfigError, short_repr
+from rlvr_core.models.integrity import check_policy_files
 from rlvr_core.models.policy import check_policy_folder, is_tiny_policy, policy_prompts, resolve_device
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.models.tiny import load_policy as load_tiny
@@ -203,6 +205,8 @@ class CheckedInputs:
     allocator_cls, allocator_params: the registered class of ``cfg.allocator`` and its ``Params``, built
         and checked from ``cfg.allocator_kwargs()`` (``make_allocator`` builds a fresh allocator from them)
     digest: ``data_digest(train_rows)``, which a checkpoint records
+    policy_digest: the ``rlvr_core.models.integrity.policy_digest`` of ``policy_dir`` (its files checked against
+        its ``sha256.json``)
     """
 
     cfg: TrainConfig
@@ -215,6 +219,7 @@ class CheckedInputs:
     allocator_cls: type
     allocator_params: AllocatorParams
     digest: str
+    policy_digest: str = ""
     requested_device: str | None = None
     given: tuple[Any, Any] = field(default=(None, None), repr=False)  # the row objects preflight was handed
 
@@ -248,6 +253,8 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
     train_rows = train_rows if isinstance(train_rows, list) else list(train_rows)
     test_rows = test_rows if isinstance(test_rows, list) else list(test_rows)
     validate_splits(train_rows, test_rows, TASKS.get(task) if task in TASKS else None, source=source)
+    # its files against their sha256.json first: a damaged file is named before anything parses it
+    policy = check_policy_files(policy_dir) if Path(policy_dir).is_dir() else ""
     check_policy_folder(policy_dir)  # PolicyLoadError names the folder and what is wrong with it
     # prompts outside the tokenizer's vocabulary, or too long for the model's positions (a certain OOM)
     check_against_policy(train_rows, test_rows, policy_dir, task, max_new_tokens=cfg.max_new_tokens, source=source)
@@ -260,7 +267,7 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
         check_resumable(latest[1].get("meta", {}), cfg, digest, str(latest[0]), step=latest[1].get("step"))
         _check_checkpoint_state(cfg, Path(run_dir), cls(params), len(train_rows))
     return CheckedInputs(cfg, task, Path(policy_dir), Path(run_dir), train_rows, test_rows, resolved, cls, params,
-                         digest, requested_device=device, given=given)
+                         digest, policy, requested_device=device, given=given)
 
 
 # ----------------------------------------------------------------------------- a checkpoint's restored state

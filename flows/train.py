@@ -39,6 +39,7 @@ from pipeline.paths import data_dir, root, run_dir, warmstart_dir
 from rlvr_core.checkpoint import list_checkpoints, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError, short_repr
+from rlvr_core.models.integrity import require_policy_record
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TIMING_KEYS, CheckedInputs, TrainingStopped, preflight
 from tasks.data import load_split
@@ -82,12 +83,15 @@ def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: boo
 
 
 def check_inputs(cfg: TrainConfig, task: str, data: Path, base: Path, out: Path) -> CheckedInputs:
-    """Refuse, before any tracking or rollout: missing data or base model folders, then every check of
-    ``rlvr_core.preflight.preflight`` (data, base model, device, allocator parameters, checkpoints in ``out``).
-    Returns the checked inputs, which the training task trains on without checking them again."""
+    """Refuse, before any tracking or rollout: missing data or base model folders, a base model without its
+    sha256.json (the warmstart flow writes one), then every check of ``rlvr_core.preflight.preflight`` (data,
+    base model and its files' sha256, device, allocator parameters, checkpoints in ``out``, the base model the
+    run started from). Returns the checked inputs, which the training task trains on without checking them
+    again."""
     for path, how in ((data, "python -m flows.prepare"), (base, "python -m flows.warmstart")):
         if not path.is_dir():
             raise ConfigError(f"{path}: missing; run `{how}` (or `dvc repro`) first")
+    require_policy_record(base)  # PolicyFilesMismatch: a warm start whose files cannot be checked
     return preflight(cfg, task, load_split(str(data), "train"), load_split(str(data), "test"), str(base), str(out),
                      source=str(data))
 
@@ -103,14 +107,17 @@ def _quiet(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def open_run(cfg: TrainConfig, task: str, out: Path, tags: dict[str, str]) -> str | None:
-    """The MLflow run of this training: the previous one when resuming ``out``, else a new one.
+    """The MLflow run of this training: the previous one when resuming ``out``, else a new one (also when the
+    previous one was started from another base model: ``base_model_sha256``; its lineage tags are never
+    overwritten, ``tracking.resume_run``).
 
     None when MLflow is unreachable (metrics are spooled and given to a run created at the end).
     """
     previous = json.loads((out / "tracking.json").read_text()) if (out / "tracking.json").is_file() else {}
     resuming = bool(list_checkpoints(out / "checkpoints")) or (out / "metrics.jsonl").is_file()
     if resuming and previous.get("run_id") and previous.get("tracking_uri") == tracking.tracking_uri():
-        if _quiet("resume_run", tracking.resume_run, previous["run_id"], tags):
+        # a run folder restarted without a checkpoint on another warm start: its own MLflow run, not the old one
+        if _quiet("resume_run", tracking.resume_run, previous["run_id"], tags, must_match=("base_model_sha256",)):
             return previous["run_id"]
     params = {"train": asdict(cfg), "prepare.task": task}
     return _quiet("start_run", tracking.start_run, f"train-{cfg.allocator}", params,
@@ -193,7 +200,8 @@ def _train_in(checked: CheckedInputs, data: Path) -> dict[str, Any]:
 
     data_md5, base_md5 = dvc_md5(data), dvc_md5(base)
     tags = {"allocator": cfg.allocator, "git_commit": git_commit(), "mlflow.source.git.commit": git_commit(),
-            "data_md5": data_md5, "base_model_md5": base_md5, "prefect_flow_run_id": flow_run_id(),
+            "data_md5": data_md5, "base_model_md5": base_md5, "base_model_sha256": checked.policy_digest,
+            "prefect_flow_run_id": flow_run_id(),
             "run_dir": str(out)}
     run_id = open_run(cfg, task, out, tags)
     write_json(out / "tracking.json", {"run_id": run_id, "tracking_uri": tracking.tracking_uri()})

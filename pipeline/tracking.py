@@ -85,8 +85,18 @@ def start_run(run_name: str, params: Mapping[str, Any], tags: Mapping[str, str])
     return run.info.run_id
 
 
-def resume_run(run_id: str, tags: Mapping[str, Any]) -> bool:
-    """Reopen run ``run_id`` (status RUNNING, ``tags`` set); False when the store has no such live run."""
+# what a run was started from: a resumed run keeps the values it started with (``resume_run``)
+LINEAGE_TAGS: tuple[str, ...] = ("data_md5", "base_model_md5", "base_model_sha256")
+
+
+def resume_run(run_id: str, tags: Mapping[str, Any], *, keep: tuple[str, ...] = LINEAGE_TAGS,
+               must_match: tuple[str, ...] = ()) -> bool:
+    """Reopen run ``run_id`` (status RUNNING, ``tags`` set); False when the store has no such live run.
+
+    A tag of ``keep`` the run already has with another value is not overwritten: the new value goes to
+    ``resumed.<tag>`` and a warning names both. A tag of ``must_match`` with another value leaves the run
+    untouched and returns False (with a warning): the caller starts a new run.
+    """
     from mlflow.exceptions import MlflowException
 
     client = _client()
@@ -98,10 +108,24 @@ def resume_run(run_id: str, tags: Mapping[str, Any]) -> bool:
         raise
     if run.info.lifecycle_stage != "active":
         return False
+    old = run.data.tags
+    changed = {k: (old[k], str(v)) for k, v in tags.items() if k in keep + must_match and k in old and old[k] != str(v)}
+    if conflict := [k for k in changed if k in must_match]:
+        warnings.warn(f"MLflow run {run_id} was started from other inputs ({_changes(changed, conflict)}); it is "
+                      "not continued: a new run is started", RuntimeWarning, stacklevel=2)
+        return False
     client.update_run(run_id, status="RUNNING")
     for k, v in tags.items():
-        client.set_tag(run_id, k, str(v))
+        client.set_tag(run_id, f"resumed.{k}" if k in changed else k, str(v))
+    if changed:
+        warnings.warn(f"MLflow run {run_id}: resumed with other lineage ({_changes(changed, list(changed))}); the "
+                      "run keeps the values it started with, the new ones are tagged resumed.<tag>",
+                      RuntimeWarning, stacklevel=2)
     return True
+
+
+def _changes(changed: Mapping[str, tuple[str, str]], keys: list[str]) -> str:
+    return ", ".join(f"{k} {changed[k][0]} there, {changed[k][1]} now" for k in keys)
 
 
 class StepLogger:

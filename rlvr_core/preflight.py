@@ -9,14 +9,16 @@ train flow calls ``preflight`` before MLflow opens a run, so a bad input fails b
 The checks, in order:
 
 - the splits (``rlvr_core.data.validate.validate_splits`` with the task's row schema);
-- the policy folder (``check_policy_folder``), and the prompts against its tokenizer and position limit
-  (``check_against_policy``: every prompt encodes, characters outside the tiny policy's vocabulary
-  included, and prompt + ``max_new_tokens`` fits the model's positions; only the tokenizer and
-  config.json are read, no weights);
+- the policy folder: its files against the sha256 its ``sha256.json`` records (``check_policy_files``: a
+  flipped bit is refused naming the file), then ``check_policy_folder``, and the prompts against its
+  tokenizer and position limit (``check_against_policy``: every prompt encodes, characters outside the tiny
+  policy's vocabulary included, and prompt + ``max_new_tokens`` fits the model's positions; only the
+  tokenizer and config.json are read, no weights);
 - the device (cuda on a machine without one fails here);
 - the allocator parameters;
 - a checkpoint in the run folder written in the refused pickle format, with other trajectory settings
-  (``TRAJECTORY_KEYS``), on other data (``data_digest``), or further than ``train.steps``
+  (``TRAJECTORY_KEYS``), on other data (``data_digest``), from another policy (``policy_digest``: the warm
+  start was replaced since the run started), or further than ``train.steps``
   (``check_resumable``);
 - the state of the checkpoint a resume would load (its trainer's tensors aside), even one whose hashes
   were recomputed after an edit: every restored counter a whole number >= 0 that metrics.jsonl accounts
@@ -46,6 +48,7 @@ from rlvr_core.checkpoint import CheckpointError, check_format, latest_manifest,
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.validate import DataError, validate_splits
 from rlvr_core.errors import ConfigError, short_repr
+from rlvr_core.models.integrity import check_policy_files
 from rlvr_core.models.policy import check_policy_folder, is_tiny_policy, policy_prompts, resolve_device
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.models.tiny import load_policy as load_tiny
@@ -79,11 +82,13 @@ def data_digest(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, where: str,
-                    step: int | None = None) -> None:
+                    step: int | None = None, *, policy: str | None = None,
+                    policy_dir: str | os.PathLike | None = None) -> None:
     """Raise ConfigError unless a checkpoint (its state, or its manifest's meta) was written under ``cfg``'s
-    trajectory settings (``TRAJECTORY_KEYS``), on the same training split (``data_digest``), and at a
-    ``step`` no later than ``cfg.steps`` (a shorter run cannot be had from a longer one). A checkpoint that
-    does not record every trajectory key and the digest is refused: what it does not record could differ."""
+    trajectory settings (``TRAJECTORY_KEYS``), on the same training split (``data_digest``), from the same
+    policy (``policy``: the ``policy_digest`` of ``policy_dir``, when given) and at a ``step`` no later than
+    ``cfg.steps`` (a shorter run cannot be had from a longer one). A checkpoint that does not record every
+    trajectory key and the digests is refused: what it does not record could differ."""
     old, new = saved.get("config"), asdict(cfg)
     missing = [k for k in TRAJECTORY_KEYS if not isinstance(old, Mapping) or k not in old]
     if missing or not isinstance(saved.get("data_digest"), str):  # a setting it does not record could differ
@@ -99,9 +104,25 @@ def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, whe
     if saved["data_digest"] != digest:
         raise ConfigError(f"{where}: cannot resume, the run was trained on a different training split "
                           "(prompt digest differs); use the same data, or start a fresh run folder")
+    if policy is not None:
+        _check_same_policy(saved.get("policy_digest"), policy, where, policy_dir)
     if step is not None and step > cfg.steps:
         raise ConfigError(f"{where}: cannot resume, the run already has {step} steps done, more than "
                           f"train.steps={cfg.steps}; ask for {step} or more steps, or start a fresh run folder")
+
+
+def _check_same_policy(started: Any, policy: str, where: str, policy_dir: str | os.PathLike | None) -> None:
+    """ConfigError unless ``started`` (the policy digest a checkpoint records) is ``policy``: the warm start the
+    run started from is still the one in ``policy_dir`` (its weights, config and tokenizer; the KL reference and
+    the architecture come from there on resume)."""
+    folder = f"policy folder {str(policy_dir)!r}" if policy_dir is not None else "the policy folder"
+    if not isinstance(started, str):
+        raise ConfigError(f"{where}: cannot resume, the checkpoint does not record the digest of the policy the "
+                          f"run started from, so a changed {folder} could not be told; start a fresh run folder")
+    if started != policy:
+        raise ConfigError(f"{where}: cannot resume, the run started from another policy than {folder} holds now "
+                          f"(policy digest {started} there, {policy} now: the warm start was replaced or changed); "
+                          "put back the policy the run started from, or start a fresh run folder")
 
 
 def _plain(v: Any) -> Any:
@@ -203,6 +224,8 @@ class CheckedInputs:
     allocator_cls, allocator_params: the registered class of ``cfg.allocator`` and its ``Params``, built
         and checked from ``cfg.allocator_kwargs()`` (``make_allocator`` builds a fresh allocator from them)
     digest: ``data_digest(train_rows)``, which a checkpoint records
+    policy_digest: the ``rlvr_core.models.integrity.policy_digest`` of ``policy_dir`` (its files checked against
+        its ``sha256.json``), which a checkpoint records too
     """
 
     cfg: TrainConfig
@@ -215,6 +238,7 @@ class CheckedInputs:
     allocator_cls: type
     allocator_params: AllocatorParams
     digest: str
+    policy_digest: str = ""
     requested_device: str | None = None
     given: tuple[Any, Any] = field(default=(None, None), repr=False)  # the row objects preflight was handed
 
@@ -248,6 +272,8 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
     train_rows = train_rows if isinstance(train_rows, list) else list(train_rows)
     test_rows = test_rows if isinstance(test_rows, list) else list(test_rows)
     validate_splits(train_rows, test_rows, TASKS.get(task) if task in TASKS else None, source=source)
+    # its files against their sha256.json first: a damaged file is named before anything parses it
+    policy = check_policy_files(policy_dir) if Path(policy_dir).is_dir() else ""
     check_policy_folder(policy_dir)  # PolicyLoadError names the folder and what is wrong with it
     # prompts outside the tokenizer's vocabulary, or too long for the model's positions (a certain OOM)
     check_against_policy(train_rows, test_rows, policy_dir, task, max_new_tokens=cfg.max_new_tokens, source=source)
@@ -257,10 +283,11 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
     digest = data_digest(train_rows)
     if resume and (latest := latest_manifest(Path(run_dir) / "checkpoints")) is not None:
         check_format(*latest)  # CheckpointError for a pickle-format checkpoint
-        check_resumable(latest[1].get("meta", {}), cfg, digest, str(latest[0]), step=latest[1].get("step"))
+        check_resumable(latest[1].get("meta", {}), cfg, digest, str(latest[0]), step=latest[1].get("step"),
+                        policy=policy, policy_dir=policy_dir)
         _check_checkpoint_state(cfg, Path(run_dir), cls(params), len(train_rows))
     return CheckedInputs(cfg, task, Path(policy_dir), Path(run_dir), train_rows, test_rows, resolved, cls, params,
-                         digest, requested_device=device, given=given)
+                         digest, policy, requested_device=device, given=given)
 
 
 # ----------------------------------------------------------------------------- a checkpoint's restored state

@@ -15,22 +15,30 @@ One row per (step, prompt) that received rollouts in that step, every round of t
 The simulated engine's ``replay`` scenario reads such a file (``rlvr_core.rollout.simulated``).
 
 Consistency with checkpoints: the rows live in memory, a step's rows join the log once its metrics are
-written (``end_step``), and the file is rewritten atomically before each checkpoint and when the run
-stops, finished or not (``flush``). A run that resumes from the checkpoint of
+written (``end_step``), and the file is rewritten atomically and fsynced (file, then folder) before each
+checkpoint and when the run stops, finished or not (``flush``). A run that resumes from the checkpoint of
 step s keeps the file's rows of steps <= s and drops the later ones (they are generated again), so the file
 never holds a step twice or misses one that metrics.jsonl holds once the run has finished.
+
+A file that cannot be read on resume (truncated, damaged) does not stop the run: its rows cannot be
+recovered (a parquet file cut short has lost its footer, which locates every column), so it is set aside as
+``rollouts.parquet.damaged`` (``.damaged.1``, ... when taken), a RuntimeWarning says so, and the log goes on
+from step s + 1. The steps whose rows were lost (1..s) are recorded in the file itself: ``read_log(path)``
+returns them as ``.attrs["lost_steps"]`` (kept by every later flush), so no reader takes the gap for steps
+without rollouts.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rlvr_core.safefs import write_atomic
+from rlvr_core.safefs import set_aside, write_atomic
 from rlvr_core.types import Rollouts
 
 FILENAME = "rollouts.parquet"
@@ -56,7 +64,8 @@ class RolloutLog:
         path: the parquet file
         rows: the training rows (their feature columns are copied into the log)
         upto: the step the run starts after (0: a fresh run, the file is removed; s: a resumed run, the
-            file's rows of steps > s are dropped)
+            file's rows of steps > s are dropped; an unreadable file is set aside, module docstring)
+    ``lost``: the steps whose rows were lost with a damaged file (this resume's or an earlier one's).
     """
 
     def __init__(self, path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], upto: int = 0) -> None:
@@ -66,11 +75,27 @@ class RolloutLog:
         # (step, prompt) -> [rollouts, passes, reward_sum, tokens], of finished steps and of the running one
         self._done: dict[tuple[int, int], np.ndarray] = {}
         self._running: dict[tuple[int, int], np.ndarray] = {}
+        self.lost: list[int] = []
         if upto > 0 and self.path.exists():
-            old = read_log(self.path)
-            self._frames.append(old[old["step"] <= upto])
+            self._resume(upto)
         else:
             self.path.unlink(missing_ok=True)
+
+    def _resume(self, upto: int) -> None:
+        """Keep the file's rows of steps <= ``upto``; an unreadable file is set aside and its steps marked lost."""
+        try:
+            old = read_log(self.path)
+        except ValueError as e:
+            aside = set_aside(self.path)
+            self.lost = list(range(1, upto + 1))
+            warnings.warn(f"{e}; it is set aside as {aside} and the log goes on from step {upto + 1}: the rows of "
+                          f"steps 1-{upto} are lost (their totals are in metrics.jsonl and the checkpoint), which "
+                          f"{self.path.name} records as lost_steps", RuntimeWarning, stacklevel=3)
+            return
+        earlier = old.attrs.get("lost_steps", [])
+        self.lost = sorted({int(s) for s in earlier if isinstance(s, int) and 0 < s <= upto}) \
+            if isinstance(earlier, list) else []
+        self._frames.append(old[old["step"] <= upto])
 
     def add(self, step: int, rollouts: Rollouts) -> None:
         """Count one scored round of ``step`` (kept aside until ``end_step(step)``)."""
@@ -91,7 +116,14 @@ class RolloutLog:
         self._running = {}
 
     def frame(self) -> Any:
-        """Every row of the finished steps as a DataFrame, ordered by step and prompt."""
+        """Every row of the finished steps as a DataFrame, ordered by step and prompt (``.attrs["lost_steps"]``:
+        the steps a damaged file lost, when any)."""
+        df = self._rows()
+        df.attrs = {"lost_steps": list(self.lost)} if self.lost else {}
+        return df
+
+    def _rows(self) -> Any:
+        """The rows of ``frame``: the kept rows of the file and the finished steps' since."""
         import pandas as pd
 
         new = None
@@ -111,13 +143,14 @@ class RolloutLog:
         return df.sort_values(["step", "prompt_id"], kind="stable").reset_index(drop=True)
 
     def flush(self) -> None:
-        """Rewrite the file atomically with the rows of the finished steps (none and no file: nothing written)."""
+        """Rewrite the file atomically and durably (fsynced) with the rows of the finished steps (none and no
+        file: nothing written)."""
         df = self.frame()
         if not len(df) and not self.path.exists():
             return
         buf = io.BytesIO()
         df.to_parquet(buf, index=False)
-        write_atomic(self.path, buf.getvalue())  # never through a planted link (rlvr_core.safefs)
+        write_atomic(self.path, buf.getvalue(), fsync=True)  # never through a planted link (rlvr_core.safefs)
 
 
 def read_log(path: str | os.PathLike) -> Any:

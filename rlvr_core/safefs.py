@@ -13,6 +13,8 @@ Every write here goes through a descriptor of the folder itself:
   descriptor and renames it over the target (``rename`` replaces a planted link, it never writes through
   it).
 - ``open_in`` opens one file in the folder with ``O_NOFOLLOW``: for the lock and for appends.
+- ``set_aside`` renames a damaged file to a free name beside it (``rollouts.parquet.damaged``), so that
+  nothing is deleted.
 
 Linux and macOS both have ``O_NOFOLLOW`` and ``dir_fd``. The folder's path may pass through links
 (``runs -> /scratch/runs``): what counts is the folder it reaches, and that no file in it is a link.
@@ -99,7 +101,9 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, fsync: bool = False, m
                  create_folder: bool = True) -> None:
     """Write ``data`` to ``path`` atomically: a fresh temporary name created with O_EXCL | O_NOFOLLOW in
     ``path``'s folder (held open by descriptor), renamed over ``path``. A link planted at ``path`` is
-    replaced, never written through; the folder must pass ``open_folder``'s checks."""
+    replaced, never written through; the folder must pass ``open_folder``'s checks. ``fsync``: the file is
+    fsynced before the rename and the folder after it, so that a crash or power loss leaves the old
+    content or the new one, whole."""
     path = Path(path)
     with folder_fd(path.parent, create_folder) as dfd:
         tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
@@ -114,6 +118,8 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, fsync: bool = False, m
             finally:
                 os.close(fd)
             os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            if fsync:
+                os.fsync(dfd)  # the rename itself
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=dfd)
@@ -140,5 +146,22 @@ def append_line(path: str | os.PathLike, line: str, *, fsync: bool = False) -> N
             os.close(fd)
 
 
-__all__ = ["UnsafeRunFolder", "append_line", "folder_fd", "open_folder", "open_in", "write_atomic",
+def set_aside(path: str | os.PathLike, suffix: str = ".damaged") -> Path:
+    """Rename ``path`` to the first free name of ``<name><suffix>``, ``<name><suffix>.1``, ... in its folder,
+    through the folder's descriptor (a link is renamed as a link, never followed; nothing is overwritten), and
+    fsync the folder; returns the new path."""
+    path = Path(path)
+    with folder_fd(path.parent, create=False) as dfd:
+        for i in range(1000):
+            name = f"{path.name}{suffix}" + (f".{i}" if i else "")
+            try:
+                os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                os.rename(path.name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.fsync(dfd)
+                return path.with_name(name)
+    raise FileExistsError(f"{path}: {path.name}{suffix}.1 ... .999 all exist; clear them to set another aside")
+
+
+__all__ = ["UnsafeRunFolder", "append_line", "folder_fd", "open_folder", "open_in", "set_aside", "write_atomic",
            "write_text_atomic"]

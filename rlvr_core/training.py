@@ -22,8 +22,9 @@ uninterrupted run would.
 Faults (see tests/reliability):
 
 - the inputs are checked once, before anything is loaded or generated (``rlvr_core.preflight``:
-  the data, the policy folder, the prompts against its tokenizer and positions, the device, the
-  allocator parameters); a checkpoint written with other trajectory settings or other data is refused,
+  the data, the policy folder and its files against their sha256.json, the prompts against its tokenizer and
+  positions, the device, the allocator parameters); a checkpoint written with other trajectory settings, other
+  data or from another policy (the warm start replaced since the run started) is refused,
   and so is one whose restored values no run writes or metrics.jsonl does not account for, however its
   hashes were recorded (``rlvr_core.preflight.check_restored_state``: a CheckpointError names the field);
 - a failing ``engine.generate`` is retried inside the round (``engine_retries``),
@@ -202,7 +203,7 @@ class _Run:
         cfg, task, device, policy_dir = checked.cfg, checked.task, checked.device, checked.policy_dir
         train_rows, test_rows, run_dir = checked.train_rows, checked.test_rows, checked.run_dir
         self.cfg, self.model, self.tok, self.task, self.device = cfg, model, tok, task, device
-        self.digest = checked.digest
+        self.digest, self.policy_dir, self.policy_digest = checked.digest, policy_dir, checked.policy_digest
         self.train_rows, self.on_step = train_rows, on_step
         self.run_dir, self.ckpt_dir, self.metrics_path = run_dir, run_dir / "checkpoints", run_dir / "metrics.jsonl"
         self.timings_path = run_dir / TIMINGS
@@ -232,7 +233,8 @@ class _Run:
             examples = {"allocator": self.allocator.state_dict(), "source": self.source.state_dict(),
                         "engine": self.engine.state_dict(), "trainer": self.trainer.state_dict()}
             results = check_restored_state(saved, folder, self.metrics_path, self.cfg, examples)  # CheckpointError
-            check_resumable(saved, self.cfg, self.digest, str(folder), step=step0)
+            check_resumable(saved, self.cfg, self.digest, str(folder), step=step0, policy=self.policy_digest,
+                            policy_dir=self.policy_dir)
             self._load(saved, folder)
             timings = read_step_records(self.timings_path, upto=step0)
             _write_metrics(self.metrics_path, results)  # drop lines written after the checkpoint
@@ -349,8 +351,9 @@ class _Run:
             **st.state_dict(), "trainer": self.trainer.state_dict(), "allocator": self.allocator.state_dict(),
             "source": self.source.state_dict(), "engine": self.engine.state_dict(), "rng": _rng_state(),
             "verifier_errors": self.scorer.errors, "verifier_timeouts": self.scorer.timeouts,
-            "config": cfg, "data_digest": self.digest,
-        }, keep_last=self.cfg.keep_last, meta={"config": cfg, "data_digest": self.digest})
+            "config": cfg, "data_digest": self.digest, "policy_digest": self.policy_digest,
+        }, keep_last=self.cfg.keep_last, meta={"config": cfg, "data_digest": self.digest,
+                                                "policy_digest": self.policy_digest})
 
     def close(self) -> None:
         self.scorer.close()  # the verifier's helper processes, if any

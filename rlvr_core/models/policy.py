@@ -207,8 +207,13 @@ def load_checkpoint_policy(checkpoint: str | os.PathLike, base_policy_dir: str |
 
 
 def save_any_policy(model: Any, tok: Any, folder: str | os.PathLike) -> Path:
-    """Write model and tokenizer with ``save_pretrained`` (any causal LM, tiny included)."""
-    return save_policy(model, tok, folder)
+    """Write model and tokenizer with ``save_pretrained`` (any causal LM, tiny included), and the folder's
+    ``sha256.json`` (``rlvr_core.models.integrity``)."""
+    from rlvr_core.models.integrity import write_policy_record
+
+    path = save_policy(model, tok, folder)
+    write_policy_record(path)
+    return path
 
 
 # ------------------------------------------------------------------ device and precision
@@ -312,7 +317,7 @@ def snapshot_base_model(base_model: str, out_dir: str | os.PathLike, *, local_fi
     out = Path(out_dir)
     if out.exists():  # files of an earlier warm start (another model's shards) must not linger
         shutil.rmtree(out)
-    save_policy(model, tok, out)
+    save_any_policy(model, tok, out)  # with its sha256.json
     return {
         "mode": "pretrained",
         "base_model": base_model,

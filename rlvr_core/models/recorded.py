@@ -6,7 +6,8 @@ The results that start from a warm start (``make run``, the study's regimes) are
 recorded policy, keyed by the settings that built it (``policy_key``: the prepare and warmstart sections).
 ``artifacts/warmstart/manifest.json`` maps each key to the sha256 and size of every file of its folder and
 to the warm start's metrics; ``recorded_policy`` returns a folder only after its files hash as recorded,
-and raises ``RecordedPolicyMismatch`` otherwise, before anything trains on it.
+and raises ``RecordedPolicyMismatch`` otherwise, before anything trains on it. Its copy in models/warmstart
+carries the same hashes in its ``sha256.json`` (``rlvr_core.models.integrity``), checked before each run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rlvr_core.errors import ConfigError
+from rlvr_core.models.integrity import file_hashes, write_policy_record
 
 MANIFEST = "manifest.json"
 
@@ -33,15 +35,6 @@ def policy_key(prepare: Any, warmstart: Any) -> str:
     plain = {k: asdict(v) if is_dataclass(v) else dict(v) for k, v in (("prepare", prepare), ("warmstart", warmstart))}
     blob = json.dumps(plain, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def file_hashes(folder: Path) -> dict[str, dict[str, Any]]:
-    """{relative path: {sha256, bytes}} of every file under ``folder``."""
-    out = {}
-    for p in sorted(q for q in Path(folder).rglob("*") if q.is_file()):
-        out[str(p.relative_to(folder))] = {"sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-                                           "bytes": p.stat().st_size}
-    return out
 
 
 def read_manifest(store: Path) -> dict[str, Any]:
@@ -78,6 +71,7 @@ def copy_recorded(store: Path, key: str, out_dir: Path) -> dict[str, Any] | None
     tmp = Path(out_dir).with_name(Path(out_dir).name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(folder, tmp)
+    write_policy_record(tmp, entry["files"])  # the copy is checked against the recorded hashes before training
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
     return entry

@@ -45,6 +45,7 @@ import torch
 
 from rlvr_core.data.arithmetic import OPS, apply_op, format_answer
 from rlvr_core.errors import require
+from rlvr_core.models.integrity import write_policy_record
 from rlvr_core.models.tiny import build_tiny_policy, num_parameters, save_policy
 from rlvr_core.models.tokenizer import EOS_ID, PAD_ID, encode_prompts
 from rlvr_core.models.warmstart_config import WarmStartConfig
@@ -308,7 +309,8 @@ def warm_start(
         teacher: writes the targets (``TeacherTargets``) from ``train_rows``: a task's
             ``Task.teacher`` (``rlvr_core.tasks.warm_start_teacher(name)``; arithmetic's by default).
         steps ... log_every: see ``WarmStartConfig`` (validated there).
-        out_dir: if given, the policy is saved there with ``save_policy``.
+        out_dir: if given, the policy is saved there with ``save_policy``, with its ``sha256.json``
+            (``rlvr_core.models.integrity``).
         progress: called as ``progress(step, {"loss": ..., "lr": ...})`` every
             ``log_every`` steps and after the last one.
         evaluate: optional ``evaluate(model, tokenizer) -> {name: value}`` run on the trained policy
@@ -332,6 +334,7 @@ def warm_start(
         metrics.update(_heldout_metrics(model, tok, evaluate))
     if out_dir is not None:
         save_policy(model, tok, out_dir)
+        write_policy_record(out_dir)  # sha256.json: checked before a run trains on the folder
     metrics["seconds"] = time.perf_counter() - t_start
     return model, tok, metrics
 

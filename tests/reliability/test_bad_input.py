@@ -134,7 +134,11 @@ def test_task_specific_fields() -> None:
 @pytest.mark.parametrize("damage, message", [
     (lambda d: shutil.rmtree(d), "does not exist"),
     (lambda d: (d / "config.json").unlink(), "has no config.json"),
-    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "gpt2"})), "weights do not match config.json"),
+    # a folder without its sha256.json (written elsewhere): the files are not checked, what loads is
+    (lambda d: ((d / "config.json").write_text(json.dumps({"model_type": "gpt2"})), (d / "sha256.json").unlink()),
+     "weights do not match config.json"),
+    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "gpt2"})), r"config\.json has 22 bytes, its "
+     r"sha256\.json records"),
     (lambda d: (d / "tokenizer.json").unlink(), "has no tokenizer.json"),
 ])
 def test_missing_or_incompatible_model_folder(policy_dir: Path, tmp_path: Path, no_rollouts: None, damage: Any,

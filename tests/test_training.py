@@ -203,12 +203,14 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
             return fn(*a, **kw)
         return wrapped
 
+    # the configs are built first: a TrainConfig checks its allocators' parameters when it is made (at load)
+    cfg = _cfg(allocator="sara", steps=1, eval_every=0, allocator_params={"sara": {"tau_low": 0.4}})
+    other = _cfg(allocator="grpo", steps=1, eval_every=0)
     for module, name, key in ((P, "validate_splits", "splits"), (P, "check_prompts_fit", "fit"),
                               (P, "resolve_device", "device"), (M, "resolve_device", "device"),
                               (P, "build_params", "params"), (B, "build_params", "params"),
                               (P, "data_digest", "digest")):
         monkeypatch.setattr(module, name, count(key, getattr(module, name)))
-    cfg = _cfg(allocator="sara", steps=1, eval_every=0, allocator_params={"sara": {"tau_low": 0.4}})
     checked = T.preflight(cfg, "arithmetic", ds["train"], ds["test"], root / "policy", tmp_path / "a")
     once = {"splits": 1, "fit": 2, "device": 1, "params": 1, "digest": 1}
     assert calls == once
@@ -219,7 +221,6 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
     assert calls == once
     T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "b")
     assert calls == {k: 2 * v for k, v in once.items()}
-    other = _cfg(allocator="grpo", steps=1, eval_every=0)
     with pytest.raises(ValueError, match=r"differ from this call's cfg, run_dir; pass the same arguments"):
         T.train(other, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
                 run_dir=tmp_path / "c", checked=checked)

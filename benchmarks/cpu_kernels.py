@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=FULL["rounds"])
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
-    dest = output_dir(results_dir(a.out, a.steps == FULL["steps"] and a.rounds == FULL["rounds"], "cpu_kernels"),
-                      "cpu_kernels")
+    full = a.steps == FULL["steps"] and a.rounds == FULL["rounds"]
+    dest = output_dir(results_dir(a.out, full, "cpu_kernels"), "cpu_kernels")
     runs = []
     with tempfile.TemporaryDirectory(prefix="cpu-kernels-") as tmp:
         root = Path(tmp)

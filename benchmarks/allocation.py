@@ -45,8 +45,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from benchmarks.common import VARIANTS as ALL_VARIANTS
-from benchmarks.common import Variant, output_dir, results_dir, save_figure
+from benchmarks.common import output_dir, results_dir, save_figure
+from benchmarks.study.plan import VARIANTS as ALL_VARIANTS
+from benchmarks.study.plan import Variant
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
@@ -59,7 +60,7 @@ def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:
     return not quick and {"seeds": seeds, "steps": steps, "batch_size": batch_size} == FULL
 
 
-# the allocation benchmark's variants (benchmarks/common.py holds their parameters), in its tables' order
+# the allocation benchmark's variants (benchmarks/study/plan.py holds their parameters), in its tables' order
 LABELS = ("grpo", "dapo", "sara", "sara[carry]", "sara[budget]", "vigor", "pods", "greso", "sara+dps", "sara[floor]",
           "pilot-commit", "ar3po", "ar3po[no-reuse]", "reinforce-ada")
 VARIANTS = tuple(ALL_VARIANTS[label] for label in LABELS)

@@ -110,14 +110,15 @@ def allocation_headline(targets: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_headlines(results: Path) -> None:
+def write_headlines(results: Path, protocols: list[dict] | None = None) -> None:
     """Derive the headline tables from the benchmarks' JSON files under the results root ``results`` (when they
-    exist) into its readme/."""
-    protocols = results / "study" / "training_protocols.json"
+    exist) into its readme/; ``protocols``: the study's cell records in memory (else its training_protocols.json)."""
+    cells = results / "study" / "training_protocols.json"
     targets = results / "allocation" / "allocation_targets.json"
-    if protocols.is_file():
-        (output_dir(results, "readme") / "training_headline.md").write_text(
-            training_headline(json.loads(protocols.read_text())))
+    if protocols is None and cells.is_file():
+        protocols = json.loads(cells.read_text())
+    if protocols is not None:
+        (output_dir(results, "readme") / "training_headline.md").write_text(training_headline(protocols))
     if targets.is_file() and not _quick_run(targets):
         (output_dir(results, "readme") / "allocation_headline.md").write_text(
             allocation_headline(json.loads(targets.read_text())))

@@ -153,6 +153,26 @@ def _sav(x: np.ndarray, y: np.ndarray) -> float:
     return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
 
 
+def _savings(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``_sav`` of each row pair of ``x`` and ``y`` (resamples x runs): the same numbers, all rows at once."""
+    mx, my = np.median(x, axis=1), np.median(y, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.isfinite(mx), 1.0 - mx / my, -math.inf)
+
+
+def resample(rng: np.random.Generator, sizes: Sequence[int], boot: int) -> list[np.ndarray]:
+    """Bootstrap indices: what ``boot`` rounds of ``rng.integers(0, n, n)`` for each n of ``sizes`` in turn draw, as
+    one (boot, n) array per size. Where every size is equal the rounds are one call (the same stream of draws)."""
+    if len(set(sizes)) == 1:
+        x = rng.integers(0, sizes[0], size=(boot, len(sizes), sizes[0]))
+        return [x[:, j] for j in range(len(sizes))]
+    out = [np.empty((boot, n), dtype=np.int64) for n in sizes]
+    for i in range(boot):
+        for j, n in enumerate(sizes):
+            out[j][i] = rng.integers(0, n, n)
+    return out
+
+
 def finite_or_none(v: float) -> float | None:
     """A finite float, else None (a saving against ours that never reached is -inf)."""
     return float(v) if math.isfinite(v) else None
@@ -172,9 +192,8 @@ def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
     b = np.asarray([cost_of(r, target, axis, False) for r in base], float)
     if not len(a) or not len(b):
         return {"value": None, "lo": None, "hi": None}
-    rng = np.random.default_rng(seed)
-    boots = np.sort([_sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                     for _ in range(BOOT)])
+    ia, ib = resample(np.random.default_rng(seed), (len(a), len(b)), BOOT)
+    boots = np.sort(_savings(a[ia], b[ib]))
     lo, hi = percentile_interval(boots)
     raw_a = np.asarray([cost_of(r, target, axis, True, fit=False) for r in ours], float)
     raw_b = np.asarray([cost_of(r, target, axis, False, fit=False) for r in base], float)
@@ -217,9 +236,10 @@ def saving_gap(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, An
         d = _sav(x[:, 0], y[:, 0]) - _sav(x[:, 1], y[:, 1])
         return d if math.isfinite(d) else math.nan
 
-    rng = np.random.default_rng(seed)
-    boots = np.asarray([gap(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                        for _ in range(BOOT)])
+    ia, ib = resample(np.random.default_rng(seed), (len(a), len(b)), BOOT)
+    ra, rb = a[ia], b[ib]  # (resamples, runs, axes)
+    with np.errstate(invalid="ignore"):
+        boots = _savings(ra[:, :, 0], rb[:, :, 0]) - _savings(ra[:, :, 1], rb[:, :, 1])
     boots = np.sort(boots[np.isfinite(boots)])
     value = gap(a, b)
     if not len(boots) or not math.isfinite(value):
@@ -296,9 +316,10 @@ def pooled_costs(store: Cells, regimes: Sequence[str], protocol: str, ours: str,
         ratios = np.concatenate([a / np.median(b, axis=0) for a, b in draw])
         return 1.0 - np.median(ratios, axis=0)
 
-    rng = np.random.default_rng(seed)
-    boots = np.asarray([pooled([(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                                for a, b in costs]) for _ in range(boot)])
+    idx = resample(np.random.default_rng(seed), [len(x) for pair in costs for x in pair], boot)
+    draws = [(a[ia], b[ib]) for (a, b), ia, ib in zip(costs, idx[::2], idx[1::2])]  # (resamples, runs, axes)
+    ratios = np.concatenate([a / np.median(b, axis=1)[:, None, :] for a, b in draws], axis=1)
+    boots = 1.0 - np.median(ratios, axis=1)
     value = pooled(costs)
 
     def ci(x: np.ndarray) -> tuple[float | None, float | None]:

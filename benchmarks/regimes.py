@@ -41,12 +41,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.study import ENVIRONMENT
 from benchmarks.study.data import dataset, policy_dir, splits, start_shares
 from benchmarks.study.plan import CRITERIA, EASY, REGIMES, Overrides, merge, regime_params
 from benchmarks.study.store import RunStore
-
-# the search's environment, set by main before torch loads (one thread, no display, no network for the hub)
-ENVIRONMENT = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}
 
 # The regime search: one lever or a combination per candidate (decided before any result was read), each
 # on top of ``EASY``.
@@ -190,7 +188,7 @@ def cost_section(regime: str, out: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for key, value in ENVIRONMENT.items():
+    for key, value in ENVIRONMENT.items():  # the study's, before torch loads
         os.environ.setdefault(key, value)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--candidates", default=",".join(CANDIDATES))

@@ -50,3 +50,7 @@ The package (docs/design.md, "The training study package"), each module importin
 - ``tables``: the study's markdown, one set of number formats; ``summarize``: every file, written once;
 - ``round_price``: the price of synchronous rounds; ``cli``: the command line (``python -m benchmarks.study``).
 """
+
+# what a study process sets before numpy, torch or matplotlib load (benchmarks/study/__main__.py, cli.main): one
+# thread per run (runs go side by side), no display, no network for the hub. Importing the package sets nothing.
+ENVIRONMENT = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}

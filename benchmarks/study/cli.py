@@ -15,10 +15,6 @@ from benchmarks.study.plan import PROTOCOLS, QUICK, REGIMES, WS_SEP
 from benchmarks.study.round_price import round_price
 from benchmarks.study.summarize import aggregate
 
-# what a study process needs before torch or matplotlib load: one thread per run (runs go side by side), no
-# display, no network for the hub
-ENVIRONMENT = {"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1"}
-
 
 def default_out(out: Path | None, quick: bool) -> Path:
     """``out`` when given, else a fresh temporary folder for --quick (never benchmarks/results), else RESULTS."""
@@ -47,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for key, value in ENVIRONMENT.items():
+    for key, value in study.ENVIRONMENT.items():  # __main__ set them already; a caller in-process too
         os.environ.setdefault(key, value)
     args = parser().parse_args(argv)
     if args.warm_start is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.study import execute, plan
+from benchmarks.study import ENVIRONMENT, execute, plan
 from benchmarks.study.store import RunStore
 from benchmarks.study.summarize import aggregate
 from rlvr_core.allocation import ALLOCATORS
@@ -86,3 +86,20 @@ def test_the_plan_s_protocols_and_comparisons_name_only_declared_cells() -> None
     # the README's headline rows are chosen by a field of the record, not by their place in the table
     assert [c.ours for c in plan.COMPARISONS if c.readme][:2] == ["sara", "sara+dps[context]"]
     assert not any(c.readme for c in plan.COMPARISONS if c.ours in ("sara+dps", "sara[carry]", "greso"))
+
+
+def test_importing_the_study_sets_no_environment_variable() -> None:
+    """Only a study process sets its environment (benchmarks/study/__main__.py); a module imported by a test, a
+    notebook or another benchmark leaves the caller's environment alone."""
+    import subprocess
+    import sys
+
+    code = ("import os; "
+            "import benchmarks.study.cli, benchmarks.study.summarize, benchmarks.regimes, benchmarks.ablation, "
+            "benchmarks.training, benchmarks.floor, benchmarks.study_targets, benchmarks.warmstarts; "
+            "from benchmarks.study import ENVIRONMENT; print(sorted(k for k in ENVIRONMENT if k in os.environ))")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ENVIRONMENT}
+    out = subprocess.run([sys.executable, "-c", code], cwd=plan.ROOT, capture_output=True, text=True, timeout=300,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.study.plan import REGIMES, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,22 +33,13 @@ def _interval(cell: dict | None, fmt: str) -> str:
     return f"{one(cell.get('median'))} [{one(cell.get('lo'))}, {one(cell.get('hi'))}]"
 
 
-# the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): the baselines, the
-# allocators the targets name, our strongest candidates and the published baselines; a cell shared from another
-# protocol (equal-rollouts' and matched-updates-small's grpo are the reference runs, matched-updates' allocators the
-# equal-batch runs) is shown once
-# (sara+dps and the tuned cells are in the targets table below it)
-README_SHOWS = {("reference", "grpo"), ("equal-batch", "dapo"), ("equal-batch", "sara"),
-                ("equal-batch", "sara+dps[context]"), ("equal-batch", "pilot-commit"),
-                ("equal-batch", "reinforce-ada"), ("equal-rollouts", "sara[budget]"), ("equal-rollouts", "vigor"),
-                ("equal-rollouts", "ar3po"), ("matched-updates", "grpo"), ("matched-updates-small", "sara"),
-                ("matched-updates-small", "sara+dps[context]")}
-
-
-# the regimes training_headline.md shows: those the targets are declared on (the warm-start variants are in
-# training_warmstarts.md, easy with every other cell in training_study.md; steps in rollouts, tokens and seconds
-# across its warm starts: warmstarts/training_costs.md, pasted as the README's training_costs)
-README_REGIMES = ("hard", "pool")
+# the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): those whose
+# variant's plan record names the protocol (benchmarks/study/plan.py Variant.headline: the baselines, the allocators
+# the targets name, our strongest candidates and the published baselines), in the regimes marked Regime.headline
+# (the warm-start variants are in training_warmstarts.md, steps in rollouts, tokens and seconds across its warm
+# starts: warmstarts/training_costs.md, pasted as the README's training_costs)
+README_SHOWS = {(p, lab) for lab, v in VARIANTS.items() for p in v.headline}
+README_REGIMES = tuple(name for name, r in REGIMES.items() if r.headline)
 
 
 def training_headline(protocols: list[dict], regime: str = "hard") -> str:

@@ -43,16 +43,23 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study import stats
+from benchmarks.study import plan, stats
 from benchmarks.study.stats import cost_of, dominance, percentile_interval, saving, saving_gap  # noqa: F401
 from benchmarks.study.store import RunStore, as_store
 
-OURS_PREFIX = ("sara", "vigor")
 SIM_SCENARIOS = ("early", "late", "ushape")
-# candidates of the allocation issue, measured the same way as the targets' allocators (no target of their own)
-CANDIDATES = {"equal-batch": ("sara[carry]", "sara[context]", "sara+dps[context]", "sara[floor]",
-                              "sara+dps[context+floor]"),
-              "equal-rollouts": ("vigor[screen]", "vigor[prompt]", "vigor[screen+prompt]")}
+# the allocators the hard regime's equal-batch targets name; every other allocator of ours the plan runs there is a
+# candidate, measured the same way without a target of its own (plan.Variant.ours)
+HARD_TARGETS = (("sara", 0.22), ("sara+dps", 0.50))
+
+
+def untargeted(protocol: str, regime: str, named: tuple[str, ...]) -> tuple[str, ...]:
+    """The candidates of a cell: the allocators of ours the plan runs there (at equal rollouts: VIGOR's variants,
+    the ones its dominance row reads) other than those a declared target ``named``, in table order."""
+    ours = plan.ours_in(protocol, regime)
+    if protocol == "equal-rollouts":
+        ours = tuple(lab for lab in ours if plan.VARIANTS[lab].allocator == "vigor")
+    return tuple(lab for lab in ours if lab not in named)
 
 
 def family_saving(store: RunStore, base: str, protocol: str, ours: str, baseline: str) -> dict[str, Any]:
@@ -99,7 +106,7 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     floor = floor or {}
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
-    for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
+    for lab, need in HARD_TARGETS:
         s = family_saving(store, "hard", "equal-batch", lab, "dapo")
         rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
                      + (", rank test p < 0.05" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
@@ -107,7 +114,8 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
                      "met": _met(s["value"], s["value"] is not None and s["value"] >= need
                                  and (lab != "sara" or (s.get("p_value") or 1.0) < 0.05))})
         rows += _per_warm_start(store, s, "equal-batch", lab, "dapo")
-    for lab in CANDIDATES["equal-batch"]:  # the same measure for the other candidates: no target of their own
+    candidates = untargeted("equal-batch", "hard", tuple(lab for lab, _ in HARD_TARGETS))
+    for lab in candidates:  # the same measure for the other candidates: no target of their own
         s = family_saving(store, "hard", "equal-batch", lab, "dapo")
         if len(s.get("regimes", ())) > 1:
             rows.append({"target": f"(candidate) hard, equal-batch: {lab}'s saving against dapo", "kind": "saving",
@@ -116,7 +124,7 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
     # (the out-of-regime check of what hard chose)
     if (t_easy := store.target_value("easy")) is not None:
-        for lab in ("sara", "sara+dps", *CANDIDATES["equal-batch"]):
+        for lab in (*(lab for lab, _ in HARD_TARGETS), *candidates):
             if ours := store.cell("easy", "equal-batch", lab):
                 s = saving(ours, store.cell("easy", "equal-batch", "dapo"), t_easy)
                 rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
@@ -153,7 +161,7 @@ def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
         if len(kept) > 1:
             rows += [{"target": f"(candidate) {r}, equal-rollouts: vigor against grpo", "kind": "dominance",
                       "want": None, **x, "met": None} for r, x in per.items()]
-        for lab in CANDIDATES["equal-rollouts"]:
+        for lab in untargeted("equal-rollouts", base, ("vigor",)):
             if ours := store.cell(base, "equal-rollouts", lab):
                 rows.append({"target": f"(candidate) {base}, equal-rollouts: {lab} against grpo", "kind": "dominance",
                              "want": None, **dominance(ours, store.cell(base, "equal-rollouts", "grpo")),
@@ -161,9 +169,8 @@ def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     return rows
 
 
-# ours in the pool and matched-updates cells, and the published allocators they are reported against
-POOL_OURS = ("sara", "sara[carry]", "sara+dps", "sara+dps[context]")
-PUBLISHED = ("pilot-commit", "reinforce-ada")
+# ours in the pool and matched-updates cells, and the published allocators they are reported against: the plan's
+# (Variant.ours, Variant.published)
 
 
 def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
@@ -177,7 +184,8 @@ def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     rows = [{"target": "pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo", "kind": "saving",
              "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)},
             *_per_warm_start(store, s, "equal-batch", "sara+dps", "dapo")]
-    for lab in (*POOL_OURS, *PUBLISHED):
+    pool_ours, published_labels = plan.ours_in("equal-batch", "pool"), plan.published_in("equal-batch", "pool")
+    for lab in (*pool_ours, *published_labels):
         if lab == "sara+dps":
             continue
         s = family_saving(store, "pool", "equal-batch", lab, "dapo")
@@ -185,10 +193,10 @@ def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
             rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **s, "met": None})
         rows += _per_warm_start(store, s, "equal-batch", lab, "dapo", always=True)
-    published = {lab: r for lab in PUBLISHED if (r := store.cell("pool", "equal-batch", lab))}
+    published = {lab: r for lab in published_labels if (r := store.cell("pool", "equal-batch", lab))}
     if published:
         best = min(published, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", False) for r in published[lab]]))
-        for lab in POOL_OURS:
+        for lab in pool_ours:
             if ours := store.cell("pool", "equal-batch", lab):
                 rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against {best}, the best "
                              "published allocator of the cell", "kind": "saving", "want": None,
@@ -198,7 +206,7 @@ def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
 
 def _matched_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     """hard and pool, matched-updates: ours against uniform GRPO at equal effective groups per update, over every
-    warm start of the regime that ran the protocol (hard's own policy is lost, benchmarks/study.py check_policy: its
+    warm start of the regime that ran the protocol (hard's own policy is lost, execute.check_policy: its
     matched cells run as warm-start variants), pooled and stratified where several did (family_saving). "Our best"
     is the highest saving of the cells that ran, picked on the reported runs themselves (no validation split here),
     so the ratio is optimistic; every one of ours is also a candidate row, pooled and per warm start."""
@@ -209,7 +217,8 @@ def _matched_rows(out: Path | RunStore) -> list[dict[str, Any]]:
             continue
         for proto in ("matched-updates", "matched-updates-small"):
             # no matched grpo runs: the equal-batch cells alone are not the matched-updates protocol
-            ours = {lab: s for lab in POOL_OURS if (s := family_saving(store, base, proto, lab, "grpo"))["value"]
+            ours = {lab: s for lab in plan.ours_in("matched-updates-small", base)
+                    if (s := family_saving(store, base, proto, lab, "grpo"))["value"]
                     is not None or s.get("ours_seeds")}
             head = f"{base}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
             if not ours:
@@ -288,7 +297,7 @@ def _token_claim_row(out: Path | RunStore, base: str = "steps") -> list[dict[str
 def _tuned_rows(out: Path | RunStore, t: float | None) -> list[dict[str, Any]]:
     store = as_store(out)
     choice = store.choice("hard")
-    ours = {lab: c for lab, c in choice.items() if lab.startswith(OURS_PREFIX) and store.cell("hard", "tuned", lab)}
+    ours = {lab: c for lab, c in choice.items() if plan.VARIANTS[lab].ours and store.cell("hard", "tuned", lab)}
     grpo = store.cell("hard", "tuned", "grpo")
     best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
                                       else ours[lab]["validation_rollouts_to_target"])) if ours else None
@@ -312,7 +321,7 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
     if not path.exists():
         return {**row, "value": None, "met": None}
     recs = [r for r in json.loads(path.read_text()) if r["k"] == 8 and r["scenario"] in SIM_SCENARIOS
-            and str(r["allocator"]).startswith(OURS_PREFIX)]
+            and r["allocator"] in plan.VARIANTS and plan.VARIANTS[r["allocator"]].ours]
     per = {}
     for sc in SIM_SCENARIOS:
         cand = [r for r in recs if r["scenario"] == sc]

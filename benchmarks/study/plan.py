@@ -53,6 +53,7 @@ class Variant:
     runs: Mapping[str, Scope] = field(default_factory=dict)
     ours: bool = False
     published: bool = False
+    headline: tuple[str, ...] = ()
 
 
 _PROBES = {"probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}
@@ -65,21 +66,22 @@ _EB_ALL = {"equal-batch": ALL, "matched-updates-small": ALL}
 # refuses new runs there): they run on the rollout-grid regimes only.
 VARIANTS: dict[str, Variant] = {v.label: v for v in (
     Variant("grpo", "grpo", {}, "B prompts x k, train on all",
-            runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL}),
+            runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL},
+            headline=("reference", "matched-updates")),
     Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)",
-            runs={**_EB_ALL, "tuned": ALL}),
+            runs={**_EB_ALL, "tuned": ALL}, headline=("equal-batch",)),
     Variant("greso", "greso", {}, "DAPO + pre-rollout skipping", runs={**_EB_ALL, "tuned": ALL}),
     Variant("sara", "sara", {}, "uniform prior, B committed groups per step", runs={**_EB_ALL, "tuned": ALL},
-            ours=True),
+            ours=True, headline=("equal-batch", "matched-updates-small")),
     Variant("sara[carry]", "sara", {"prior": "carry+eb", **_PROBES},
             "carried per-prompt evidence + empirical-Bayes prior, probes k/4, k/2, k", runs={**_EB_ALL, "tuned": ALL},
             ours=True),
     Variant("sara[budget]", "sara", {"mode": "rollouts"}, "fixed budget B*k per step (empirical-Bayes prior)",
-            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True),
+            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",)),
     Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection", runs={**_EB_ALL, "tuned": ALL},
             ours=True),
     Variant("vigor", "vigor", {}, "budget B*k, m0=k/2, T=3, alpha=0.5, gamma=2",
-            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True),
+            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",)),
     Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt", runs={"equal-rollouts": ALL, "tuned": ALL}),
     Variant("vigor[screen]", "vigor", {"m0": 2}, "every prompt starts with 2 rollouts",
             runs={"equal-rollouts": ALL}, ours=True),
@@ -91,7 +93,7 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             runs={"equal-batch": STEP_GRID}, ours=True),
     # sara+dps[context] joined tuned after the equal-batch study named it our strongest candidate
     Variant("sara+dps[context]", "sara+dps", {"prior": "carry+context"}, "sara+dps with the contextual prior",
-            runs={**_EB_ALL, "tuned": ALL}, ours=True),
+            runs={**_EB_ALL, "tuned": ALL}, ours=True, headline=("equal-batch", "matched-updates-small")),
     # the screening floor's stop rule (docs/design.md §4.10) in place of tau_low, with the empirical-Bayes
     # population it prices effective groups by
     Variant("sara[floor]", "sara", {"prior": "eb", "stop_rule": "floor", **_PROBES},
@@ -101,15 +103,17 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     # the strongest published allocators (docs/design.md §4.11-§4.13), at their defaults
     Variant("pilot-commit", "pilot-commit", {},
             "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B",
-            runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True),
+            runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
+            headline=("equal-batch",)),
     Variant("reinforce-ada", "reinforce-ada", {},
             "rounds of k until k/2 passes and k/2 fails (at most 4); groups of k",
-            runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True),
+            runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
+            headline=("equal-batch",)),
     Variant("reinforce-ada[pos]", "reinforce-ada", {"rule": "positive"},
             "rounds of k until a first pass (Reinforce-Ada-pos)"),
     # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
-            runs={"equal-rollouts": ROLLOUT_GRID}),
+            runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",)),
     Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone",
             runs={"equal-rollouts": ROLLOUT_GRID}),
     # the length-aware candidate of the worked-answer issue (declared before its runs; regime steps only):
@@ -254,7 +258,8 @@ class Regime:
     evaluation every ``eval_every`` steps: the regimes whose runs predate the rollout grid, their warm starts built
     on another machine) or "rollouts" (every EVAL_GRID rollouts); ``criteria``: what its uniform GRPO runs must
     show, fixed before they ran (``extra_criteria`` beside them); ``pool``: RL draws from this many training prompts
-    only (0: all)."""
+    only (0: all); ``headline``: the README's headline table shows its cells (the regimes the targets are declared
+    on; every regime's cells: training_study.md)."""
 
     name: str
     overrides: Overrides = field(default_factory=dict)
@@ -264,6 +269,7 @@ class Regime:
     eval_every: int = 0
     pool: int = 0
     extra_criteria: Mapping[str, float] | None = None
+    headline: bool = False
 
     def __post_init__(self) -> None:
         for name in ("budget", "grid", "criteria"):
@@ -285,8 +291,8 @@ class Regime:
 # of 5 seeds in about two hours on one core; ``steps``: 96 GRPO steps, about 5 minutes a run.
 REGIMES: dict[str, Regime] = {r.name: r for r in (
     Regime("easy", EASY, budget=30000, grid="steps", eval_every=6, criteria=CRITERIA),
-    Regime("hard", {}, budget=40000, grid="steps", eval_every=6, criteria=CRITERIA),
-    Regime("pool", {}, budget=40000, grid="rollouts", pool=1000, criteria=CRITERIA),
+    Regime("hard", {}, budget=40000, grid="steps", eval_every=6, criteria=CRITERIA, headline=True),
+    Regime("pool", {}, budget=40000, grid="rollouts", pool=1000, criteria=CRITERIA, headline=True),
     Regime("pool-k16", {"train": {"k": 16, "batch_size": 16}}, budget=40000, grid="rollouts", pool=500,
            criteria=CRITERIA),
     Regime("steps", STEPS, budget=24576, grid="rollouts", criteria=CRITERIA, extra_criteria=STEPS_CRITERIA),
@@ -364,6 +370,22 @@ def labels(protocol: str, regime_name: str, variants: Mapping[str, Variant] | No
     order = PROTOCOLS[protocol].order
     return tuple(sorted(mine, key=lambda lab: (order.index(lab) if lab in order else len(order),
                                                list(variants).index(lab))))
+
+
+def table_order(labs: Any) -> tuple[str, ...]:
+    """``labs`` in the study's table order (VARIANTS)."""
+    order = list(VARIANTS)
+    return tuple(sorted(labs, key=order.index))
+
+
+def ours_in(protocol: str, regime_name: str) -> tuple[str, ...]:
+    """The variants of ours (Variant.ours) that ``protocol`` runs in ``regime_name``, in table order."""
+    return table_order(lab for lab in labels(protocol, regime_name) if VARIANTS[lab].ours)
+
+
+def published_in(protocol: str, regime_name: str) -> tuple[str, ...]:
+    """The published allocators (Variant.published) that ``protocol`` runs in ``regime_name``, in table order."""
+    return table_order(lab for lab in labels(protocol, regime_name) if VARIANTS[lab].published)
 
 
 # ----- the tuned protocol's grid, the quick path, the cells' fixed points -----------------------------------

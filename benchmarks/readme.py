@@ -19,18 +19,10 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.study.formats import interval, p_value
 from benchmarks.study.plan import REGIMES, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _interval(cell: dict | None, fmt: str) -> str:
-    """``median [lo, hi]`` of a study cell; 'never' where the median (or a bound) is not finite."""
-    def one(v: float | None) -> str:
-        return "never" if v is None or v != v or v == float("inf") else format(v, fmt)
-    if not cell:
-        return "-"
-    return f"{one(cell.get('median'))} [{one(cell.get('lo'))}, {one(cell.get('hi'))}]"
 
 
 # the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): those whose
@@ -66,8 +58,8 @@ def training_headline(protocols: list[dict], regime: str = "hard") -> str:
         at = (r.get("acc_at_budget") or {}).get("30000")
         out.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | "
                    f"{r.get('reached_fit', r['reached'])}/{r['seeds']} "
-                   f"| {_interval(r.get('fit_rollouts_to_target') or r.get('rollouts_to_target'), ',.0f')} "
-                   f"| {_interval(r.get('rollouts_to_target'), ',.0f')} | {'-' if p is None else f'{p:.3f}'} "
+                   f"| {interval(r.get('fit_rollouts_to_target') or r.get('rollouts_to_target'))} "
+                   f"| {interval(r.get('rollouts_to_target'))} | {p_value(p)} "
                    f"| {'-' if at is None else f'{at:.3f}'} | {acc} |")
     return "\n".join(out) + "\n"
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study import plan, stats
+from benchmarks.study.formats import NEVER, number, p_eq, pct
 from benchmarks.study.stats import cost_of, dominance, percentile_interval, saving, saving_gap  # noqa: F401
 from benchmarks.study.store import RunStore, as_store
 
@@ -335,13 +336,8 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
     return {**row, "value": worst, "per_scenario": per, "met": _met(worst, worst is not None and worst <= 1.4)}
 
 
-def pct(v: float) -> str:
-    """A share as a whole percentage; one that rounds to zero reads 0%, never -0%."""
-    return f"{round(100 * v) + 0}%"
-
-
 def _p(v: float | None) -> str:
-    return "" if v is None else ", p < 0.001" if v < 0.001 else f", p = {v:.3f}"
+    return "" if v is None else f", p {p_eq(v)}"
 
 
 def _pooled(row: Mapping[str, Any]) -> str:
@@ -358,20 +354,20 @@ def fmt(row: Mapping[str, Any]) -> str:
     if v is None:
         return "not run yet"
     if row["kind"] == "saving":
-        iv = "" if row.get("lo") is None else f" [{pct(row['lo'])}, {pct(row['hi'])}]" if row.get("hi") is not None \
-            else f" [{pct(row['lo'])}, -]"
+        iv = "" if row.get("lo") is None and row.get("hi") is None else f" [{pct(row.get('lo'))}, {pct(row.get('hi'))}]"
         ce = row.get("ceiling_without_prompt_information")
         pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
-            "none" if row["value_raw"] is None else pct(row["value_raw"]))
+            pct(row["value_raw"]))
         return f"{pct(v)}{iv}{pv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/" \
                f"{row['base_seeds']} reached{_pooled(row)}{raw}" + (
                    "" if ce is None else f"; at most {ce:.0%} per effective group without prompt information") + ")"
     if row["kind"] == "ratio":
-        iv = "" if row.get("lo") is None or row.get("hi") is None else f" [{row['lo']:.2f}, {row['hi']:.2f}]"
+        iv = "" if row.get("lo") is None and row.get("hi") is None else \
+            f" [{number(row.get('lo'), '.2f')}, {number(row.get('hi'), '.2f')}]"
         pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
-            "none" if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
+            NEVER if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
         runs = "runs" if _pooled(row) else "seeds"
         return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} {runs}{_pooled(row)}{raw})"
     if row["kind"] == "gap":

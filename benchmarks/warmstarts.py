@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.study.formats import p_eq, p_value, pct, points
 from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
 from benchmarks.study.stats import compare, pooled_costs
 from benchmarks.study.store import RunStore, as_store
-from benchmarks.study_targets import pct
 
 
 def family(out: Path | RunStore, base: str) -> list[str]:
@@ -86,19 +86,7 @@ def _left_out(r: Mapping[str, Any]) -> str:
 
 
 def _ci(r: Mapping[str, Any]) -> str:
-    return "" if "pooled_lo" not in r else f" [{_pct(r['pooled_lo'])}, {_pct(r['pooled_hi'])}]"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else pct(v)
-
-
-def _p(v: float | None) -> str:
-    return "n/a" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"
-
-
-def _p_eq(v: float | None) -> str:
-    return _p(v) if v is not None and v < 0.001 else f"= {_p(v)}"
+    return "" if "pooled_lo" not in r else f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]"
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -106,13 +94,13 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              "stratified p | holds in |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         per = "; ".join(f"{p['regime']}{'' if p['preregistration_met'] is not False else ' (pre-reg. missed)'}: "
-                        f"{_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] (p {_p_eq(p['p_value'])}, "
+                        f"{pct(p['value'])} [{pct(p['lo'])}, {pct(p['hi'])}] (p {p_eq(p['p_value'])}, "
                         f"{p['ours_reached']}/{p['ours_seeds']} vs {p['base_reached']}/{p['base_seeds']} reached)"
                         for p in r["per_warm_start"])
-        ps = _p(r["p_value_stratified"])
+        ps = p_value(r["p_value_stratified"])
         lines.append(f"| {r['family']} x {r['warm_starts']}{_left_out(r)} | {r['protocol']} | {r['ours']} vs "
                      f"{r['baseline']} | "
-                     f"{per} | {_pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
+                     f"{per} | {pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
     return lines
 
 
@@ -138,11 +126,11 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
         per = r["per_warm_start"]
         reached = f"{sum(p['ours_reached'] for p in per)}/{r['ours_runs']} vs " \
                   f"{sum(p['base_reached'] for p in per)}/{r['base_runs']}"
-        ci = f"{_pct(r['pooled_saving'])}{_ci(r)}" if r["pooled_saving"] is not None else \
+        ci = f"{pct(r['pooled_saving'])}{_ci(r)}" if r["pooled_saving"] is not None else \
             "none: the median run never reaches"
         out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['ours_runs']} vs "
                    f"{r['base_runs']} ({r['warm_starts']}{_left_out(r)}) | {reached} | {ci} | "
-                   f"{_p(r['p_value_stratified'])} | "
+                   f"{p_value(r['p_value_stratified'])} | "
                    f"{r['holds_in']}/{r['warm_starts']} |")
     return "\n".join(out) + "\n"
 
@@ -151,7 +139,7 @@ AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "sec
 
 
 def _saving_ci(v: Mapping[str, Any]) -> str:
-    return f"{_pct(v['pooled_value'])} [{_pct(v['pooled_lo'])}, {_pct(v['pooled_hi'])}]"
+    return f"{pct(v['pooled_value'])} [{pct(v['pooled_lo'])}, {pct(v['pooled_hi'])}]"
 
 
 def cost_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -160,7 +148,7 @@ def cost_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              + " | holds in (rollouts, tokens, seconds) |", "|---|---|---|" + "---|" * (len(COST_AXES) + 1)]
     for r in rows:
         ax = r["axes"]
-        cells = [f"{_saving_ci(ax[x])}, p {_p_eq(ax[x]['p_value_stratified'])}" for x in COST_AXES]
+        cells = [f"{_saving_ci(ax[x])}, p {p_eq(ax[x]['p_value_stratified'])}" for x in COST_AXES]
         holds = ", ".join(f"{ax[x]['holds_in']}/{ax[x]['warm_starts']}" for x in COST_AXES)
         lines.append(f"| {r['ours']} vs {r['baseline']} | {r['protocol']} | {r['ours_runs']} vs {r['base_runs']} "
                      f"({r['warm_starts']}) | " + " | ".join(cells) + f" | {holds} |")
@@ -177,13 +165,9 @@ def claim_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
     held = lo is not None and lo > 0
     return (f"The sources' token claim (sara's saving against dapo larger in generated tokens than in rollouts), "
             f"pooled over {r['warm_starts']} warm start(s), {r['ours_runs']} vs {r['base_runs']} runs: token saving "
-            f"minus rollout saving {100 * t['pooled_gap']:+.1f} points [{_pts(lo)}, {_pts(hi)}]: "
+            f"minus rollout saving {100 * t['pooled_gap']:+.1f} points [{points(lo)}, {points(hi)}]: "
             + ("**holds** (the interval lies above zero)." if held else "**not borne out** (the interval reaches "
                "zero or below)."))
-
-
-def _pts(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:+.1f}"
 
 
 def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
@@ -214,8 +198,8 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
                  "", "| ours vs baseline | protocol | cost | per warm start |", "|---|---|---|---|"]
         for r in costs:
             for x in COST_AXES:
-                per = "; ".join(f"{p['regime']}: {_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] "
-                                f"(p {_p_eq(p['p_value'])})" for p in r["axes"][x]["per_warm_start"])
+                per = "; ".join(f"{p['regime']}: {pct(p['value'])} [{pct(p['lo'])}, {pct(p['hi'])}] "
+                                f"(p {p_eq(p['p_value'])})" for p in r["axes"][x]["per_warm_start"])
                 body.append(f"| {r['ours']} vs {r['baseline']} | {r['protocol']} | {AXIS_WORDS[x]} | {per} |")
         body += ["", "Pooled:", "", costs_md(costs).rstrip()]
         if line := claim_line(costs):

@@ -180,9 +180,9 @@ def test_rlvr_core_has_no_import_circle() -> None:
 # the tables the summary calls (floor, study_targets, warmstarts) below the summary, the command line on top.
 BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks", "benchmarks.common", "benchmarks.study", "benchmarks.math_verifier", "benchmarks.record_trl_trace"),
-    ("benchmarks.study.plan", "benchmarks.ablation", "benchmarks.advisor_speed", "benchmarks.advisor_validation",
-     "benchmarks.leaderboard", "benchmarks.orchestration", "benchmarks.readme", "benchmarks.results_index",
-     "benchmarks.sandbox", "benchmarks.trl_overhead"),
+    ("benchmarks.study.plan", "benchmarks.study.formats", "benchmarks.ablation", "benchmarks.advisor_speed",
+     "benchmarks.advisor_validation", "benchmarks.leaderboard", "benchmarks.orchestration", "benchmarks.readme",
+     "benchmarks.results_index", "benchmarks.sandbox", "benchmarks.trl_overhead"),
     ("benchmarks.study.store", "benchmarks.study.data", "benchmarks.study.stats", "benchmarks.allocation",
      "benchmarks.training"),
     ("benchmarks.study.tables", "benchmarks.study.execute", "benchmarks.floor", "benchmarks.study_targets",

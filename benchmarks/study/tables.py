@@ -1,6 +1,6 @@
 """The study's tables: each is rows computed in memory, rendered to markdown here with one set of number formats.
 
-- ``interval``: ``median [lo, hi]`` of a statistic, ``never`` where a value falls on a run that never reached;
+- the number formats are benchmarks/study/formats.py's (``never``: a value that falls on a run that never reached);
 - ``cell_markdown``, ``cell_csv``, ``plot_cell``: training_<regime>_<protocol>.{md,csv,png};
 - ``study_doc``: training_study.md, every cell, the targets (rendered by benchmarks/study_targets.py, passed in)
   and what remains to run.
@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks.common import save_figure
+from benchmarks.study.formats import interval, number, p_value
 from benchmarks.study.plan import (
     BUDGETS,
     GRID,
@@ -50,7 +51,7 @@ def study_doc(store: Any, records: Sequence[Mapping[str, Any]], targets_md: str,
             lines.append(f"  Pre-registration on uniform GRPO alone: {'meets' if p['meets'] else '**misses**'} the "
                          f"criteria (zero-variance share at the start {p['zero_variance_share']:.2f} at k = {p['k']}; "
                          f"median {p['median_evals_below_target']:.0f} evaluations below the target; median fitted "
-                         f"reach {num(p['median_fit_rollouts_to_target'])} rollouts; {p['train_prompts']} training "
+                         f"reach {number(p['median_fit_rollouts_to_target'])} rollouts; {p['train_prompts']} training "
                          "prompts" + _cost_note(p.get("extra")) + ").")
     lines += ["", "Rollouts to target: the first crossing of each run's isotonic fit (primary; median [order-statistic "
               "interval] (coverage)) and the raw first crossing (median [95% bootstrap]); p: one-sided rank test "
@@ -61,8 +62,8 @@ def study_doc(store: Any, records: Sequence[Mapping[str, Any]], targets_md: str,
         p = r.get("p_value")
         lines.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | "
                      f"{r['reached_fit']}/{r['seeds']} | {interval(r['fit_rollouts_to_target'])}"
-                     f"{coverage(r['fit_rollouts_to_target'])} | {'-' if p is None else f'{p:.3f}'} | "
-                     f"{interval(r['rollouts_to_target'])} | {interval(r['fit_seconds_to_target'], digits=1)} | "
+                     f"{coverage(r['fit_rollouts_to_target'])} | {p_value(p)} | "
+                     f"{interval(r['rollouts_to_target'])} | {interval(r['fit_seconds_to_target'], ',.1f')} | "
                      f"{r['final_accuracy']:.3f} ({r['final_accuracy_se']:.3f}) |")
     lines += ["", "## Targets", "", "Measured by benchmarks/study_targets.py (its docstring gives the rules: "
               "a baseline run that misses counts at its whole budget, ours as never).", "", targets_md.rstrip()]
@@ -96,17 +97,6 @@ def _cost_note(extra: Mapping[str, Any] | None) -> str:
     share, ratio = extra["median_generate_share"], extra["start_lengths"]["fail_pass_length_ratio"]
     return (f"; median generation share of a step {'none' if share is None else f'{share:.2f}'}; failing/passing "
             f"median tokens at the start {'none' if ratio is None else f'{ratio:.2f}'}")
-
-
-def num(v: float | None) -> str:
-    return "never" if v is None else f"{v:,.0f}"
-
-
-def interval(ci: Mapping[str, Any], scale: float = 1.0, digits: int = 0) -> str:
-    def f(v: Any) -> str:
-        return "never" if v is None else f"{v / scale:,.{digits}f}"
-
-    return f"{f(ci['median'])} [{f(ci['lo'])}, {f(ci['hi'])}]"
 
 
 def cell_csv(regime: str, proto: str, runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
@@ -165,8 +155,8 @@ def _cell_tables(regime: str, proto: str, records: Sequence[Mapping[str, Any]],
         d, p = r["decomposition"], r.get("p_value")
         lines.append(f"| {r['allocator']} | {r['seeds']} | {r['reached_fit']}/{r['seeds']} | "
                      f"{interval(r['fit_rollouts_to_target'])}{coverage(r['fit_rollouts_to_target'])} | "
-                     f"{interval(r['rollouts_to_target'])} | {'-' if p is None else f'{p:.3f}'} | "
-                     f"{interval(d['rollouts_per_effective_group'], digits=1)} | "
+                     f"{interval(r['rollouts_to_target'])} | {p_value(p)} | "
+                     f"{interval(d['rollouts_per_effective_group'], ',.1f')} | "
                      f"{interval(d['effective_groups_to_target'])} | {r['evaluations_per_run']:.0f} |")
     fr = [f"{float(f):.0%}" for f in (records[0].get("fit_rollouts_to_fraction") or {})] if records else []
     lines += ["", "Accuracy of the fitted curve at fixed rollout budgets (median; '-' where a run ended before), the "
@@ -186,7 +176,7 @@ def _cell_tables(regime: str, proto: str, records: Sequence[Mapping[str, Any]],
               "rollouts/step | eff. groups/step | rounds/step |", "|---|---|---|---|---|---|---|---|"]
     for r in records:
         lg = r["ledger"]
-        lines.append(f"| {r['allocator']} | {interval(r['fit_seconds_to_target'], digits=1)} | "
+        lines.append(f"| {r['allocator']} | {interval(r['fit_seconds_to_target'], ',.1f')} | "
                      f"{interval(r['fit_updates_to_target'])} | {interval(r['fit_tokens_to_target'])} | "
                      f"{r['final_accuracy']:.3f} | {lg['rollouts_per_step']:.0f} | "
                      f"{lg['effective_groups_per_step']:.1f} | {lg['rounds_per_step']:.1f} |")

@@ -32,14 +32,15 @@ def test_the_benchmarks_share_the_table() -> None:
     assert not hasattr(study_targets, "_fname")
 
 
-def test_the_tables_the_summary_calls_read_only_the_study_s_plan_store_and_stats() -> None:
+def test_the_tables_the_summary_calls_read_only_the_study_s_lower_floors() -> None:
     """floor, study_targets and warmstarts sit below benchmarks.study.summarize, which calls them: they may read
-    the plan, the store and the statistics, never the summary or the driver (tests/test_layers.py: no circle)."""
+    the plan, the store, the statistics and the number formats, never the summary or the driver
+    (tests/test_layers.py: no circle)."""
     for mod in (floor, study_targets):
         source = open(mod.__file__, encoding="utf-8").read()
         used = {a or b for a, b in re.findall(r"^\s*from benchmarks\.study(?:\.(\w+) import| import (\w+))", source,
                                                re.M)}
-        assert used <= {"plan", "store", "stats"}, (mod.__name__, used)
+        assert used <= {"plan", "store", "stats", "formats"}, (mod.__name__, used)
 
 
 def test_the_slug_keeps_every_committed_study_folder_readable() -> None:

@@ -120,6 +120,13 @@ class RunStore:
         runs = self.runs()
         return [runs[i] for i in sorted(idx)]
 
+    def folders(self, regime: str, protocol_dir: str) -> list[list[Run]]:
+        """The run files of each variant folder under study/<regime>/<protocol_dir>/, in folder-name order, read
+        now."""
+        base = self.root / regime / protocol_dir
+        return [[json.loads(p.read_text()) for p in sorted(folder.glob("s*.json"))]
+                for folder in sorted(base.glob("*"))]
+
     def reference_runs(self, regime: str) -> list[Run]:
         """Every finished reference (uniform GRPO) run file of ``regime`` in seed-file order, read now (a study
         in progress adds them)."""

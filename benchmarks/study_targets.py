@@ -49,9 +49,11 @@ from benchmarks.study.stats import cost_of, dominance, percentile_interval, savi
 from benchmarks.study.store import RunStore, as_store
 
 SIM_SCENARIOS = ("early", "late", "ushape")
-# the allocators the hard regime's equal-batch targets name; every other allocator of ours the plan runs there is a
-# candidate, measured the same way without a target of its own (plan.Variant.ours)
-HARD_TARGETS = (("sara", 0.22), ("sara+dps", 0.50))
+
+
+def targeted(regime: str, protocol: str) -> tuple[str, ...]:
+    """The allocators a declared saving target (plan.SAVING_TARGETS) names in a cell of ``regime``."""
+    return tuple(t.ours for t in plan.SAVING_TARGETS if (t.regime, t.protocol) == (regime, protocol))
 
 
 def untargeted(protocol: str, regime: str, named: tuple[str, ...]) -> tuple[str, ...]:
@@ -107,15 +109,10 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     floor = floor or {}
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
-    for lab, need in HARD_TARGETS:
-        s = family_saving(store, "hard", "equal-batch", lab, "dapo")
-        rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
-                     + (", rank test p < 0.05" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
-                     "ceiling_without_prompt_information": ceiling,
-                     "met": _met(s["value"], s["value"] is not None and s["value"] >= need
-                                 and (lab != "sara" or (s.get("p_value") or 1.0) < 0.05))})
-        rows += _per_warm_start(store, s, "equal-batch", lab, "dapo")
-    candidates = untargeted("equal-batch", "hard", tuple(lab for lab, _ in HARD_TARGETS))
+    for tg in plan.SAVING_TARGETS:
+        if tg.regime == "hard":
+            rows += saving_target(store, tg, ceiling)
+    candidates = untargeted("equal-batch", "hard", targeted("hard", "equal-batch"))
     for lab in candidates:  # the same measure for the other candidates: no target of their own
         s = family_saving(store, "hard", "equal-batch", lab, "dapo")
         if len(s.get("regimes", ())) > 1:
@@ -125,7 +122,7 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
     # (the out-of-regime check of what hard chose)
     if (t_easy := store.target_value("easy")) is not None:
-        for lab in (*(lab for lab, _ in HARD_TARGETS), *candidates):
+        for lab in (*targeted("hard", "equal-batch"), *candidates):
             if ours := store.cell("easy", "equal-batch", lab):
                 s = saving(ours, store.cell("easy", "equal-batch", "dapo"), t_easy)
                 rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
@@ -139,6 +136,17 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     rows += _vigor_rows(store)
     rows.append(_simulator_row(allocation_json, floor))
     return rows
+
+
+def saving_target(store: RunStore, tg: plan.Target, ceiling: float | None = None) -> list[dict[str, Any]]:
+    """A declared saving target's row (pooled over its regime's warm starts) and each warm start's own."""
+    s = family_saving(store, tg.regime, tg.protocol, tg.ours, tg.baseline)
+    row = {"target": tg.text, "kind": "saving", "want": tg.saving, **s}
+    if tg.ceiling:
+        row["ceiling_without_prompt_information"] = ceiling
+    row["met"] = _met(s["value"], s["value"] is not None and s["value"] >= tg.saving
+                      and (tg.p is None or (s.get("p_value") or 1.0) < tg.p))
+    return [row, *_per_warm_start(store, s, tg.protocol, tg.ours, tg.baseline)]
 
 
 def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
@@ -175,19 +183,16 @@ def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
 
 
 def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
-    """pool, equal-batch: the declared target (sara+dps against dapo), and every other allocator of ours and the
+    """pool, equal-batch: the declared target (plan.SAVING_TARGETS), and every other allocator of ours and the
     published ones against dapo, and ours against the best published cell, as candidates."""
     store = as_store(out)
     t = store.target_value("pool")
     if t is None:
         return []
-    s = family_saving(store, "pool", "equal-batch", "sara+dps", "dapo")
-    rows = [{"target": "pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo", "kind": "saving",
-             "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)},
-            *_per_warm_start(store, s, "equal-batch", "sara+dps", "dapo")]
+    rows = [row for tg in plan.SAVING_TARGETS if tg.regime == "pool" for row in saving_target(store, tg)]
     pool_ours, published_labels = plan.ours_in("equal-batch", "pool"), plan.published_in("equal-batch", "pool")
     for lab in (*pool_ours, *published_labels):
-        if lab == "sara+dps":
+        if lab in targeted("pool", "equal-batch"):
             continue
         s = family_saving(store, "pool", "equal-batch", lab, "dapo")
         if len(s.get("regimes", ())) > 1:

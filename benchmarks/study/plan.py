@@ -205,6 +205,36 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-rollouts", "ar3po", "grpo", readme=True),
 )
 COMPARISON_FAMILIES = ("hard", "pool")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A saving target, declared before its cells ran: ``ours`` spends at least ``saving`` fewer rollouts to the
+    target than ``baseline`` under ``protocol``, pooled over the warm starts of ``regime``'s family; with ``p``, the
+    rank test's p-value lies below it too; ``ceiling``: its row gives the screening floor's ceiling (the floor reads
+    the replay log of this regime's GRPO run). Every other allocator of ours in the cell is a candidate row."""
+
+    regime: str
+    protocol: str
+    ours: str
+    baseline: str
+    saving: float
+    p: float | None = None
+    ceiling: bool = False
+
+    @property
+    def text(self) -> str:
+        return (f"{self.regime}, {self.protocol}: {self.ours} spends >= {self.saving:.0%} fewer rollouts to target "
+                f"than {self.baseline}" + (f", rank test p < {self.p:g}" if self.p is not None else ""))
+
+
+# the targets of the measurement issue (the tuned, matched-updates, equal-rollouts and simulator targets are rows of
+# their own kinds: benchmarks/study_targets.py)
+SAVING_TARGETS: tuple[Target, ...] = (
+    Target("hard", "equal-batch", "sara", "dapo", 0.22, p=0.05, ceiling=True),
+    Target("hard", "equal-batch", "sara+dps", "dapo", 0.50, ceiling=True),
+    Target("pool", "equal-batch", "sara+dps", "dapo", 0.5),
+)
 # the worked-answer family (steps): what each allocator buys in rollouts, generated tokens and training seconds
 COST_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "sara", "dapo"),

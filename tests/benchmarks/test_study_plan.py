@@ -124,3 +124,37 @@ def test_every_table_prints_a_bound_that_falls_on_a_run_that_never_reached_as_ne
             "reached": 2, "fit_rollouts_to_target": {"median": None, "lo": 1500.0, "hi": None}, "p_value": 0.0004,
             "rollouts_to_target": {"median": 900.0, "lo": 800.0, "hi": None}}
     assert "| never [1,500, never] | 900 [800, never] | < 0.001 |" in readme.training_headline([cell])
+
+
+def test_a_summary_reads_each_run_file_once(tmp_path: Path, monkeypatch) -> None:
+    """The summary holds the runs in memory (one RunStore): every table is computed from them, no writer reads
+    another's output, and no run file is read twice."""
+    import collections
+    import re
+
+    store = RunStore(tmp_path)
+    for regime in ("pool", "pool-ws1"):
+        store.freeze(store.target_path(regime), {"regime": regime, "target": 0.5, "rule": "r", "start": 0.3,
+                                                 "gain": 0.3, "reference_seeds": [0, 1, 2], "set_at": "now",
+                                                 "budget_rollouts": 5000})
+        for seed in (0, 1, 2):
+            for proto, label, accs in (("reference", "grpo", [0.3, 0.4, 0.5, 0.55, 0.6, 0.6]),
+                                       ("equal-batch", "dapo", [0.3, 0.35, 0.45, 0.5, 0.55, 0.6]),
+                                       ("equal-batch", "sara+dps", [0.3, 0.5, 0.6, 0.6, 0.65, 0.7])):
+                path = store.run_file(regime, proto, label, seed)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(_run(regime, proto, label, seed, accs)))
+    reads: collections.Counter = collections.Counter()
+    read_text = Path.read_text
+
+    def counted(self: Path, *args, **kwargs) -> str:
+        if re.fullmatch(r"s\d+\.json", self.name):
+            reads[self] += 1
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    aggregate(tmp_path, tmp_path)
+    assert len(reads) == 18 and set(reads.values()) == {1}
+    rows = json.loads(read_text(tmp_path / "study_targets" / "training_targets.json"))
+    pool = next(r for r in rows if r["target"].startswith("pool, equal-batch: sara+dps"))
+    assert pool["regimes"] == ["pool", "pool-ws1"] and pool["ours_seeds"] == 6  # pooled over both warm starts

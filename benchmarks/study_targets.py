@@ -27,9 +27,13 @@ false, or null while the cells it needs have not run). The rules were written do
   interval lies above zero.
 - the simulator target reads benchmarks/results/allocation/allocation.json (k = 8, scenarios early, late and ushape):
   the best allocator's rollouts per effective group over the limit of k.
-- where benchmarks/results/floor/allocation_floor.json exists (``python -m benchmarks.floor``), the simulator row
+- with the screening floor's rows (``measure(..., floor=)``: benchmarks.floor.write's result, which the study's
+  summary passes in memory; this script reads benchmarks/results/floor/allocation_floor.json), the simulator row
   also gives each scenario's screening floor (the least any allocator without a prompt's history can spend)
   and the equal-batch rows the most such an allocator can save against the study's dapo cell.
+
+The declared targets are records of the study's plan (benchmarks/study/plan.py ``SAVING_TARGETS``); the candidate
+rows are the plan's other allocators of ours in the same cells (``Variant.ours``, ``Variant.published``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
 - across warm starts: ``matched_cells``, ``compare``, ``pooled_costs``, ``family_saving`` (a ``Cells`` source
   gives each warm start's target and runs: benchmarks.study.store.RunStore).
 
-A run's reach is computed once per (target, axis, fit) and kept on the run object for the rest of the summary
-(``_reach_cache``): the summary computes the same reach for many tables.
+A bootstrap draws all its resamples at once (``resample``: the same draws as one round at a time) and reduces
+them as arrays, so a summary's thousands of resampled medians cost a few array operations each.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ never into benchmarks/results.
 
 The package (docs/design.md, "The training study package"), each module importing only those above it here:
 
-- ``plan``: the variants, protocols, regimes and comparisons, as records (the only place labels live);
+- ``plan``: the variants, protocols, regimes, comparisons and targets, as records (the only place labels live);
+- ``formats``: the number formats of every table (one convention for a missing bound: ``never``);
 - ``store``: ``RunStore``, the run-file layout, the shared cells, the frozen files and the run claims;
 - ``data``: a regime's splits, prompt pool and warm-started policy;
 - ``stats``: pure functions over runs in memory (cells, savings, rank tests, dominance, pooled savings);

@@ -107,7 +107,6 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     screening floor's rows ``floor`` (benchmarks.floor.write's result; {}: none)."""
     store = as_store(out)
     rows: list[dict[str, Any]] = []
-    t = store.target_value("hard")
     results = store.out if results is None else results
     allocation_json = results / "allocation" / "allocation.json"
     floor = floor or {}
@@ -136,7 +135,7 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     for regime in sorted(r for r in store.regimes() if r.startswith("steps")):  # steps, steps-wsJ
         rows += _steps_rows(store, regime)
     rows += _token_claim_row(store)
-    rows += _tuned_rows(store, t)
+    rows += _tuned_rows(store)
     rows += _vigor_rows(store)
     rows.append(_simulator_row(allocation_json, floor))
     return rows
@@ -160,24 +159,23 @@ def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     each warm start is a candidate row."""
     store = as_store(out)
     rows: list[dict[str, Any]] = []
-    for base in ("hard", "easy"):
-        kept = [r for r, *_ in stats.matched_cells(store, store.family(base) or [base], "equal-rollouts", "vigor",
-                                                   "grpo")[0]] or [base]
-        per = {r: dominance(store.cell(r, "equal-rollouts", "vigor"), store.cell(r, "equal-rollouts", "grpo"))
-               for r in kept}
+    for tg in plan.DOMINANCE_TARGETS:
+        base, proto = tg.regime, tg.protocol
+        kept = [r for r, *_ in stats.matched_cells(store, store.family(base) or [base], proto, tg.ours,
+                                                   tg.baseline)[0]] or [base]
+        per = {r: dominance(store.cell(r, proto, tg.ours), store.cell(r, proto, tg.baseline)) for r in kept}
         ran = [d for d in per.values() if d["value"] is not None]
         d = min(ran, key=lambda d: (d["value"], d["min_difference"])) if ran else {"value": None}
         where = "" if kept == [base] else f" ({', '.join(kept)}, the lowest)"
-        rows.append({"target": f"{base}, equal-rollouts: vigor's accuracy >= grpo's at every update count after the "
-                     "first 10% of the run", "kind": "dominance", "want": 1.0, **d, "warm_starts_read": kept,
+        rows.append({"target": tg.text, "kind": "dominance", "want": 1.0, **d, "warm_starts_read": kept,
                      "note": where, "met": _met(d["value"], bool(ran) and all(x["value"] == 1.0 for x in ran))})
         if len(kept) > 1:
-            rows += [{"target": f"(candidate) {r}, equal-rollouts: vigor against grpo", "kind": "dominance",
+            rows += [{"target": f"(candidate) {r}, {proto}: {tg.ours} against {tg.baseline}", "kind": "dominance",
                       "want": None, **x, "met": None} for r, x in per.items()]
-        for lab in untargeted("equal-rollouts", base, ("vigor",)):
-            if ours := store.cell(base, "equal-rollouts", lab):
-                rows.append({"target": f"(candidate) {base}, equal-rollouts: {lab} against grpo", "kind": "dominance",
-                             "want": None, **dominance(ours, store.cell(base, "equal-rollouts", "grpo")),
+        for lab in untargeted(proto, base, (tg.ours,)):
+            if ours := store.cell(base, proto, lab):
+                rows.append({"target": f"(candidate) {base}, {proto}: {lab} against {tg.baseline}",
+                             "kind": "dominance", "want": None, **dominance(ours, store.cell(base, proto, tg.baseline)),
                              "met": None})
     return rows
 
@@ -222,28 +220,27 @@ def _matched_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     so the ratio is optimistic; every one of ours is also a candidate row, pooled and per warm start."""
     store = as_store(out)
     rows = []
-    for base in ("pool", "hard"):
+    for tg in (t for t in plan.RATIO_TARGETS if t.pick == "reported"):
+        base, proto, need = tg.regime, tg.protocol, tg.ratio
         if store.target_value(base) is None:
             continue
-        for proto in ("matched-updates", "matched-updates-small"):
-            # no matched grpo runs: the equal-batch cells alone are not the matched-updates protocol
-            ours = {lab: s for lab in plan.ours_in("matched-updates-small", base)
-                    if (s := family_saving(store, base, proto, lab, "grpo"))["value"]
-                    is not None or s.get("ours_seeds")}
-            head = f"{base}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
-            if not ours:
-                rows.append({"target": head, "kind": "ratio", "want": 0.5, "value": None, "met": None})
-                continue
-            best = max(ours, key=lambda lab: -math.inf if ours[lab]["value"] is None else ours[lab]["value"])
-            for lab, s in ours.items():
-                row = _as_ratio(s, lab)
-                if lab == best:
-                    rows.append({**row, "target": head + " (best of the cells, picked on these runs)", "want": 0.5,
-                                 "met": _met(row["value"], row["value"] is not None and row["value"] <= 0.5)})
-                rows.append({**row, "target": f"(candidate) {base}, {proto}: {lab} against grpo", "want": None,
-                             "met": None})
-                rows += [{**_as_ratio(r, lab), "target": r["target"].replace("'s saving against", " against")}
-                         for r in _per_warm_start(store, s, proto, lab, "grpo")]
+        # no matched grpo runs: the equal-batch cells alone are not the matched-updates protocol
+        ours = {lab: s for lab in plan.ours_in("matched-updates-small", base)
+                if (s := family_saving(store, base, proto, lab, tg.baseline))["value"] is not None
+                or s.get("ours_seeds")}
+        if not ours:
+            rows.append({"target": tg.text, "kind": "ratio", "want": need, "value": None, "met": None})
+            continue
+        best = max(ours, key=lambda lab: -math.inf if ours[lab]["value"] is None else ours[lab]["value"])
+        for lab, s in ours.items():
+            row = _as_ratio(s, lab)
+            if lab == best:
+                rows.append({**row, "target": tg.text + " (best of the cells, picked on these runs)", "want": need,
+                             "met": _met(row["value"], row["value"] is not None and row["value"] <= need)})
+            rows.append({**row, "target": f"(candidate) {base}, {proto}: {lab} against {tg.baseline}", "want": None,
+                         "met": None})
+            rows += [{**_as_ratio(r, lab), "target": r["target"].replace("'s saving against", " against")}
+                     for r in _per_warm_start(store, s, proto, lab, tg.baseline)]
     return rows
 
 
@@ -304,20 +301,23 @@ def _token_claim_row(out: Path | RunStore, base: str = "steps") -> list[dict[str
              "base_seeds": sum(b for _, b in ws), "met": _met(g["gap"], g["gap_lo"] is not None and g["gap_lo"] > 0)}]
 
 
-def _tuned_rows(out: Path | RunStore, t: float | None) -> list[dict[str, Any]]:
+def _tuned_rows(out: Path | RunStore, t: float | None = None) -> list[dict[str, Any]]:
+    """The tuned targets (plan.RATIO_TARGETS picked on the validation split): "our best" is the allocator of ours
+    with the lowest median validation rollouts-to-target (tuned/choice.json), reported on its test runs."""
     store = as_store(out)
-    choice = store.choice("hard")
-    ours = {lab: c for lab, c in choice.items() if plan.VARIANTS[lab].ours and store.cell("hard", "tuned", lab)}
-    grpo = store.cell("hard", "tuned", "grpo")
-    best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
-                                      else ours[lab]["validation_rollouts_to_target"])) if ours else None
     out_rows = []
-    for axis, need, word in (("cum_rollouts", 0.5, "rollouts"), ("seconds", 0.7, "seconds")):
-        s = saving(store.cell("hard", "tuned", best), grpo, t, axis=axis) if best and grpo and t is not None \
+    for tg in (t for t in plan.RATIO_TARGETS if t.pick == "validation"):
+        regime, need = tg.regime, tg.ratio
+        t = store.target_value(regime)
+        choice = store.choice(regime)
+        ours = {lab: c for lab, c in choice.items() if plan.VARIANTS[lab].ours and store.cell(regime, tg.protocol, lab)}
+        grpo = store.cell(regime, tg.protocol, tg.baseline)
+        best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
+                                          else ours[lab]["validation_rollouts_to_target"])) if ours else None
+        s = saving(store.cell(regime, tg.protocol, best), grpo, t, axis=tg.axis) if best and grpo and t is not None \
             else {"value": None, "lo": None, "hi": None}
         ratio = None if s["value"] is None else 1.0 - s["value"]
-        out_rows.append({"target": f"hard, tuned: our best allocator reaches the target with <= {need}x the {word} "
-                         "of tuned grpo", "kind": "ratio", "want": need, "allocator": best, **s,
+        out_rows.append({"target": tg.text, "kind": "ratio", "want": need, "allocator": best, **s,
                          "value": ratio, "lo": None if s["hi"] is None else 1.0 - s["hi"],
                          "hi": None if s["lo"] is None else 1.0 - s["lo"],
                          "met": _met(ratio, ratio is not None and ratio <= need),

@@ -81,8 +81,13 @@ def test_the_plan_s_protocols_and_comparisons_name_only_declared_cells() -> None
     for p in plan.PROTOCOLS.values():
         assert p.baseline in plan.VARIANTS and all(lab in plan.VARIANTS and p.name in plan.VARIANTS[lab].runs
                                                    for lab in p.order), p.name
-    for c in (*plan.COMPARISONS, *plan.COST_COMPARISONS):
+    for c in (*plan.COMPARISONS, *plan.COST_COMPARISONS, *plan.SAVING_TARGETS, *plan.DOMINANCE_TARGETS):
         assert c.protocol in plan.PROTOCOLS and {c.ours, c.baseline} <= set(plan.VARIANTS), c
+    for t in (*plan.SAVING_TARGETS, *plan.RATIO_TARGETS, *plan.DOMINANCE_TARGETS):
+        shared = {lab for _, labs in plan.shared_sources(t.protocol) for lab in (labs or ())}
+        assert t.regime in plan.REGIMES and t.baseline in {*plan.labels(t.protocol, t.regime), *shared}, t
+    assert plan.SAVING_TARGETS[0].text == ("hard, equal-batch: sara spends >= 22% fewer rollouts to target than "
+                                           "dapo, rank test p < 0.05")
     # the README's headline rows are chosen by a field of the record, not by their place in the table
     assert [c.ours for c in plan.COMPARISONS if c.readme][:2] == ["sara", "sara+dps[context]"]
     assert not any(c.readme for c in plan.COMPARISONS if c.ours in ("sara+dps", "sara[carry]", "greso"))

@@ -36,12 +36,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from benchmarks.common import output_dir, results_dir
+from benchmarks.study.store import RunStore
 from rlvr_core.advise.core import default_pool
 from rlvr_core.advise.logs import load_log
 from rlvr_core.advise.model import simulate, token_model
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = ROOT / "benchmarks" / "results" / "study"
+STUDY = RunStore(ROOT / "benchmarks" / "results")  # the study's committed run files
 REPLAY = ROOT / "benchmarks" / "replay"
 PROTOCOLS = ("reference", "equal-batch", "equal-rollouts")
 SEEDS = 5
@@ -51,8 +52,7 @@ def cells(regime: str) -> list[dict[str, Any]]:
     """The study's cells of ``regime``: variant, allocator, params, k, batch, steps and measured rpeg per seed."""
     out = []
     for proto in PROTOCOLS:
-        for folder in sorted((STUDY / regime / proto).glob("*")):
-            runs = [json.loads(p.read_text()) for p in sorted(folder.glob("s*.json"))]
+        for runs in STUDY.folders(regime, proto):
             runs = [r for r in runs if not r.get("quick") and r["ledger"].get("effective_groups_per_step")]
             if not runs:
                 continue
@@ -73,7 +73,7 @@ def predict(cell: dict[str, Any], log: Path, pool: int, tokens: Any, seeds: int)
 
 def validate(seeds: int) -> tuple[list[dict[str, Any]], list[str]]:
     rows, missing = [], []
-    for regime in sorted(p.name for p in STUDY.iterdir() if p.is_dir()):
+    for regime in sorted(STUDY.regimes()):
         log = REPLAY / f"{regime}_grpo_s0.parquet"
         if not log.exists():
             missing.append(regime)

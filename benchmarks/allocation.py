@@ -45,8 +45,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from benchmarks.common import VARIANTS as ALL_VARIANTS
-from benchmarks.common import Variant, output_dir, results_dir, save_figure
+from benchmarks.common import output_dir, results_dir, save_figure
+from benchmarks.study.plan import VARIANTS as ALL_VARIANTS
+from benchmarks.study.plan import Variant
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
@@ -59,7 +60,7 @@ def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:
     return not quick and {"seeds": seeds, "steps": steps, "batch_size": batch_size} == FULL
 
 
-# the allocation benchmark's variants (benchmarks/common.py holds their parameters), in its tables' order
+# the allocation benchmark's variants (benchmarks/study/plan.py holds their parameters), in its tables' order
 LABELS = ("grpo", "dapo", "sara", "sara[carry]", "sara[budget]", "vigor", "pods", "greso", "sara+dps", "sara[floor]",
           "pilot-commit", "ar3po", "ar3po[no-reuse]", "reinforce-ada")
 VARIANTS = tuple(ALL_VARIANTS[label] for label in LABELS)
@@ -275,54 +276,22 @@ def plot(summary: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer steps (finishes in well under a minute)")
-    ap.add_argument("--seeds", type=int, default=FULL["seeds"])
-    ap.add_argument("--steps", type=int, default=None, help=f"steps per run (default {FULL['steps']}, quick 15)")
-    ap.add_argument("--batch-size", type=int, default=FULL["batch_size"])
-    ap.add_argument("--scenarios", nargs="+", default=None, choices=SCENARIOS, metavar="SCENARIO",
-                    help=f"only these scenarios ({', '.join(SCENARIOS)}), merged into the results folder's files")
-    ap.add_argument("--timing-only", action="store_true",
-                    help="re-measure only the decision-round timing (on a quiet machine) and rewrite the files that "
-                         "show it, from the results folder's allocation_runs.csv")
-    ap.add_argument("--json", type=Path, default=None, help="also write the figures as a JSON list here")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="results root, written under its allocation/ (default benchmarks/results for the full "
-                         "protocol, else a temporary one)")
-    args = ap.parse_args(argv)
-    if args.seeds < 1 or args.batch_size < 1:
-        ap.error("--seeds and --batch-size must be >= 1")
-    steps = args.steps or (15 if args.quick else FULL["steps"])
-    args.out = results_dir(args.out, full_protocol(args.quick, args.seeds, steps, args.batch_size), "allocation")
-    out = output_dir(args.out, "allocation")
-    t_start = time.perf_counter()
-    meta: dict[str, Any] = {"steps": steps, "seeds": args.seeds, "batch_size": args.batch_size, "quick": args.quick}
-    if args.scenarios or args.timing_only:
-        check_mergeable(out, meta)
-    runs = []
-    scenarios = tuple(s for s in SCENARIOS if s in args.scenarios) if args.scenarios else SCENARIOS
-    combos = [] if args.timing_only else [(v, s, k) for k in (8, 16) for s in scenarios for v in VARIANTS]
+def simulate(combos: list[tuple[Variant, str, int]], seeds: int, steps: int, batch_size: int) -> list[dict[str, Any]]:
+    """Every (variant, scenario, k) of ``combos`` over ``seeds`` seeds, each line of progress printed."""
+    runs: list[dict[str, Any]] = []
     for i, (v, scen, k) in enumerate(combos, 1):
-        for seed in range(args.seeds):
-            runs.append(run_one(v, scen, k, seed, steps, args.batch_size))
+        for seed in range(seeds):
+            runs.append(run_one(v, scen, k, seed, steps, batch_size))
         print(f"[{i:3d}/{len(combos)}] k={k:2d} {scen:8s} {v.label:13s} "
-              f"rollouts/eff.group={np.mean([r['rollouts_per_effective_group'] for r in runs[-args.seeds:]]):6.2f}",
+              f"rollouts/eff.group={np.mean([r['rollouts_per_effective_group'] for r in runs[-seeds:]]):6.2f}",
               flush=True)
-    runs_df = pd.DataFrame(runs)
-    timing, kept = None, []
-    if args.timing_only:
-        if not (out / "allocation_runs.csv").is_file():
-            raise SystemExit(f"--timing-only: {out} holds no allocation_runs.csv; run the benchmark first")
-        runs_df = pd.read_csv(out / "allocation_runs.csv")
-        prev = json.loads((out / "allocation_targets.json").read_text()).get("run", {})
-        meta = {**prev, "timing_remeasured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    elif args.scenarios:
-        runs_df, timing, kept = merge_runs(out, runs_df, scenarios)
-    summary = summarise(runs_df)
-    if timing is None:
-        timing = time_decision_rounds(repeats=10 if args.quick else 30)
-    tgt = targets(summary)
+    return runs
+
+
+def write(out: Path, args: Any, runs_df: pd.DataFrame, summary: pd.DataFrame, timing: pd.DataFrame,
+          tgt: dict[str, Any], meta: dict[str, Any], scenarios: tuple[str, ...], kept: list[str],
+          t_start: float) -> None:
+    """The benchmark's files in ``out`` (and ``--json``), the run's metadata beside the targets."""
     runs_df.to_csv(out / "allocation_runs.csv", index=False)
     summary.to_csv(out / "allocation.csv", index=False)
     timing.to_csv(out / "allocation_timing.csv", index=False)
@@ -348,6 +317,51 @@ def main(argv: list[str] | None = None) -> int:
         recs = summary[keys].replace({np.nan: None}).to_dict(orient="records")
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(recs, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer steps (finishes in well under a minute)")
+    ap.add_argument("--seeds", type=int, default=FULL["seeds"])
+    ap.add_argument("--steps", type=int, default=None, help=f"steps per run (default {FULL['steps']}, quick 15)")
+    ap.add_argument("--batch-size", type=int, default=FULL["batch_size"])
+    ap.add_argument("--scenarios", nargs="+", default=None, choices=SCENARIOS, metavar="SCENARIO",
+                    help=f"only these scenarios ({', '.join(SCENARIOS)}), merged into the results folder's files")
+    ap.add_argument("--timing-only", action="store_true",
+                    help="re-measure only the decision-round timing (on a quiet machine) and rewrite the files that "
+                         "show it, from the results folder's allocation_runs.csv")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures as a JSON list here")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results root, written under its allocation/ (default benchmarks/results for the full "
+                         "protocol, else a temporary one)")
+    args = ap.parse_args(argv)
+    if args.seeds < 1 or args.batch_size < 1:
+        ap.error("--seeds and --batch-size must be >= 1")
+    steps = args.steps or (15 if args.quick else FULL["steps"])
+    args.out = results_dir(args.out, full_protocol(args.quick, args.seeds, steps, args.batch_size), "allocation")
+    out = output_dir(args.out, "allocation")
+    t_start = time.perf_counter()
+    meta: dict[str, Any] = {"steps": steps, "seeds": args.seeds, "batch_size": args.batch_size, "quick": args.quick}
+    if args.scenarios or args.timing_only:
+        check_mergeable(out, meta)
+    scenarios = tuple(s for s in SCENARIOS if s in args.scenarios) if args.scenarios else SCENARIOS
+    runs_df = pd.DataFrame(simulate([] if args.timing_only else [(v, s, k) for k in (8, 16) for s in scenarios
+                                                                 for v in VARIANTS], args.seeds, steps,
+                                    args.batch_size))
+    timing, kept = None, []
+    if args.timing_only:
+        if not (out / "allocation_runs.csv").is_file():
+            raise SystemExit(f"--timing-only: {out} holds no allocation_runs.csv; run the benchmark first")
+        runs_df = pd.read_csv(out / "allocation_runs.csv")
+        prev = json.loads((out / "allocation_targets.json").read_text()).get("run", {})
+        meta = {**prev, "timing_remeasured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    elif args.scenarios:
+        runs_df, timing, kept = merge_runs(out, runs_df, scenarios)
+    summary = summarise(runs_df)
+    if timing is None:
+        timing = time_decision_rounds(repeats=10 if args.quick else 30)
+    tgt = targets(summary)
+    write(out, args, runs_df, summary, timing, tgt, meta, scenarios, kept, t_start)
     print(f"wrote {out}/allocation.{{csv,md,png}} in {meta['seconds']} s")
     for name, t in tgt.items():
         print(f"  target {name}: {'met' if t['met'] else 'MISSED'} ({t['value']})")

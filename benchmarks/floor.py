@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import PROTOCOLS, RESULTS, output_dir, save_figure, study_cell_dir
+from benchmarks.common import RESULTS, output_dir, save_figure
+from benchmarks.study.plan import labels
+from benchmarks.study.store import RunStore
 from rlvr_core.allocation.floor import Floor, screening_floor
 from rlvr_core.rollout.simulated import REPLAY_FILE, SCENARIOS, ReplayLog
 
@@ -80,15 +82,13 @@ def replay_rows(path: Path = REPLAY_FILE, k: int = K, seed: int = 0) -> list[dic
             for i in range(len(log))]
 
 
-def study_rows(out: Path, floor_over_k: float, regime: str = "hard") -> list[dict[str, Any]]:
+def study_rows(store: RunStore, floor_over_k: float, regime: str = "hard") -> list[dict[str, Any]]:
     """Rollouts per effective group of the training study's equal-batch cells (median over seeds), beside
     the saving over its dapo cell and, in every row alike, the largest saving over that cell that the
     replay floor leaves an allocator without prompt information."""
     rows = []
-    for lab in PROTOCOLS["equal-batch"]:
-        cell = study_cell_dir(out, regime, "equal-batch", lab)
-        runs = [json.loads(p.read_text()) for p in sorted(cell.glob("s*.json"))]
-        if runs:
+    for lab in labels("equal-batch", regime):
+        if runs := store.cell(regime, "equal-batch", lab):
             per = [r["ledger"]["rollouts"] / max(r["ledger"]["effective_groups_per_step"] * r["ledger"]["steps"], 1)
                    for r in runs]
             rows.append({"regime": regime, "allocator": lab, "seeds": len(runs),
@@ -191,14 +191,14 @@ def plot(static: list[dict[str, Any]], replay: list[dict[str, Any]], path: Path)
     save_figure(fig, path)
 
 
-def write(results: Path, study_out: Path | None = None, replay: Path = REPLAY_FILE) -> dict[str, Any]:
+def write(results: Path, replay: Path = REPLAY_FILE, store: RunStore | None = None) -> dict[str, Any]:
     """allocation_floor.{json,md,png} in the results root ``results``'s floor/, from its allocation/allocation.json
-    and the training study's run files under ``study_out`` (default: ``results``)."""
+    and the training study's runs in ``store`` (default: ``results``'s); the result written."""
     measured_path = results / "allocation" / "allocation.json"
     measured = json.loads(measured_path.read_text()) if measured_path.exists() else []
     static, steps = static_rows(measured), replay_rows(replay)
     rsum = summary(steps)
-    study = study_rows(study_out or results, rsum["floor_over_k"]["mean"])
+    study = study_rows(store or RunStore(results), rsum["floor_over_k"]["mean"])
     result = {"static": static, "replay": {"source": replay.name, "k": K, "summary": rsum, "steps": steps},
               "study_equal_batch": study, "history_allocators": list(HISTORY),
               "small_group_allocators": list(SMALL_GROUPS)}

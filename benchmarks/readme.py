@@ -19,35 +19,19 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.study.formats import interval, p_value
+from benchmarks.study.plan import REGIMES, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _interval(cell: dict | None, fmt: str) -> str:
-    """``median [lo, hi]`` of a study cell; 'never' where the median (or a bound) is not finite."""
-    def one(v: float | None) -> str:
-        return "never" if v is None or v != v or v == float("inf") else format(v, fmt)
-    if not cell:
-        return "-"
-    return f"{one(cell.get('median'))} [{one(cell.get('lo'))}, {one(cell.get('hi'))}]"
-
-
-# the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): the baselines, the
-# allocators the targets name, our strongest candidates and the published baselines; a cell shared from another
-# protocol (equal-rollouts' and matched-updates-small's grpo are the reference runs, matched-updates' allocators the
-# equal-batch runs) is shown once
-# (sara+dps and the tuned cells are in the targets table below it)
-README_SHOWS = {("reference", "grpo"), ("equal-batch", "dapo"), ("equal-batch", "sara"),
-                ("equal-batch", "sara+dps[context]"), ("equal-batch", "pilot-commit"),
-                ("equal-batch", "reinforce-ada"), ("equal-rollouts", "sara[budget]"), ("equal-rollouts", "vigor"),
-                ("equal-rollouts", "ar3po"), ("matched-updates", "grpo"), ("matched-updates-small", "sara"),
-                ("matched-updates-small", "sara+dps[context]")}
-
-
-# the regimes training_headline.md shows: those the targets are declared on (the warm-start variants are in
-# training_warmstarts.md, easy with every other cell in training_study.md; steps in rollouts, tokens and seconds
-# across its warm starts: warmstarts/training_costs.md, pasted as the README's training_costs)
-README_REGIMES = ("hard", "pool")
+# the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): those whose
+# variant's plan record names the protocol (benchmarks/study/plan.py Variant.headline: the baselines, the allocators
+# the targets name, our strongest candidates and the published baselines), in the regimes marked Regime.headline
+# (the warm-start variants are in training_warmstarts.md, steps in rollouts, tokens and seconds across its warm
+# starts: warmstarts/training_costs.md, pasted as the README's training_costs)
+README_SHOWS = {(p, lab) for lab, v in VARIANTS.items() for p in v.headline}
+README_REGIMES = tuple(name for name, r in REGIMES.items() if r.headline)
 
 
 def training_headline(protocols: list[dict], regime: str = "hard") -> str:
@@ -74,8 +58,8 @@ def training_headline(protocols: list[dict], regime: str = "hard") -> str:
         at = (r.get("acc_at_budget") or {}).get("30000")
         out.append(f"| {r['regime']} | {r['protocol']} | {r['allocator']} | {r['seeds']} | "
                    f"{r.get('reached_fit', r['reached'])}/{r['seeds']} "
-                   f"| {_interval(r.get('fit_rollouts_to_target') or r.get('rollouts_to_target'), ',.0f')} "
-                   f"| {_interval(r.get('rollouts_to_target'), ',.0f')} | {'-' if p is None else f'{p:.3f}'} "
+                   f"| {interval(r.get('fit_rollouts_to_target') or r.get('rollouts_to_target'))} "
+                   f"| {interval(r.get('rollouts_to_target'))} | {p_value(p)} "
                    f"| {'-' if at is None else f'{at:.3f}'} | {acc} |")
     return "\n".join(out) + "\n"
 
@@ -110,14 +94,15 @@ def allocation_headline(targets: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_headlines(results: Path) -> None:
+def write_headlines(results: Path, protocols: list[dict] | None = None) -> None:
     """Derive the headline tables from the benchmarks' JSON files under the results root ``results`` (when they
-    exist) into its readme/."""
-    protocols = results / "study" / "training_protocols.json"
+    exist) into its readme/; ``protocols``: the study's cell records in memory (else its training_protocols.json)."""
+    cells = results / "study" / "training_protocols.json"
     targets = results / "allocation" / "allocation_targets.json"
-    if protocols.is_file():
-        (output_dir(results, "readme") / "training_headline.md").write_text(
-            training_headline(json.loads(protocols.read_text())))
+    if protocols is None and cells.is_file():
+        protocols = json.loads(cells.read_text())
+    if protocols is not None:
+        (output_dir(results, "readme") / "training_headline.md").write_text(training_headline(protocols))
     if targets.is_file() and not _quick_run(targets):
         (output_dir(results, "readme") / "allocation_headline.md").write_text(
             allocation_headline(json.loads(targets.read_text())))

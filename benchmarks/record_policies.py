@@ -1,7 +1,7 @@
 """Build and record the warm starts the results start from: artifacts/warmstart/<key>/ + manifest.json.
 
     nice python -m benchmarks.record_policies default     # params.yaml's: the warmstart stage of `make run`
-    nice python -m benchmarks.record_policies hard easy   # the study's regimes (benchmarks/regimes.py)
+    nice python -m benchmarks.record_policies hard easy   # the study's regimes (benchmarks/study/plan.py)
 
 Each policy is built as its users build it (``warm_start`` on the prepared train split, on one torch thread),
 recorded with the sha256 of every file (rlvr_core.models.recorded) and the warm start's metrics, which the
@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from benchmarks import regimes as R
+from benchmarks.study import data as D
+from benchmarks.study import plan as P
 from rlvr_core.config import Params, load_params
 from rlvr_core.models.recorded import policy_key, record_policy
 
@@ -31,10 +32,10 @@ TIMING_KEYS = ("seconds", "train_seconds", "eval_seconds")  # flows/warmstart.py
 def params_of(name: str) -> tuple[Params, list[dict[str, Any]]]:
     """(params, held-out rows) of ``default`` (params.yaml and its test split) or a study regime."""
     if name == "default":
-        params = load_params(R.PARAMS_FILE)
-        return params, list(R.dataset(params)["test"])
-    params = R.regime_params(name)
-    return params, R.splits(R.dataset(params))[1]
+        params = load_params(P.PARAMS_FILE)
+        return params, list(D.dataset(params)["test"])
+    params = P.regime_params(name)
+    return params, D.splits(D.dataset(params))[1]
 
 
 def build(name: str) -> dict[str, Any]:
@@ -45,7 +46,7 @@ def build(name: str) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     params, heldout = params_of(name)
-    train_rows = list(R.dataset(params)["train"])
+    train_rows = list(D.dataset(params)["train"])
     key = policy_key(params.prepare, params.warmstart)
     with tempfile.TemporaryDirectory() as tmp:
         model, tok, metrics = warm_start(train_rows, teacher=warm_start_teacher(params.prepare.task),
@@ -56,14 +57,14 @@ def build(name: str) -> dict[str, Any]:
                 "start_heldout_greedy_acc": acc, "heldout_rows": len(heldout), "build_seconds": metrics["seconds"],
                 "built_on": f"{platform.machine()} {platform.processor() or platform.platform()}, torch "
                             f"{torch.__version__}, 1 thread"}
-        entry = record_policy(R.RECORDED, key, Path(tmp) / "policy", info)
-    print(f"{name}: policy {key} recorded in {R.RECORDED / key} ({sum(f['bytes'] for f in entry['files'].values()):,}"
+        entry = record_policy(P.RECORDED, key, Path(tmp) / "policy", info)
+    print(f"{name}: policy {key} recorded in {P.RECORDED / key} ({sum(f['bytes'] for f in entry['files'].values()):,}"
           f" bytes); held-out greedy accuracy {acc:.4f} on {len(heldout)} rows; built in {metrics['seconds']:.0f} s")
     return entry
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="+", choices=["default", *R.REGIMES])
+    ap.add_argument("names", nargs="+", choices=["default", *P.REGIMES])
     for n in ap.parse_args().names:
         build(n)

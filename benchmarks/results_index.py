@@ -98,12 +98,29 @@ def writer_of(entry: str) -> Writer | None:
     return next((w for w in WRITERS if fnmatch.fnmatchcase(entry, w.pattern)), None)
 
 
+def script(module: str) -> Path:
+    """The source of a benchmark: benchmarks/<module>.py, or a package's benchmarks/<module>/__init__.py."""
+    path = ROOT / "benchmarks" / f"{module}.py"
+    return path if path.is_file() else ROOT / "benchmarks" / module / "__init__.py"
+
+
+def source(module: str) -> str:
+    """The source text of a benchmark: its module, or every module of its package."""
+    path = script(module)
+    files = [path] if path.name != "__init__.py" else sorted(path.parent.glob("*.py"))
+    return "\n".join(f.read_text(encoding="utf-8") for f in files)
+
+
+def script_name(module: str) -> str:
+    """How the index names a benchmark's script: ``benchmarks/<module>.py`` or the package ``benchmarks/<module>/``."""
+    return f"benchmarks/{module}.py" if script(module).name != "__init__.py" else f"benchmarks/{module}/"
+
+
 def purpose(module: str) -> str:
-    """The first paragraph of benchmarks/<module>.py's docstring on one line (read from the source; nothing is
-    imported)."""
+    """The first paragraph of the benchmark's docstring on one line (read from the source; nothing is imported)."""
     if not module:
         return ""
-    doc = ast.get_docstring(ast.parse((ROOT / "benchmarks" / f"{module}.py").read_text(encoding="utf-8"))) or ""
+    doc = ast.get_docstring(ast.parse(script(module).read_text(encoding="utf-8"))) or ""
     return " ".join(doc.strip().split("\n\n")[0].split()).rstrip(".:")
 
 
@@ -126,7 +143,7 @@ def render(results: Path = RESULTS) -> str:
         mine = [e for e in found if writer_of(e) is w]
         if mine:
             files = ", ".join(f"[`{e.split('/', 1)[1]}`]({e})" for e in mine)
-            script = f"`benchmarks/{w.module}.py`: {purpose(w.module)}" if w.module else ""
+            script = f"`{script_name(w.module)}`: {purpose(w.module)}" if w.module else ""
             command = f"`{w.command}`" if w.command else ""
             lines.append(f"| [`{w.folder}/`]({w.folder}/) | {command} | {script} | {files} | {w.note} |")
     return "\n".join(lines) + "\n"

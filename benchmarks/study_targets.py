@@ -27,9 +27,13 @@ false, or null while the cells it needs have not run). The rules were written do
   interval lies above zero.
 - the simulator target reads benchmarks/results/allocation/allocation.json (k = 8, scenarios early, late and ushape):
   the best allocator's rollouts per effective group over the limit of k.
-- where benchmarks/results/floor/allocation_floor.json exists (``python -m benchmarks.floor``), the simulator row
+- with the screening floor's rows (``measure(..., floor=)``: benchmarks.floor.write's result, which the study's
+  summary passes in memory; this script reads benchmarks/results/floor/allocation_floor.json), the simulator row
   also gives each scenario's screening floor (the least any allocator without a prompt's history can spend)
   and the equal-batch rows the most such an allocator can save against the study's dapo cell.
+
+The declared targets are records of the study's plan (benchmarks/study/plan.py ``SAVING_TARGETS``); the candidate
+rows are the plan's other allocators of ours in the same cells (``Variant.ours``, ``Variant.published``).
 """
 
 from __future__ import annotations
@@ -42,131 +46,44 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.common import RESULTS, output_dir, slug
-from rlvr_core.stats import first_reach, fitted_reach, rank_test
+from benchmarks.common import RESULTS, output_dir
+from benchmarks.study import plan, stats
+from benchmarks.study.formats import NEVER, number, p_eq, pct
+from benchmarks.study.stats import cost_of, dominance, percentile_interval, saving, saving_gap  # noqa: F401
+from benchmarks.study.store import RunStore, as_store
 
-OURS_PREFIX = ("sara", "vigor")
 SIM_SCENARIOS = ("early", "late", "ushape")
-# candidates of the allocation issue, measured the same way as the targets' allocators (no target of their own)
-CANDIDATES = {"equal-batch": ("sara[carry]", "sara[context]", "sara+dps[context]", "sara[floor]",
-                              "sara+dps[context+floor]"),
-              "equal-rollouts": ("vigor[screen]", "vigor[prompt]", "vigor[screen+prompt]")}
-BOOT = 5000
 
 
-def cell_runs(out: Path, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
-    """Test-split run files of one cell (equal-rollouts' and matched-updates-small's grpo are the reference cell,
-    matched-updates' allocators other than grpo the equal-batch cells)."""
-    proto_dir = protocol
-    if label == "grpo" and protocol in ("equal-rollouts", "matched-updates-small"):
-        proto_dir = "reference"
-    elif label != "grpo" and protocol == "matched-updates":
-        proto_dir = "equal-batch"
-    base = out / "study" / regime / proto_dir
-    if not base.exists():
-        return []
-    name = slug(label)
-    runs = []
-    for p in sorted(base.glob("*/s*.json")):
-        sub = p.parent.name
-        if sub.endswith("-val") or not (sub == name or sub.startswith(name + "-b")):
-            continue
-        r = json.loads(p.read_text())
-        if r.get("variant") == label and r.get("split", "test") == "test":
-            runs.append(r)
-    return runs
+def targeted(regime: str, protocol: str) -> tuple[str, ...]:
+    """The allocators a declared saving target (plan.SAVING_TARGETS) names in a cell of ``regime``."""
+    return tuple(t.ours for t in plan.SAVING_TARGETS if (t.regime, t.protocol) == (regime, protocol))
 
 
-def reach_x(run: Mapping[str, Any], target: float, axis: str, fit: bool = True) -> float:
-    """Where on ``axis`` (cum_rollouts, cum_tokens, ...) a run's curve reaches ``target``: the fitted reach, or the
-    first crossing with ``fit=False``; inf when it never does."""
-    c = run["curve"]
-    xs, ys = np.asarray([e[axis] for e in c], float), np.asarray([e["greedy_acc"] for e in c], float)
-    return fitted_reach(xs, ys, target) if fit else first_reach(xs, ys, target)
+def untargeted(protocol: str, regime: str, named: tuple[str, ...]) -> tuple[str, ...]:
+    """The candidates of a cell: the allocators of ours the plan runs there (at equal rollouts: VIGOR's variants,
+    the ones its dominance row reads) other than those a declared target ``named``, in table order."""
+    ours = plan.ours_in(protocol, regime)
+    if protocol == "equal-rollouts":
+        ours = tuple(lab for lab in ours if plan.VARIANTS[lab].allocator == "vigor")
+    return tuple(lab for lab in ours if lab not in named)
 
 
-def cost_of(run: Mapping[str, Any], target: float, axis: str, ours: bool, fit: bool = True) -> float:
-    """A run's cost to the target on ``axis``: its reach. A miss costs one of ours inf (ranked last) and a
-    baseline its whole budget, a lower bound on its true cost: a saving against a missing baseline is understated."""
-    x = reach_x(run, target, axis, fit)
-    if math.isfinite(x):
-        return x
-    return math.inf if ours else float(run["curve"][-1][axis])
-
-
-def _sav(x: np.ndarray, y: np.ndarray) -> float:
-    mx, my = float(np.median(x)), float(np.median(y))
-    return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
-
-
-def finite_or_none(v: float) -> float | None:
-    """A finite float, else None (a saving against ours that never reached is -inf)."""
-    return float(v) if math.isfinite(v) else None
-
-
-def percentile_interval(boots: np.ndarray) -> tuple[float, float]:
-    """The 95% percentile interval of sorted bootstrap draws: their 2.5% and 97.5% order statistics."""
-    n = len(boots)
-    return float(boots[int(0.025 * (n - 1))]), float(boots[int(math.ceil(0.975 * (n - 1)))])
-
-
-def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], target: float, *,
-           axis: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
-    """1 - median(ours) / median(base) of the fitted reach with a bootstrap interval, the raw first crossing's
-    saving beside it and the rank test's p-value; see the module docstring for unreached runs."""
-    a = np.asarray([cost_of(r, target, axis, True) for r in ours], float)
-    b = np.asarray([cost_of(r, target, axis, False) for r in base], float)
-    if not len(a) or not len(b):
-        return {"value": None, "lo": None, "hi": None}
-    rng = np.random.default_rng(seed)
-    boots = np.sort([_sav(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                     for _ in range(BOOT)])
-    lo, hi = percentile_interval(boots)
-    raw_a = np.asarray([cost_of(r, target, axis, True, fit=False) for r in ours], float)
-    raw_b = np.asarray([cost_of(r, target, axis, False, fit=False) for r in base], float)
-    test = rank_test([reach_x(r, target, axis) for r in ours], [reach_x(r, target, axis) for r in base])
-    return {"value": finite_or_none(_sav(a, b)), "lo": finite_or_none(lo), "hi": finite_or_none(hi),
-            "value_raw": finite_or_none(_sav(raw_a, raw_b)),
-            "p_value": test["p_value"], "ours_seeds": len(a), "base_seeds": len(b),
-            "ours_reached": int(np.isfinite(a).sum()),
-            "base_reached": int(sum(math.isfinite(reach_x(r, target, axis)) for r in base))}
-
-
-def accuracy_by_updates(runs: Sequence[Mapping[str, Any]], grid: np.ndarray) -> np.ndarray:
-    """Median over seeds of the accuracy interpolated at ``grid`` update counts."""
-    ys = [np.interp(grid, [c["updates"] for c in r["curve"]], [c["greedy_acc"] for c in r["curve"]]) for r in runs]
-    return np.median(np.vstack(ys), axis=0)
-
-
-def dominance(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
-              skip: float = 0.1, points: int = 50) -> dict[str, Any]:
-    """Where ours' median accuracy is >= base's against updates, after the first ``skip`` of the run."""
-    if not ours or not base:
-        return {"value": None}
-    end = min(min(r["curve"][-1]["updates"] for r in ours), min(r["curve"][-1]["updates"] for r in base))
-    grid = np.linspace(skip * end, end, points)
-    d = accuracy_by_updates(ours, grid) - accuracy_by_updates(base, grid)
-    return {"value": float(np.mean(d >= 0)), "min_difference": float(d.min()), "mean_difference": float(d.mean()),
-            "updates": [float(grid[0]), float(grid[-1])], "ours_seeds": len(ours), "base_seeds": len(base)}
-
-
-def family_saving(out: Path, base: str, protocol: str, ours: str, baseline: str) -> dict[str, Any]:
+def family_saving(store: RunStore, base: str, protocol: str, ours: str, baseline: str) -> dict[str, Any]:
     """``ours`` against ``baseline`` over every warm start of regime ``base`` (``base``, ``base-wsJ``) that ran both
     cells: with one, its saving (``saving``); with several, the pooled saving, its bootstrap interval resampling runs
-    within each warm start, and the rank test stratified by warm start (benchmarks/warmstarts.py family_saving).
+    within each warm start, and the rank test stratified by warm start (benchmarks.study.stats.family_saving).
     ``regimes`` names the warm starts used."""
-    from benchmarks import warmstarts  # it reads this module's helpers
-
-    kept = warmstarts.cells(out, warmstarts.family(out, base), protocol, ours, baseline)[0]
+    kept = stats.matched_cells(store, store.family(base), protocol, ours, baseline)[0]
     if not kept:
         return {"value": None, "lo": None, "hi": None}
     if len(kept) == 1:
         ((r, t, a, b),) = kept
         return {**saving(a, b, t), "regimes": [r]}
-    return warmstarts.family_saving(out, [r for r, *_ in kept], protocol, ours, baseline)
+    return stats.family_saving(store, [r for r, *_ in kept], protocol, ours, baseline)
 
 
-def _per_warm_start(out: Path, pooled: Mapping[str, Any], protocol: str, ours: str, baseline: str, *,
+def _per_warm_start(store: RunStore, pooled: Mapping[str, Any], protocol: str, ours: str, baseline: str, *,
                     always: bool = False) -> list[dict[str, Any]]:
     """Candidate rows of each warm start's own saving behind a pooled one (``always``: also when one warm start
     ran, the row then being the figure itself)."""
@@ -175,160 +92,155 @@ def _per_warm_start(out: Path, pooled: Mapping[str, Any], protocol: str, ours: s
         return []
     return [{"target": f"(candidate) {r}, {protocol}: {ours}'s saving against {baseline}"
              + (" (this warm start alone)" if len(regimes) > 1 else ""), "kind": "saving", "want": None,
-             **saving(cell_runs(out, r, protocol, ours), cell_runs(out, r, protocol, baseline), target_of(out, r)),
+             **saving(store.cell(r, protocol, ours), store.cell(r, protocol, baseline), store.target_value(r)),
              "met": None} for r in regimes]
-
-
-def target_of(out: Path, regime: str) -> float | None:
-    """The frozen target accuracy of ``regime`` (study/<regime>/target.json), None before it is frozen."""
-    p = out / "study" / regime / "target.json"
-    return json.loads(p.read_text())["target"] if p.exists() else None
 
 
 def _met(value: float | None, ok: bool) -> bool | None:
     return None if value is None else bool(ok)
 
 
-def _floor(results: Path) -> dict[str, Any]:
-    p = results / "floor" / "allocation_floor.json"
-    return json.loads(p.read_text()) if p.exists() else {}
-
-
-def measure(out: Path, results: Path | None = None) -> list[dict[str, Any]]:
-    """Every target, measured from what has run so far: the run files under ``out``/study, the simulator row from
-    the results root ``results`` (default ``out``): its allocation/allocation.json and floor/allocation_floor.json."""
+def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[str, Any] | None = None
+            ) -> list[dict[str, Any]]:
+    """Every target, measured from what has run so far: the runs of ``out`` (a results root or its RunStore), the
+    simulator row from the results root ``results`` (default ``out``)'s allocation/allocation.json, and the
+    screening floor's rows ``floor`` (benchmarks.floor.write's result; {}: none)."""
+    store = as_store(out)
     rows: list[dict[str, Any]] = []
-    t = target_of(out, "hard")
-    results = out if results is None else results
+    results = store.out if results is None else results
     allocation_json = results / "allocation" / "allocation.json"
-    floor = _floor(results)
+    floor = floor or {}
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
-    for lab, need in (("sara", 0.22), ("sara+dps", 0.50)):
-        s = family_saving(out, "hard", "equal-batch", lab, "dapo")
-        rows.append({"target": f"hard, equal-batch: {lab} spends >= {need:.0%} fewer rollouts to target than dapo"
-                     + (", rank test p < 0.05" if lab == "sara" else ""), "kind": "saving", "want": need, **s,
-                     "ceiling_without_prompt_information": ceiling,
-                     "met": _met(s["value"], s["value"] is not None and s["value"] >= need
-                                 and (lab != "sara" or (s.get("p_value") or 1.0) < 0.05))})
-        rows += _per_warm_start(out, s, "equal-batch", lab, "dapo")
-    for lab in CANDIDATES["equal-batch"]:  # the same measure for the other candidates: no target of their own
-        s = family_saving(out, "hard", "equal-batch", lab, "dapo")
+    for tg in plan.SAVING_TARGETS:
+        if tg.regime == "hard":
+            rows += saving_target(store, tg, ceiling)
+    candidates = untargeted("equal-batch", "hard", targeted("hard", "equal-batch"))
+    for lab in candidates:  # the same measure for the other candidates: no target of their own
+        s = family_saving(store, "hard", "equal-batch", lab, "dapo")
         if len(s.get("regimes", ())) > 1:
             rows.append({"target": f"(candidate) hard, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **s, "met": None})
-        rows += _per_warm_start(out, s, "equal-batch", lab, "dapo", always=True)
+        rows += _per_warm_start(store, s, "equal-batch", lab, "dapo", always=True)
     # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
     # (the out-of-regime check of what hard chose)
-    if (t_easy := target_of(out, "easy")) is not None:
-        for lab in ("sara", "sara+dps", *CANDIDATES["equal-batch"]):
-            if ours := cell_runs(out, "easy", "equal-batch", lab):
-                s = saving(ours, cell_runs(out, "easy", "equal-batch", "dapo"), t_easy)
+    if (t_easy := store.target_value("easy")) is not None:
+        for lab in (*targeted("hard", "equal-batch"), *candidates):
+            if ours := store.cell("easy", "equal-batch", lab):
+                s = saving(ours, store.cell("easy", "equal-batch", "dapo"), t_easy)
                 rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
                              "kind": "saving", "want": None, **s, "met": None})
-    rows += _pool_rows(out)
-    rows += _matched_rows(out)
-    for regime in sorted(d.name for d in (out / "study").glob("steps*") if d.is_dir()):  # steps, steps-wsJ
-        rows += _steps_rows(out, regime)
-    rows += _token_claim_row(out)
-    rows += _tuned_rows(out, t)
-    rows += _vigor_rows(out)
+    rows += _pool_rows(store)
+    rows += _matched_rows(store)
+    for regime in sorted(r for r in store.regimes() if r.startswith("steps")):  # steps, steps-wsJ
+        rows += _steps_rows(store, regime)
+    rows += _token_claim_row(store)
+    rows += _tuned_rows(store)
+    rows += _vigor_rows(store)
     rows.append(_simulator_row(allocation_json, floor))
     return rows
 
 
-def _vigor_rows(out: Path) -> list[dict[str, Any]]:
+def saving_target(store: RunStore, tg: plan.Target, ceiling: float | None = None) -> list[dict[str, Any]]:
+    """A declared saving target's row (pooled over its regime's warm starts) and each warm start's own."""
+    s = family_saving(store, tg.regime, tg.protocol, tg.ours, tg.baseline)
+    row = {"target": tg.text, "kind": "saving", "want": tg.saving, **s}
+    if tg.ceiling:
+        row["ceiling_without_prompt_information"] = ceiling
+    row["met"] = _met(s["value"], s["value"] is not None and s["value"] >= tg.saving
+                      and (tg.p is None or (s.get("p_value") or 1.0) < tg.p))
+    return [row, *_per_warm_start(store, s, tg.protocol, tg.ours, tg.baseline)]
+
+
+def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     """equal-rollouts, vigor against grpo by update count. On ``hard`` the declared row reads the warm starts whose
     VIGOR spends B x k rollouts per update (``fill``: hard-ws1, hard-ws2; warm start 0's runs predate it,
     benchmarks/warmstarts.py cells) where they ran: the lowest share over them, met only if every one dominates;
     each warm start is a candidate row."""
-    from benchmarks import warmstarts  # it reads this module's helpers
-
+    store = as_store(out)
     rows: list[dict[str, Any]] = []
-    for base in ("hard", "easy"):
-        kept = [r for r, *_ in warmstarts.cells(out, warmstarts.family(out, base) or [base], "equal-rollouts", "vigor",
-                                               "grpo")[0]] or [base]
-        per = {r: dominance(cell_runs(out, r, "equal-rollouts", "vigor"), cell_runs(out, r, "equal-rollouts", "grpo"))
-               for r in kept}
+    for tg in plan.DOMINANCE_TARGETS:
+        base, proto = tg.regime, tg.protocol
+        kept = [r for r, *_ in stats.matched_cells(store, store.family(base) or [base], proto, tg.ours,
+                                                   tg.baseline)[0]] or [base]
+        per = {r: dominance(store.cell(r, proto, tg.ours), store.cell(r, proto, tg.baseline)) for r in kept}
         ran = [d for d in per.values() if d["value"] is not None]
         d = min(ran, key=lambda d: (d["value"], d["min_difference"])) if ran else {"value": None}
         where = "" if kept == [base] else f" ({', '.join(kept)}, the lowest)"
-        rows.append({"target": f"{base}, equal-rollouts: vigor's accuracy >= grpo's at every update count after the "
-                     "first 10% of the run", "kind": "dominance", "want": 1.0, **d, "warm_starts_read": kept,
+        rows.append({"target": tg.text, "kind": "dominance", "want": 1.0, **d, "warm_starts_read": kept,
                      "note": where, "met": _met(d["value"], bool(ran) and all(x["value"] == 1.0 for x in ran))})
         if len(kept) > 1:
-            rows += [{"target": f"(candidate) {r}, equal-rollouts: vigor against grpo", "kind": "dominance",
+            rows += [{"target": f"(candidate) {r}, {proto}: {tg.ours} against {tg.baseline}", "kind": "dominance",
                       "want": None, **x, "met": None} for r, x in per.items()]
-        for lab in CANDIDATES["equal-rollouts"]:
-            if ours := cell_runs(out, base, "equal-rollouts", lab):
-                rows.append({"target": f"(candidate) {base}, equal-rollouts: {lab} against grpo", "kind": "dominance",
-                             "want": None, **dominance(ours, cell_runs(out, base, "equal-rollouts", "grpo")),
+        for lab in untargeted(proto, base, (tg.ours,)):
+            if ours := store.cell(base, proto, lab):
+                rows.append({"target": f"(candidate) {base}, {proto}: {lab} against {tg.baseline}",
+                             "kind": "dominance", "want": None, **dominance(ours, store.cell(base, proto, tg.baseline)),
                              "met": None})
     return rows
 
 
-# ours in the pool and matched-updates cells, and the published allocators they are reported against
-POOL_OURS = ("sara", "sara[carry]", "sara+dps", "sara+dps[context]")
-PUBLISHED = ("pilot-commit", "reinforce-ada")
+# ours in the pool and matched-updates cells, and the published allocators they are reported against: the plan's
+# (Variant.ours, Variant.published)
 
 
-def _pool_rows(out: Path) -> list[dict[str, Any]]:
-    """pool, equal-batch: the declared target (sara+dps against dapo), and every other allocator of ours and the
+def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
+    """pool, equal-batch: the declared target (plan.SAVING_TARGETS), and every other allocator of ours and the
     published ones against dapo, and ours against the best published cell, as candidates."""
-    t = target_of(out, "pool")
+    store = as_store(out)
+    t = store.target_value("pool")
     if t is None:
         return []
-    s = family_saving(out, "pool", "equal-batch", "sara+dps", "dapo")
-    rows = [{"target": "pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo", "kind": "saving",
-             "want": 0.5, **s, "met": _met(s["value"], s["value"] is not None and s["value"] >= 0.5)},
-            *_per_warm_start(out, s, "equal-batch", "sara+dps", "dapo")]
-    for lab in (*POOL_OURS, *PUBLISHED):
-        if lab == "sara+dps":
+    rows = [row for tg in plan.SAVING_TARGETS if tg.regime == "pool" for row in saving_target(store, tg)]
+    pool_ours, published_labels = plan.ours_in("equal-batch", "pool"), plan.published_in("equal-batch", "pool")
+    for lab in (*pool_ours, *published_labels):
+        if lab in targeted("pool", "equal-batch"):
             continue
-        s = family_saving(out, "pool", "equal-batch", lab, "dapo")
+        s = family_saving(store, "pool", "equal-batch", lab, "dapo")
         if len(s.get("regimes", ())) > 1:
             rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against dapo", "kind": "saving",
                          "want": None, **s, "met": None})
-        rows += _per_warm_start(out, s, "equal-batch", lab, "dapo", always=True)
-    published = {lab: r for lab in PUBLISHED if (r := cell_runs(out, "pool", "equal-batch", lab))}
+        rows += _per_warm_start(store, s, "equal-batch", lab, "dapo", always=True)
+    published = {lab: r for lab in published_labels if (r := store.cell("pool", "equal-batch", lab))}
     if published:
         best = min(published, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", False) for r in published[lab]]))
-        for lab in POOL_OURS:
-            if ours := cell_runs(out, "pool", "equal-batch", lab):
+        for lab in pool_ours:
+            if ours := store.cell("pool", "equal-batch", lab):
                 rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against {best}, the best "
                              "published allocator of the cell", "kind": "saving", "want": None,
                              **saving(ours, published[best], t), "met": None})
     return rows
 
 
-def _matched_rows(out: Path) -> list[dict[str, Any]]:
+def _matched_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     """hard and pool, matched-updates: ours against uniform GRPO at equal effective groups per update, over every
-    warm start of the regime that ran the protocol (hard's own policy is lost, benchmarks/study.py check_policy: its
+    warm start of the regime that ran the protocol (hard's own policy is lost, execute.check_policy: its
     matched cells run as warm-start variants), pooled and stratified where several did (family_saving). "Our best"
     is the highest saving of the cells that ran, picked on the reported runs themselves (no validation split here),
     so the ratio is optimistic; every one of ours is also a candidate row, pooled and per warm start."""
+    store = as_store(out)
     rows = []
-    for base in ("pool", "hard"):
-        if target_of(out, base) is None:
+    for tg in (t for t in plan.RATIO_TARGETS if t.pick == "reported"):
+        base, proto, need = tg.regime, tg.protocol, tg.ratio
+        if store.target_value(base) is None:
             continue
-        for proto in ("matched-updates", "matched-updates-small"):
-            # no matched grpo runs: the equal-batch cells alone are not the matched-updates protocol
-            ours = {lab: s for lab in POOL_OURS if (s := family_saving(out, base, proto, lab, "grpo"))["value"]
-                    is not None or s.get("ours_seeds")}
-            head = f"{base}, {proto}: our best allocator reaches the target with <= 0.5x the rollouts of grpo"
-            if not ours:
-                rows.append({"target": head, "kind": "ratio", "want": 0.5, "value": None, "met": None})
-                continue
-            best = max(ours, key=lambda lab: -math.inf if ours[lab]["value"] is None else ours[lab]["value"])
-            for lab, s in ours.items():
-                row = _as_ratio(s, lab)
-                if lab == best:
-                    rows.append({**row, "target": head + " (best of the cells, picked on these runs)", "want": 0.5,
-                                 "met": _met(row["value"], row["value"] is not None and row["value"] <= 0.5)})
-                rows.append({**row, "target": f"(candidate) {base}, {proto}: {lab} against grpo", "want": None,
-                             "met": None})
-                rows += [{**_as_ratio(r, lab), "target": r["target"].replace("'s saving against", " against")}
-                         for r in _per_warm_start(out, s, proto, lab, "grpo")]
+        # no matched grpo runs: the equal-batch cells alone are not the matched-updates protocol
+        ours = {lab: s for lab in plan.ours_in("matched-updates-small", base)
+                if (s := family_saving(store, base, proto, lab, tg.baseline))["value"] is not None
+                or s.get("ours_seeds")}
+        if not ours:
+            rows.append({"target": tg.text, "kind": "ratio", "want": need, "value": None, "met": None})
+            continue
+        best = max(ours, key=lambda lab: -math.inf if ours[lab]["value"] is None else ours[lab]["value"])
+        for lab, s in ours.items():
+            row = _as_ratio(s, lab)
+            if lab == best:
+                rows.append({**row, "target": tg.text + " (best of the cells, picked on these runs)", "want": need,
+                             "met": _met(row["value"], row["value"] is not None and row["value"] <= need)})
+            rows.append({**row, "target": f"(candidate) {base}, {proto}: {lab} against {tg.baseline}", "want": None,
+                         "met": None})
+            rows += [{**_as_ratio(r, lab), "target": r["target"].replace("'s saving against", " against")}
+                     for r in _per_warm_start(store, s, proto, lab, tg.baseline)]
     return rows
 
 
@@ -342,44 +254,21 @@ def _as_ratio(s: Mapping[str, Any], lab: str) -> dict[str, Any]:
 AXES = (("cum_rollouts", "rollouts"), ("cum_tokens", "generated tokens"), ("seconds", "training seconds"))
 
 
-def saving_gap(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]], target: float, *,
-               axis: str, than: str = "cum_rollouts", seed: int = 0) -> dict[str, Any]:
-    """The saving on ``axis`` minus the saving on ``than`` (e.g. tokens minus rollouts), with a 95% bootstrap
-    interval that resamples each side's runs once for both axes (a run's two costs stay paired)."""
-    a = np.asarray([[cost_of(r, target, x, True) for x in (axis, than)] for r in ours], float)
-    b = np.asarray([[cost_of(r, target, x, False) for x in (axis, than)] for r in base], float)
-    if not len(a) or not len(b):
-        return {"value": None, "lo": None, "hi": None}
-
-    def gap(x: np.ndarray, y: np.ndarray) -> float:
-        d = _sav(x[:, 0], y[:, 0]) - _sav(x[:, 1], y[:, 1])
-        return d if math.isfinite(d) else math.nan
-
-    rng = np.random.default_rng(seed)
-    boots = np.asarray([gap(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                        for _ in range(BOOT)])
-    boots = np.sort(boots[np.isfinite(boots)])
-    value = gap(a, b)
-    if not len(boots) or not math.isfinite(value):
-        return {"value": None, "lo": None, "hi": None}
-    lo, hi = percentile_interval(boots)
-    return {"value": value, "lo": lo, "hi": hi, "resamples_used": int(len(boots))}
-
-
-def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:
+def _steps_rows(out: Path | RunStore, regime: str = "steps") -> list[dict[str, Any]]:
     """steps, equal-batch: each of ours against dapo in rollouts, tokens and seconds to target (candidate rows),
     and the sources' token claim (sara's token saving exceeds its rollout saving), met when the 95% interval of
     the difference lies above zero."""
-    t = target_of(out, regime)
-    dapo = cell_runs(out, regime, "equal-batch", "dapo") if t is not None else []
+    store = as_store(out)
+    t = store.target_value(regime)
+    dapo = store.cell(regime, "equal-batch", "dapo") if t is not None else []
     rows: list[dict[str, Any]] = []
     for lab in ("sara", "sara+dps[context]", "sara[tokens]"):
-        if not dapo or not (ours := cell_runs(out, regime, "equal-batch", lab)):
+        if not dapo or not (ours := store.cell(regime, "equal-batch", lab)):
             continue
         for axis, word in AXES:
             rows.append({"target": f"(candidate) {regime}, equal-batch: {lab}'s saving against dapo in {word}",
                          "kind": "saving", "want": None, **saving(ours, dapo, t, axis=axis), "met": None})
-        if lab == "sara[tokens]" and (sara := cell_runs(out, regime, "equal-batch", "sara")):
+        if lab == "sara[tokens]" and (sara := store.cell(regime, "equal-batch", "sara")):
             # the length-aware candidate against the same allocator priced in rollouts
             for axis, word in AXES[:2]:
                 rows.append({"target": f"(candidate) {regime}, equal-batch: sara[tokens]'s saving against sara in "
@@ -393,18 +282,17 @@ def _steps_rows(out: Path, regime: str = "steps") -> list[dict[str, Any]]:
     return rows
 
 
-def _token_claim_row(out: Path, base: str = "steps") -> list[dict[str, Any]]:
+def _token_claim_row(out: Path | RunStore, base: str = "steps") -> list[dict[str, Any]]:
     """The sources' token claim over every warm start of ``base``: sara's pooled saving against dapo at equal batch
     in generated tokens minus in rollouts (benchmarks/warmstarts.py pooled_costs), met when its 95% interval lies
     above zero."""
-    from benchmarks import warmstarts  # it reads this module's helpers
-
-    regimes = warmstarts.family(out, base)
-    pooled = warmstarts.pooled_costs(out, regimes, "equal-batch", "sara", "dapo", ("cum_rollouts", "cum_tokens"))
+    store = as_store(out)
+    regimes = store.family(base)
+    pooled = stats.pooled_costs(store, regimes, "equal-batch", "sara", "dapo", ("cum_rollouts", "cum_tokens"))
     if not pooled:
         return []
     g = pooled["cum_tokens"]
-    counts = [(len(cell_runs(out, r, "equal-batch", "sara")), len(cell_runs(out, r, "equal-batch", "dapo")))
+    counts = [(len(store.cell(r, "equal-batch", "sara")), len(store.cell(r, "equal-batch", "dapo")))
               for r in regimes]
     ws = [(a, b) for a, b in counts if a and b]  # the warm starts pooled_costs used: both cells ran
     return [{"target": f"(the sources' claim) {base}, equal-batch: sara's saving against dapo is larger in generated "
@@ -413,20 +301,23 @@ def _token_claim_row(out: Path, base: str = "steps") -> list[dict[str, Any]]:
              "base_seeds": sum(b for _, b in ws), "met": _met(g["gap"], g["gap_lo"] is not None and g["gap_lo"] > 0)}]
 
 
-def _tuned_rows(out: Path, t: float | None) -> list[dict[str, Any]]:
-    choice_file = out / "study" / "hard" / "tuned" / "choice.json"
-    choice = json.loads(choice_file.read_text()) if choice_file.exists() else {}
-    ours = {lab: c for lab, c in choice.items() if lab.startswith(OURS_PREFIX) and cell_runs(out, "hard", "tuned", lab)}
-    grpo = cell_runs(out, "hard", "tuned", "grpo")
-    best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
-                                      else ours[lab]["validation_rollouts_to_target"])) if ours else None
+def _tuned_rows(out: Path | RunStore, t: float | None = None) -> list[dict[str, Any]]:
+    """The tuned targets (plan.RATIO_TARGETS picked on the validation split): "our best" is the allocator of ours
+    with the lowest median validation rollouts-to-target (tuned/choice.json), reported on its test runs."""
+    store = as_store(out)
     out_rows = []
-    for axis, need, word in (("cum_rollouts", 0.5, "rollouts"), ("seconds", 0.7, "seconds")):
-        s = saving(cell_runs(out, "hard", "tuned", best), grpo, t, axis=axis) if best and grpo and t is not None \
+    for tg in (t for t in plan.RATIO_TARGETS if t.pick == "validation"):
+        regime, need = tg.regime, tg.ratio
+        t = store.target_value(regime)
+        choice = store.choice(regime)
+        ours = {lab: c for lab, c in choice.items() if plan.VARIANTS[lab].ours and store.cell(regime, tg.protocol, lab)}
+        grpo = store.cell(regime, tg.protocol, tg.baseline)
+        best = min(ours, key=lambda lab: (math.inf if ours[lab]["validation_rollouts_to_target"] is None
+                                          else ours[lab]["validation_rollouts_to_target"])) if ours else None
+        s = saving(store.cell(regime, tg.protocol, best), grpo, t, axis=tg.axis) if best and grpo and t is not None \
             else {"value": None, "lo": None, "hi": None}
         ratio = None if s["value"] is None else 1.0 - s["value"]
-        out_rows.append({"target": f"hard, tuned: our best allocator reaches the target with <= {need}x the {word} "
-                         "of tuned grpo", "kind": "ratio", "want": need, "allocator": best, **s,
+        out_rows.append({"target": tg.text, "kind": "ratio", "want": need, "allocator": best, **s,
                          "value": ratio, "lo": None if s["hi"] is None else 1.0 - s["hi"],
                          "hi": None if s["lo"] is None else 1.0 - s["lo"],
                          "met": _met(ratio, ratio is not None and ratio <= need),
@@ -440,7 +331,7 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
     if not path.exists():
         return {**row, "value": None, "met": None}
     recs = [r for r in json.loads(path.read_text()) if r["k"] == 8 and r["scenario"] in SIM_SCENARIOS
-            and str(r["allocator"]).startswith(OURS_PREFIX)]
+            and r["allocator"] in plan.VARIANTS and plan.VARIANTS[r["allocator"]].ours]
     per = {}
     for sc in SIM_SCENARIOS:
         cand = [r for r in recs if r["scenario"] == sc]
@@ -454,13 +345,8 @@ def _simulator_row(path: Path, floor: Mapping[str, Any] | None = None) -> dict[s
     return {**row, "value": worst, "per_scenario": per, "met": _met(worst, worst is not None and worst <= 1.4)}
 
 
-def pct(v: float) -> str:
-    """A share as a whole percentage; one that rounds to zero reads 0%, never -0%."""
-    return f"{round(100 * v) + 0}%"
-
-
 def _p(v: float | None) -> str:
-    return "" if v is None else ", p < 0.001" if v < 0.001 else f", p = {v:.3f}"
+    return "" if v is None else f", p {p_eq(v)}"
 
 
 def _pooled(row: Mapping[str, Any]) -> str:
@@ -477,20 +363,20 @@ def fmt(row: Mapping[str, Any]) -> str:
     if v is None:
         return "not run yet"
     if row["kind"] == "saving":
-        iv = "" if row.get("lo") is None else f" [{pct(row['lo'])}, {pct(row['hi'])}]" if row.get("hi") is not None \
-            else f" [{pct(row['lo'])}, -]"
+        iv = "" if row.get("lo") is None and row.get("hi") is None else f" [{pct(row.get('lo'))}, {pct(row.get('hi'))}]"
         ce = row.get("ceiling_without_prompt_information")
         pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
-            "none" if row["value_raw"] is None else pct(row["value_raw"]))
+            pct(row["value_raw"]))
         return f"{pct(v)}{iv}{pv} ({row['ours_reached']}/{row['ours_seeds']} vs {row['base_reached']}/" \
                f"{row['base_seeds']} reached{_pooled(row)}{raw}" + (
                    "" if ce is None else f"; at most {ce:.0%} per effective group without prompt information") + ")"
     if row["kind"] == "ratio":
-        iv = "" if row.get("lo") is None or row.get("hi") is None else f" [{row['lo']:.2f}, {row['hi']:.2f}]"
+        iv = "" if row.get("lo") is None and row.get("hi") is None else \
+            f" [{number(row.get('lo'), '.2f')}, {number(row.get('hi'), '.2f')}]"
         pv = _p(row.get("p_value"))
         raw = "" if "value_raw" not in row else "; raw first crossing: " + (
-            "none" if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
+            NEVER if row["value_raw"] is None else f"{1.0 - row['value_raw']:.2f}x")
         runs = "runs" if _pooled(row) else "seeds"
         return f"{v:.2f}x{iv}{pv} ({row['allocator']}, {row['ours_seeds']} {runs}{_pooled(row)}{raw})"
     if row["kind"] == "gap":
@@ -516,14 +402,20 @@ def _table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tables(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(the targets' table, the candidates' table): the rows with a declared target, and those without."""
+    return _table([r for r in rows if r.get("want") is not None]), _table([r for r in rows if r.get("want") is None])
+
+
 def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
     """training_targets.json (every row), training_targets.md (the targets) and training_candidates.md (the
     candidates without a target of their own, measured the same way), in the results root ``results``'s
     study_targets/."""
     dest = output_dir(results, "study_targets")
     (dest / "training_targets.json").write_text(json.dumps(list(rows), indent=1) + "\n")
-    (dest / "training_targets.md").write_text(_table([r for r in rows if r.get("want") is not None]))
-    (dest / "training_candidates.md").write_text(_table([r for r in rows if r.get("want") is None]))
+    targets, candidates = tables(rows)
+    (dest / "training_targets.md").write_text(targets)
+    (dest / "training_candidates.md").write_text(candidates)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -533,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS, help="results root (writes its study_targets/, reads its "
                     "study/, allocation/ and floor/)")
     args = ap.parse_args(argv)
-    write(measure(args.out), args.out)
+    floor = args.out / "floor" / "allocation_floor.json"  # python -m benchmarks.floor's
+    write(measure(args.out, floor=json.loads(floor.read_text()) if floor.exists() else {}), args.out)
     print((args.out / "study_targets" / "training_targets.md").read_text())
     return 0
 

@@ -1,4 +1,4 @@
-"""Training benchmark (superseded by the training study, benchmarks/study.py): every allocator trains the same
+"""Training benchmark (superseded by the training study, benchmarks/study/): every allocator trains the same
 warm-started tiny policy.
 
 Each (allocator, seed) run gets the same rollout budget (``--rollouts``) and
@@ -25,18 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import numpy as np
 import pandas as pd
 
+from benchmarks.ablation import data_and_policy
 from benchmarks.common import RESULTS, default_out, save_figure
+from benchmarks.study import ENVIRONMENT
 from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.config import TrainConfig
-from rlvr_core.data.arithmetic import make_arithmetic
-from rlvr_core.models.warmstart import WarmStartConfig, warm_start
 from rlvr_core.stats import first_reach
 from rlvr_core.training import train
 
@@ -60,20 +56,6 @@ def plot(curves: pd.DataFrame, x: str, path: Path, target: float) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, path)
-
-
-def data_and_policy(work: Path, quick: bool = False) -> tuple[Any, Path]:
-    """The benchmark's arithmetic DatasetDict and its warm-started policy folder under ``work``
-    (warm-started there on first use, reused after)."""
-    ds = make_arithmetic(20000, 1000, seed=0, digits=(1, 2, 3))
-    # the easy setting (benchmarks/regimes.py EASY): the teacher sloppy (0.6) on 2- and 3-digit cells
-    easy = {"noise": 0.6, "noisy_difficulties": (2, 3)}
-    ws = WarmStartConfig(steps=60, **easy) if quick else WarmStartConfig(**easy)
-    policy = work / ("policy_quick" if quick else "policy")
-    if not (policy / "config.json").exists():
-        print(f"warm start: {ws.steps} steps ...", flush=True)
-        warm_start(ds["train"], **ws.sft_kwargs(), out_dir=policy)
-    return ds, policy
 
 
 def run_all(args: argparse.Namespace, allocators: list[str], seeds: int, budget: int) -> pd.DataFrame:
@@ -164,6 +146,8 @@ def report(curves: pd.DataFrame, gains: list[float], out: Path, json_path: Path 
 
 
 def main(argv: list[str] | None = None) -> int:
+    for key, value in ENVIRONMENT.items():  # the study's, before torch loads
+        os.environ.setdefault(key, value)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one allocator, a few steps, a short warm start")
     ap.add_argument("--allocators", default=",".join(ALL))

@@ -31,199 +31,51 @@ benchmarks/results/warmstarts/.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
-from benchmarks import regimes as R
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study_targets import (
-    cell_runs,
-    cost_of,
-    finite_or_none,
-    pct,
-    percentile_interval,
-    reach_x,
-    saving,
-    target_of,
-)
-from rlvr_core.stats import rank_test
-
-# (protocol, allocator, baseline): the measurement issue's headline cells, then the other allocators of ours and the
-# published baselines, each against its protocol's baseline (a row appears where some warm start ran both cells)
-COMPARISONS: tuple[tuple[str, str, str], ...] = (
-    ("equal-batch", "sara", "dapo"),
-    ("equal-batch", "sara+dps[context]", "dapo"),
-    ("equal-rollouts", "sara[budget]", "grpo"),
-    ("matched-updates", "sara", "grpo"),
-    ("matched-updates", "sara+dps[context]", "grpo"),
-    ("matched-updates-small", "sara", "grpo"),
-    ("matched-updates-small", "sara+dps[context]", "grpo"),
-    ("equal-batch", "sara+dps", "dapo"),
-    ("equal-batch", "sara[carry]", "dapo"),
-    ("equal-batch", "greso", "dapo"),
-    ("equal-rollouts", "vigor", "grpo"),
-    ("equal-batch", "pilot-commit", "dapo"),
-    ("equal-batch", "reinforce-ada", "dapo"),
-    ("equal-rollouts", "ar3po", "grpo"),
-)
-# the rows the README's summary shows (every row: training_warmstarts.md)
-SUMMARY_SHOWS = frozenset({*COMPARISONS[:7], ("equal-rollouts", "vigor", "grpo"), *COMPARISONS[-3:]})
+from benchmarks.study.formats import p_eq, p_value, pct, points
+from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
+from benchmarks.study.stats import compare, pooled_costs
+from benchmarks.study.store import RunStore, as_store
 
 
-def family(out: Path, base: str) -> list[str]:
+def family(out: Path | RunStore, base: str) -> list[str]:
     """``base`` and its warm-start variants that have a frozen target, base first, then by warm-start seed."""
-    study = out / "study"
-    names = [p.name for p in study.glob(f"{base}{R.WS_SEP}*") if p.is_dir()] if study.exists() else []
-    variants = sorted((n for n in names if n[len(base) + len(R.WS_SEP):].isdigit()), key=lambda n: R.base_regime(n)[1])
-    return [r for r in (base, *variants) if target_of(out, r) is not None]
+    return as_store(out).family(base)
 
 
-def preregistered(out: Path, regime: str) -> bool | None:
-    """Whether the regime's pre-registration met its criteria (None: none recorded)."""
-    p = out / "study" / regime / "preregistration.json"
-    return bool(json.loads(p.read_text()).get("meets")) if p.exists() else None
-
-
-def _settings(runs: Sequence[Mapping[str, Any]]) -> set[str]:
-    return {json.dumps(r.get("allocator_params") or {}, sort_keys=True) for r in runs}
-
-
-def cells(out: Path, regimes: Sequence[str], protocol: str, ours: str,
-          base: str) -> tuple[list[tuple[str, float, list[dict], list[dict]]], list[str]]:
-    """(regime, target, our runs, baseline runs) of each warm start in ``regimes`` that ran both cells with the
-    allocator settings of the last of them, and the warm starts left out for other settings: a label whose protocol
-    changed (VIGOR's runs on the step-grid regimes predate ``fill``) is another allocator there."""
-    found = [(r, target_of(out, r), cell_runs(out, r, protocol, ours), cell_runs(out, r, protocol, base))
-             for r in regimes]
-    found = [c for c in found if c[2] and c[3]]
-    if not found:
-        return [], []
-    latest = (_settings(found[-1][2]), _settings(found[-1][3]))
-    keep = [c for c in found if (_settings(c[2]), _settings(c[3])) == latest]
-    return keep, [c[0] for c in found if c not in keep]
-
-
-def compare(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str,
-            axis: str = "cum_rollouts") -> dict[str, Any] | None:
-    """One comparison across the warm starts in ``regimes`` that ran both cells (``cells``), on cost ``axis``; None
-    where none did."""
-    per, ratios, fa, fb, sa, sb = [], [], [], [], [], []
-    kept, left_out = cells(out, regimes, protocol, ours, base)
-    for regime, t, a, b in kept:
-        s = saving(a, b, t, axis=axis)
-        per.append({"regime": regime, "warm_start": R.base_regime(regime)[1] or 0,
-                    "preregistration_met": preregistered(out, regime), "target": t, **s})
-        base_median = float(np.median([cost_of(r, t, axis, False) for r in b]))
-        ratios += [cost_of(r, t, axis, True) / base_median for r in a]
-        fa += [reach_x(r, t, axis) for r in a]
-        fb += [reach_x(r, t, axis) for r in b]
-        sa += [regime] * len(a)
-        sb += [regime] * len(b)
-    if not per:
-        return None
-    test = rank_test(fa, fb, strata_ours=sa, strata_base=sb)
-    pooled = float(np.median(ratios))
-    return {"protocol": protocol, "ours": ours, "baseline": base, "axis": axis, "warm_starts": len(per),
-            "ours_runs": len(fa), "base_runs": len(fb), "per_warm_start": per, "left_out_other_settings": left_out,
-            "pooled_saving": None if not math.isfinite(pooled) else 1.0 - pooled,
-            "p_value_stratified": test["p_value"],
-            "holds_in": sum(1 for p in per if p["value"] is not None and p["value"] > 0)}
-
-
-def pooled_costs(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str, axes: Sequence[str], *,
-                 boot: int = 2000, seed: int = 0) -> dict[str, dict[str, float | None]]:
-    """The pooled saving of ``ours`` against ``base`` on each axis with a 95% bootstrap interval that resamples the
-    runs of each side within each warm start, the same draw for every axis (a run's costs stay together); and for
-    each axis but the first, its pooled saving minus the first axis's ({axis: {value, lo, hi, gap, gap_lo,
-    gap_hi}})."""
-    costs = [(np.asarray([[cost_of(r, t, x, True) for x in axes] for r in a], float),
-              np.asarray([[cost_of(r, t, x, False) for x in axes] for r in b], float))
-             for _, t, a, b in cells(out, regimes, protocol, ours, base)[0]]  # per warm start, each (runs, axes)
-    if not costs:
-        return {}
-
-    def pooled(draw: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        ratios = np.concatenate([a / np.median(b, axis=0) for a, b in draw])
-        return 1.0 - np.median(ratios, axis=0)
-
-    rng = np.random.default_rng(seed)
-    boots = np.asarray([pooled([(a[rng.integers(0, len(a), len(a))], b[rng.integers(0, len(b), len(b))])
-                                for a, b in costs]) for _ in range(boot)])
-    value = pooled(costs)
-
-    def ci(x: np.ndarray) -> tuple[float | None, float | None]:
-        lo, hi = percentile_interval(np.sort(x))
-        return finite_or_none(lo), finite_or_none(hi)
-
-    res: dict[str, dict[str, float | None]] = {}
-    for j, x in enumerate(axes):
-        lo, hi = ci(boots[:, j])
-        res[x] = {"value": finite_or_none(value[j]), "lo": lo, "hi": hi}
-        if j:
-            glo, ghi = ci(boots[:, j] - boots[:, 0])
-            res[x].update(gap=finite_or_none(value[j] - value[0]), gap_lo=glo, gap_hi=ghi)
-    return res
-
-
-def family_saving(out: Path, regimes: Sequence[str], protocol: str, ours: str, base: str) -> dict[str, Any] | None:
-    """A target's saving over the warm starts in ``regimes`` that ran both cells, in study_targets' row form: the
-    pooled saving of fitted rollouts with its bootstrap interval (pooled_costs), the rank test stratified by warm
-    start, the runs and reaches summed over the warm starts; None where no warm start ran both."""
-    row = compare(out, regimes, protocol, ours, base)
-    if row is None:
-        return None
-    pooled = pooled_costs(out, regimes, protocol, ours, base, ("cum_rollouts",))["cum_rollouts"]
-    per = row["per_warm_start"]
-    return {"value": pooled["value"], "lo": pooled["lo"], "hi": pooled["hi"], "p_value": row["p_value_stratified"],
-            "ours_seeds": row["ours_runs"], "base_seeds": row["base_runs"],
-            "ours_reached": sum(p["ours_reached"] for p in per), "base_reached": sum(p["base_reached"] for p in per),
-            "warm_starts": row["warm_starts"], "holds_in": row["holds_in"], "regimes": [p["regime"] for p in per]}
-
-
-# the worked-answer family: what each allocator buys in rollouts, generated tokens and training seconds
-COST_AXES = ("cum_rollouts", "cum_tokens", "seconds")
-COST_COMPARISONS: tuple[tuple[str, str, str], ...] = (
-    ("equal-batch", "sara", "dapo"),
-    ("equal-batch", "sara+dps[context]", "dapo"),
-    ("equal-batch", "sara[tokens]", "dapo"),
-    ("equal-batch", "sara[tokens]", "sara"),
-    ("equal-rollouts", "vigor", "grpo"),
-    ("matched-updates", "sara", "grpo"),
-)
-
-
-def measure_costs(out: Path, base: str = "steps") -> list[dict[str, Any]]:
+def measure_costs(out: Path | RunStore, base: str = COST_FAMILY) -> list[dict[str, Any]]:
     """Each COST_COMPARISONS row across ``base``'s warm starts: per axis the comparison (compare) and the pooled
     saving's interval (pooled_costs)."""
-    regimes = family(out, base)
+    store = as_store(out)
+    regimes = store.family(base)
     rows = []
-    for proto, ours, baseline in COST_COMPARISONS:
-        pooled = pooled_costs(out, regimes, proto, ours, baseline, COST_AXES)
+    for c in COST_COMPARISONS:
+        pooled = pooled_costs(store, regimes, c.protocol, c.ours, c.baseline, COST_AXES)
         if not pooled:
             continue
-        axes = {x: {**compare(out, regimes, proto, ours, baseline, axis=x), **{f"pooled_{k}": v
-                                                                               for k, v in pooled[x].items()}}
-                for x in COST_AXES}
+        axes = {x: {**compare(store, regimes, c.protocol, c.ours, c.baseline, axis=x),
+                    **{f"pooled_{k}": v for k, v in pooled[x].items()}} for x in COST_AXES}
         first = axes[COST_AXES[0]]
-        rows.append({"family": base, "protocol": proto, "ours": ours, "baseline": baseline,
+        rows.append({"family": base, "protocol": c.protocol, "ours": c.ours, "baseline": c.baseline,
                      "warm_starts": first["warm_starts"], "ours_runs": first["ours_runs"],
                      "base_runs": first["base_runs"], "axes": axes})
     return rows
 
 
-def measure(out: Path, bases: Sequence[str] = ("hard", "pool")) -> list[dict[str, Any]]:
+def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) -> list[dict[str, Any]]:
     """Each COMPARISONS row over each base's family, with the pooled saving's 95% bootstrap interval (runs resampled
     within each warm start)."""
+    store = as_store(out)
     rows = []
     for base in bases:
-        regimes = family(out, base)
-        for proto, ours, baseline in COMPARISONS:
-            if (row := compare(out, regimes, proto, ours, baseline)) is not None:
-                ci = pooled_costs(out, regimes, proto, ours, baseline, ("cum_rollouts",))["cum_rollouts"]
+        regimes = store.family(base)
+        for c in COMPARISONS:
+            if (row := compare(store, regimes, c.protocol, c.ours, c.baseline)) is not None:
+                ci = pooled_costs(store, regimes, c.protocol, c.ours, c.baseline, ("cum_rollouts",))["cum_rollouts"]
                 rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]})
     return rows
 
@@ -234,19 +86,7 @@ def _left_out(r: Mapping[str, Any]) -> str:
 
 
 def _ci(r: Mapping[str, Any]) -> str:
-    return "" if "pooled_lo" not in r else f" [{_pct(r['pooled_lo'])}, {_pct(r['pooled_hi'])}]"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else pct(v)
-
-
-def _p(v: float | None) -> str:
-    return "n/a" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"
-
-
-def _p_eq(v: float | None) -> str:
-    return _p(v) if v is not None and v < 0.001 else f"= {_p(v)}"
+    return "" if "pooled_lo" not in r else f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]"
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -254,20 +94,21 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              "stratified p | holds in |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         per = "; ".join(f"{p['regime']}{'' if p['preregistration_met'] is not False else ' (pre-reg. missed)'}: "
-                        f"{_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] (p {_p_eq(p['p_value'])}, "
+                        f"{pct(p['value'])} [{pct(p['lo'])}, {pct(p['hi'])}] (p {p_eq(p['p_value'])}, "
                         f"{p['ours_reached']}/{p['ours_seeds']} vs {p['base_reached']}/{p['base_seeds']} reached)"
                         for p in r["per_warm_start"])
-        ps = _p(r["p_value_stratified"])
+        ps = p_value(r["p_value_stratified"])
         lines.append(f"| {r['family']} x {r['warm_starts']}{_left_out(r)} | {r['protocol']} | {r['ours']} vs "
                      f"{r['baseline']} | "
-                     f"{per} | {_pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
+                     f"{per} | {pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
     return lines
 
 
 def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The README's table: per family and SUMMARY_SHOWS comparison, the runs, the pooled saving [95% CI], the
-    stratified p and the warm starts that hold (per warm start: training_warmstarts.md)."""
-    shown = [r for r in rows if (r["protocol"], r["ours"], r["baseline"]) in SUMMARY_SHOWS]
+    """The README's table: per family and headline comparison (plan.Comparison.readme), the runs, the pooled
+    saving [95% CI], the stratified p and the warm starts that hold (per warm start: training_warmstarts.md)."""
+    headline = {(c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.readme}
+    shown = [r for r in rows if (r["protocol"], r["ours"], r["baseline"]) in headline]
     if not shown:
         return ""
     out = ["Fitted rollouts to each warm start's own target (80% of its uniform GRPO runs' gain), pooled over the "
@@ -285,11 +126,11 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
         per = r["per_warm_start"]
         reached = f"{sum(p['ours_reached'] for p in per)}/{r['ours_runs']} vs " \
                   f"{sum(p['base_reached'] for p in per)}/{r['base_runs']}"
-        ci = f"{_pct(r['pooled_saving'])}{_ci(r)}" if r["pooled_saving"] is not None else \
+        ci = f"{pct(r['pooled_saving'])}{_ci(r)}" if r["pooled_saving"] is not None else \
             "none: the median run never reaches"
         out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['ours_runs']} vs "
                    f"{r['base_runs']} ({r['warm_starts']}{_left_out(r)}) | {reached} | {ci} | "
-                   f"{_p(r['p_value_stratified'])} | "
+                   f"{p_value(r['p_value_stratified'])} | "
                    f"{r['holds_in']}/{r['warm_starts']} |")
     return "\n".join(out) + "\n"
 
@@ -298,7 +139,7 @@ AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "sec
 
 
 def _saving_ci(v: Mapping[str, Any]) -> str:
-    return f"{_pct(v['pooled_value'])} [{_pct(v['pooled_lo'])}, {_pct(v['pooled_hi'])}]"
+    return f"{pct(v['pooled_value'])} [{pct(v['pooled_lo'])}, {pct(v['pooled_hi'])}]"
 
 
 def cost_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -307,7 +148,7 @@ def cost_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              + " | holds in (rollouts, tokens, seconds) |", "|---|---|---|" + "---|" * (len(COST_AXES) + 1)]
     for r in rows:
         ax = r["axes"]
-        cells = [f"{_saving_ci(ax[x])}, p {_p_eq(ax[x]['p_value_stratified'])}" for x in COST_AXES]
+        cells = [f"{_saving_ci(ax[x])}, p {p_eq(ax[x]['p_value_stratified'])}" for x in COST_AXES]
         holds = ", ".join(f"{ax[x]['holds_in']}/{ax[x]['warm_starts']}" for x in COST_AXES)
         lines.append(f"| {r['ours']} vs {r['baseline']} | {r['protocol']} | {r['ours_runs']} vs {r['base_runs']} "
                      f"({r['warm_starts']}) | " + " | ".join(cells) + f" | {holds} |")
@@ -324,13 +165,9 @@ def claim_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
     held = lo is not None and lo > 0
     return (f"The sources' token claim (sara's saving against dapo larger in generated tokens than in rollouts), "
             f"pooled over {r['warm_starts']} warm start(s), {r['ours_runs']} vs {r['base_runs']} runs: token saving "
-            f"minus rollout saving {100 * t['pooled_gap']:+.1f} points [{_pts(lo)}, {_pts(hi)}]: "
+            f"minus rollout saving {100 * t['pooled_gap']:+.1f} points [{points(lo)}, {points(hi)}]: "
             + ("**holds** (the interval lies above zero)." if held else "**not borne out** (the interval reaches "
                "zero or below)."))
-
-
-def _pts(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:+.1f}"
 
 
 def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
@@ -361,8 +198,8 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
                  "", "| ours vs baseline | protocol | cost | per warm start |", "|---|---|---|---|"]
         for r in costs:
             for x in COST_AXES:
-                per = "; ".join(f"{p['regime']}: {_pct(p['value'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] "
-                                f"(p {_p_eq(p['p_value'])})" for p in r["axes"][x]["per_warm_start"])
+                per = "; ".join(f"{p['regime']}: {pct(p['value'])} [{pct(p['lo'])}, {pct(p['hi'])}] "
+                                f"(p {p_eq(p['p_value'])})" for p in r["axes"][x]["per_warm_start"])
                 body.append(f"| {r['ours']} vs {r['baseline']} | {r['protocol']} | {AXIS_WORDS[x]} | {per} |")
         body += ["", "Pooled:", "", costs_md(costs).rstrip()]
         if line := claim_line(costs):
@@ -373,7 +210,8 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    rows, costs = measure(RESULTS), measure_costs(RESULTS)
+    store = RunStore(RESULTS)
+    rows, costs = measure(store), measure_costs(store)
     write(rows, RESULTS, costs)
     print("\n".join(table(rows)))
     print(costs_md(costs))

@@ -1,4 +1,4 @@
-"""Layers of rlvr_core: no import climbs a floor, and no import circle (docs/design.md §2.1).
+"""Layers of rlvr_core and benchmarks/: no import climbs a floor, and no import circle (docs/design.md §2.1).
 
 Every module of rlvr_core belongs to a unit: a top-level module (``rlvr_core/tasks.py``) or a package
 (``rlvr_core/allocation/``). ``LAYERS`` puts the units on floors, ground floor first. A module may import
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "rlvr_core"
@@ -54,8 +54,9 @@ def package_sources(root: Path = ROOT, package: str = PACKAGE) -> dict[str, tupl
     return out
 
 
-def imports_of(module: str, source: str, is_init: bool, known: Iterable[str]) -> list[tuple[int, str]]:
-    """(line, imported module) of every import of a ``PACKAGE`` module in ``source``, at any depth.
+def imports_of(module: str, source: str, is_init: bool, known: Iterable[str],
+               package: str = PACKAGE) -> list[tuple[int, str]]:
+    """(line, imported module) of every import of a ``package`` module in ``source``, at any depth.
 
     ``from a.b import c`` imports ``a.b.c`` when that is a module, else ``a.b``; relative imports are
     resolved against ``module``.
@@ -71,16 +72,17 @@ def imports_of(module: str, source: str, is_init: bool, known: Iterable[str]) ->
                 if node.level else node.module or ""
             for a in node.names:
                 found.append((node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in known else base))
-    ours = [(line, name) for line, name in found if name == PACKAGE or name.startswith(PACKAGE + ".")]
+    ours = [(line, name) for line, name in found if name == package or name.startswith(package + ".")]
     return list(dict.fromkeys(ours))  # ``from m import a, b`` is one arrow
 
 
-def import_graph(sources: Mapping[str, tuple[str, bool]]) -> dict[str, list[tuple[int, str]]]:
+def import_graph(sources: Mapping[str, tuple[str, bool]], package: str = PACKAGE) -> dict[str, list[tuple[int, str]]]:
     """{module: [(line, imported module), ...]} over ``sources`` (``package_sources``)."""
-    return {m: imports_of(m, src, is_init, sources) for m, (src, is_init) in sources.items()}
+    return {m: imports_of(m, src, is_init, sources, package) for m, (src, is_init) in sources.items()}
 
 
-def upward_imports(graph: Mapping[str, list[tuple[int, str]]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+def upward_imports(graph: Mapping[str, list[tuple[int, str]]], layers: tuple[tuple[str, ...], ...],
+                   unit: Callable[[str], str] = unit) -> list[str]:
     """Every import from a higher floor, and every module whose unit is on no floor, in words."""
     floor = floor_of(layers)
     problems = sorted({f"{unit(m)} (of {m}) is on no floor of LAYERS" for m in graph if unit(m) not in floor})
@@ -141,7 +143,7 @@ def module_edges(graph: Mapping[str, list[tuple[int, str]]]) -> dict[str, set[st
     return {m: {t for _, t in targets if t != m} for m, targets in graph.items()}
 
 
-def unit_edges(graph: Mapping[str, list[tuple[int, str]]]) -> dict[str, set[str]]:
+def unit_edges(graph: Mapping[str, list[tuple[int, str]]], unit: Callable[[str], str] = unit) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for m, targets in graph.items():
         out.setdefault(unit(m), set()).update(unit(t) for _, t in targets if unit(t) != unit(m))
@@ -169,6 +171,50 @@ def test_rlvr_core_has_no_import_circle() -> None:
     graph = import_graph(package_sources())
     assert cycles(unit_edges(graph)) == [], "import circles between rlvr_core's packages and modules"
     assert cycles(module_edges(graph)) == [], "import circles between rlvr_core's modules"
+
+
+# ----------------------------------------------------------------------------- the benchmarks
+
+# Floors of benchmarks/, ground floor first. Every module of the training study's package (benchmarks/study/) is a
+# unit of its own: the plan below the store, the statistics and the data, those below the driver and the tables,
+# the tables the summary calls (floor, study_targets, warmstarts) below the summary, the command line on top.
+BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("benchmarks", "benchmarks.common", "benchmarks.study", "benchmarks.math_verifier", "benchmarks.record_trl_trace"),
+    ("benchmarks.study.plan", "benchmarks.study.formats", "benchmarks.ablation", "benchmarks.advisor_speed",
+     "benchmarks.leaderboard", "benchmarks.orchestration", "benchmarks.readme",
+     "benchmarks.results_index", "benchmarks.sandbox", "benchmarks.trl_overhead"),
+    ("benchmarks.study.store", "benchmarks.study.data", "benchmarks.study.stats", "benchmarks.allocation",
+     "benchmarks.training"),
+    ("benchmarks.study.tables", "benchmarks.study.execute", "benchmarks.floor", "benchmarks.study_targets",
+     "benchmarks.record_policies", "benchmarks.advisor_validation"),
+    ("benchmarks.warmstarts", "benchmarks.study.round_price", "benchmarks.regimes"),
+    ("benchmarks.study.summarize",),
+    ("benchmarks.study.cli",),
+    ("benchmarks.study.__main__",),
+)
+
+
+def benchmark_unit(module: str) -> str:
+    """``benchmarks.floor`` stays; ``benchmarks.study.store`` is a unit of its own; ``benchmarks.study`` (the package's
+    init) stays."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[:2] == ["benchmarks", "study"] else parts[:2])
+
+
+def test_no_import_in_benchmarks_climbs_a_floor() -> None:
+    graph = import_graph(package_sources(ROOT, "benchmarks"), "benchmarks")
+    assert len(graph) > 25 and sum(map(len, graph.values())) > 40
+    problems = upward_imports(graph, BENCHMARK_LAYERS, benchmark_unit)
+    assert not problems, "imports from a higher floor of benchmarks/:\n" + "\n".join(problems)
+    units = {benchmark_unit(m) for m in graph}
+    named = [u for floor in BENCHMARK_LAYERS for u in floor]
+    assert len(named) == len(set(named)) and set(named) == units, (sorted(set(named) ^ units))
+
+
+def test_benchmarks_have_no_import_circle() -> None:
+    graph = import_graph(package_sources(ROOT, "benchmarks"), "benchmarks")
+    assert cycles(unit_edges(graph, benchmark_unit)) == [], "import circles between benchmarks' modules"
+    assert cycles(module_edges(graph)) == [], "import circles between benchmarks' modules"
 
 
 # ----------------------------------------------------------------------------- the checker itself

@@ -1,4 +1,5 @@
-"""Structure of rlvr_core: no function or method runs over 60 lines (``def`` to its last line, docstring included)."""
+"""Structure of rlvr_core and benchmarks/: no function or method runs over 60 lines (``def`` to its last line,
+docstring included)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ def test_no_function_in_rlvr_core_is_over_60_lines() -> None:
         for path in paths
         for hit in long_functions(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
     ]
+    assert not offenders, f"functions over {MAX_LINES} lines (split them into named parts): " + ", ".join(
+        f"{name} ({n} lines)" for name, n in offenders
+    )
+
+
+def test_no_function_in_benchmarks_is_over_60_lines() -> None:
+    paths = sorted((ROOT / "benchmarks").rglob("*.py"))
+    assert len(paths) > 20 and any(p.parent.name == "study" for p in paths)  # the walk found the package
+    offenders = [hit for path in paths
+                 for hit in long_functions(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
     assert not offenders, f"functions over {MAX_LINES} lines (split them into named parts): " + ", ".join(
         f"{name} ({n} lines)" for name, n in offenders
     )

@@ -1,4 +1,4 @@
-"""benchmarks/common.py: one variant table for every benchmark, and the study's folder names from one rule."""
+"""One variant table for every benchmark (the study's plan), and the study's folder names from one rule."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import allocation, floor, study, study_targets
-from benchmarks.common import MATCHED, PROTOCOLS, RESULTS, VARIANTS, output_dir, slug, study_cell_dir
+from benchmarks import allocation, floor, study_targets
+from benchmarks.common import RESULTS, output_dir, slug
+from benchmarks.study import execute, plan, round_price
+from benchmarks.study.plan import PROTOCOLS, VARIANTS
+from benchmarks.study.store import RunStore
 from rlvr_core.allocation import ALLOCATORS
 
 
@@ -21,16 +24,23 @@ def test_every_variant_names_a_registered_allocator_and_valid_params() -> None:
 
 def test_the_benchmarks_share_the_table() -> None:
     assert all(VARIANTS[v.label] is v for v in allocation.VARIANTS)
-    assert study.VARIANTS is VARIANTS and study.PROTOCOLS is PROTOCOLS
-    labels = {lab for labs in PROTOCOLS.values() for lab in labs} | set(MATCHED) | set(study.ROUND_VARIANTS)
+    assert execute.VARIANTS is VARIANTS
+    labels = {lab for p in PROTOCOLS.values() for lab in p.order} | set(round_price.ROUND_VARIANTS)
+    labels |= {lab for p in PROTOCOLS for r in plan.REGIMES for lab in plan.labels(p, r)}
     assert labels <= set(VARIANTS), labels - set(VARIANTS)
-    assert not hasattr(study, "_fname") and not hasattr(study_targets, "_fname")
+    assert all(set(v.runs) <= set(PROTOCOLS) for v in VARIANTS.values())
+    assert not hasattr(study_targets, "_fname")
 
 
-def test_floor_and_study_do_not_import_each_other() -> None:
-    for mod, other in ((floor, "study"), (study_targets, "study")):
+def test_the_tables_the_summary_calls_read_only_the_study_s_lower_floors() -> None:
+    """floor, study_targets and warmstarts sit below benchmarks.study.summarize, which calls them: they may read
+    the plan, the store, the statistics and the number formats, never the summary or the driver
+    (tests/test_layers.py: no circle)."""
+    for mod in (floor, study_targets):
         source = open(mod.__file__, encoding="utf-8").read()
-        assert not re.search(rf"^\s*from benchmarks(\.{other}| import .*\b{other}\b)", source, re.M), mod.__name__
+        used = {a or b for a, b in re.findall(r"^\s*from benchmarks\.study(?:\.(\w+) import| import (\w+))", source,
+                                               re.M)}
+        assert used <= {"plan", "store", "stats", "formats"}, (mod.__name__, used)
 
 
 def test_the_slug_keeps_every_committed_study_folder_readable() -> None:
@@ -40,9 +50,10 @@ def test_the_slug_keeps_every_committed_study_folder_readable() -> None:
     by_slug = {slug(label): label for label in VARIANTS}
     assert len(by_slug) == len(VARIANTS)  # the rule keeps labels apart
     assert names <= set(by_slug), names - set(by_slug)
-    path = study_cell_dir(RESULTS, "pool", "equal-batch", "sara+dps[context]")
+    store = RunStore(RESULTS)
+    path = store.cell_dir("pool", "equal-batch", "sara+dps[context]")
     assert path == RESULTS / "study" / "pool" / "equal-batch" / "saraplusdps_context" and path.is_dir()
-    assert study.run_file(RESULTS, "pool", "equal-batch", "sara+dps[context]", 0).parent == path
+    assert store.run_file("pool", "equal-batch", "sara+dps[context]", 0).parent == path
 
 
 def test_output_dir_is_the_module_s_folder_under_the_root_and_refuses_other_names(tmp_path: Path) -> None:

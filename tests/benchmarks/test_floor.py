@@ -58,8 +58,7 @@ def test_targets_show_the_floor_and_the_ceiling(tmp_path):
     (tmp_path / "allocation" / "allocation.json").write_text(json.dumps(rows))
     sim = T._simulator_row(tmp_path / "allocation" / "allocation.json")
     assert "floor" not in T.fmt(sim)  # without the floor file: the measured values alone
-    F.write(tmp_path)
-    got = {r["target"]: r for r in T.measure(tmp_path)}
+    got = {r["target"]: r for r in T.measure(tmp_path, floor=F.write(tmp_path))}
     sim = next(r for t, r in got.items() if t.startswith("simulator"))
     assert sim["per_scenario"]["ushape"]["floor_over_k"] == pytest.approx(2.125, abs=1e-3)
     assert "ushape: sara+dps 1.91x (floor 2.12x); floor: the least" in T.fmt(sim)

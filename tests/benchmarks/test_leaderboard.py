@@ -53,7 +53,7 @@ def test_validation_reads_the_study_cells_and_their_ledgers():
     cells = advisor_validation.cells("hard")
     by = {(c["protocol"], c["variant"]): c for c in cells}
     ref = by[("reference", "grpo")]
-    run = json.loads((advisor_validation.STUDY / "hard" / "reference" / "grpo" / "s0.json").read_text())
+    run = json.loads(advisor_validation.STUDY.run_file("hard", "reference", "grpo", 0).read_text())
     assert ref["measured"][0] == pytest.approx(run["ledger"]["rollouts_per_step"]
                                                / run["ledger"]["effective_groups_per_step"])
     assert ref["k"] == 8 and ref["batch"] == 32 and ref["steps"] == run["ledger"]["steps"]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import results_index as I
-from benchmarks.common import PROTOCOLS, RESULTS
+from benchmarks.common import RESULTS
+from benchmarks.study.plan import PROTOCOLS
 
 
 def test_the_committed_index_is_current() -> None:
@@ -24,7 +25,7 @@ def test_nothing_but_the_index_sits_at_the_top_level_and_each_folder_is_a_benchm
     folders = [name for name in top if name != I.INDEX]
     assert I.ARCHIVE in folders and "study" in folders and "allocation" in folders
     for name in folders:
-        assert name == I.ARCHIVE or (I.ROOT / "benchmarks" / f"{name}.py").is_file(), \
+        assert name == I.ARCHIVE or I.script(name).is_file(), \
             f"benchmarks/results/{name}/ is named after no benchmark module"
 
 
@@ -44,7 +45,7 @@ def test_every_writer_writes_something_and_its_script_names_its_folder_and_files
         if not w.module:
             continue
         assert w.command.startswith(f"python -m benchmarks.{w.module}"), w
-        source = (I.ROOT / "benchmarks" / f"{w.module}.py").read_text(encoding="utf-8")
+        source = I.source(w.module)
         if w.folder != I.ARCHIVE:
             assert w.folder == w.module, f"{w.pattern}: a benchmark's folder is named after its module"
             assert re.search(rf'output_dir\((?:[^()]|\([^()]*\))*, "{w.folder}"\)', source), \

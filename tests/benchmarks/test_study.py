@@ -1,4 +1,4 @@
-"""The training study (benchmarks/study.py): statistics, unreached counting, the quick path's files, resume."""
+"""The training study (benchmarks/study/): statistics, unreached counting, the quick path's files, resume."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import regimes, study
+from benchmarks import regimes
 from benchmarks import training as training_bench
 from benchmarks.common import RESULTS, default_out
+from benchmarks.study import cli, execute, plan, stats
+from benchmarks.study import data as study_data
+from benchmarks.study.store import RunStore
 
 KEYS = {"regime", "protocol", "allocator", "seeds", "reached", "rollouts_to_target", "seconds_to_target",
         "final_accuracy"}
@@ -27,28 +30,28 @@ def run(accs: list[float], seed: int, per_step: int = 100) -> dict:
 
 
 def test_median_ci_brackets_the_median_and_narrows_with_agreement():
-    wide = study.median_ci([100, 400, 900, 1600, 2500, 3600], seed=1)
+    wide = stats.median_ci([100, 400, 900, 1600, 2500, 3600], seed=1)
     assert wide["lo"] <= wide["median"] <= wide["hi"]
     assert wide["lo"] < wide["hi"]
-    same = study.median_ci([700.0] * 5)
+    same = stats.median_ci([700.0] * 5)
     assert same["median"] == same["lo"] == same["hi"] == 700.0
-    assert study.median_ci([])["median"] is None
+    assert stats.median_ci([])["median"] is None
 
 
 def test_median_ci_counts_never_reached_runs_as_infinite():
     # 2 of 5 never reach: the median is still finite, the upper bound falls on an unreached run
-    ci = study.median_ci([100, 200, 300, float("nan"), math.inf])
+    ci = stats.median_ci([100, 200, 300, float("nan"), math.inf])
     assert ci["median"] == 300 and ci["hi"] is None and ci["finite"] == 3 and ci["n"] == 5
     # 3 of 5 never reach: the median itself is "never"; dropping them would have reported 150
-    ci = study.median_ci([100, 200, float("nan"), float("nan"), float("nan")])
+    ci = stats.median_ci([100, 200, float("nan"), float("nan"), float("nan")])
     assert ci["median"] is None and ci["finite"] == 2
 
 
 def test_cell_counts_unreached_runs_and_interpolates():
     runs = [run([0.3, 0.4, 0.5, 0.6], 0), run([0.3, 0.35, 0.45, 0.55], 1), run([0.3, 0.31, 0.32, 0.33], 2)]
-    cell = study.cell_rows(runs, target=0.45)
+    cell = stats.cell_rows(runs, target=0.45)
     assert cell["seeds"] == 3 and cell["reached"] == 2
-    hits = [study.reach(r["curve"], 0.45)["cum_rollouts"] for r in runs]
+    hits = [stats.reach(r["curve"], 0.45)["cum_rollouts"] for r in runs]
     assert hits[0] == pytest.approx(150.0) and hits[1] == pytest.approx(200.0) and math.isnan(hits[2])
     assert cell["rollouts_to_target"]["median"] == pytest.approx(200.0)
     assert cell["seconds_to_target"]["median"] == pytest.approx(1.0)
@@ -58,32 +61,32 @@ def test_cell_counts_unreached_runs_and_interpolates():
 
 def test_target_is_frozen_once_set(tmp_path):
     refs = [run([0.3, 0.5, 0.6, 0.7, 0.7, 0.7], s) for s in range(3)]
-    t = study.set_target(tmp_path, "hard", refs)
+    t = execute.set_target(RunStore(tmp_path), "hard", refs)
     assert t["target"] == pytest.approx(0.3 + 0.8 * 0.4)
     other = [run([0.3, 0.9, 0.9, 0.9], s) for s in range(3)]
-    assert study.set_target(tmp_path, "hard", other)["target"] == pytest.approx(t["target"])
+    assert execute.set_target(RunStore(tmp_path), "hard", other)["target"] == pytest.approx(t["target"])
 
 
 def test_regimes_build_from_params_yaml():
-    easy, hard = regimes.regime_params("easy"), regimes.regime_params("hard")
+    easy, hard = plan.regime_params("easy"), plan.regime_params("hard")
     from rlvr_core.config import load_params
 
-    base = load_params(regimes.PARAMS_FILE)
+    base = load_params(plan.PARAMS_FILE)
     assert hard.train == base.train and hard.warmstart == base.warmstart and easy.train == base.train
-    assert easy.prepare.n_test == regimes.TEST_ROWS + regimes.VALIDATION_ROWS
+    assert easy.prepare.n_test == plan.TEST_ROWS + plan.VALIDATION_ROWS
     assert hard.prepare.digits != easy.prepare.digits or hard.warmstart != easy.warmstart
-    p = study.run_params("hard", "sara[carry]", 3, protocol="equal-batch")
+    p = execute.run_params("hard", "sara[carry]", 3, protocol="equal-batch")
     assert p.train.allocator == "sara" and p.train.seed == 3
     assert p.train.allocator_params["sara"]["prior"] == "carry+eb"
     assert p.train.allocator_params["dapo"] == base.train.allocator_params["dapo"]  # params.yaml's cap kept
-    pods = study.run_params("hard", "pods", 0, protocol="equal-rollouts").train
+    pods = execute.run_params("hard", "pods", 0, protocol="equal-rollouts").train
     assert pods.batch_size * 2 * pods.k == base.train.batch_size * base.train.k  # equal rollouts per update
 
 
 def test_quick_never_defaults_to_benchmarks_results():
-    assert study.default_out(None, True) != RESULTS
-    assert study.default_out(None, False) == RESULTS
-    assert study.default_out(Path("x"), True) == Path("x")
+    assert cli.default_out(None, True) != RESULTS
+    assert cli.default_out(None, False) == RESULTS
+    assert cli.default_out(Path("x"), True) == Path("x")
     # the superseded training benchmark writes to its own folder of the archive, never beside the study's files
     assert training_bench.OUT == RESULTS / "archive" / "training" and (training_bench.OUT / "training.md").is_file()
     assert default_out(None, False, "training", full=training_bench.OUT) == training_bench.OUT
@@ -93,7 +96,7 @@ def test_quick_never_defaults_to_benchmarks_results():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    assert study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--out", str(out)]) == 0
+    assert cli.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--out", str(out)]) == 0
     return out
 
 
@@ -126,7 +129,7 @@ def test_resume_skips_finished_runs_and_redoes_a_missing_one(quick, capsys):
     stamps = {f: f.stat().st_mtime_ns for f in files}
     victim = files[-1]
     victim.unlink()
-    assert study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--out", str(quick)]) == 0
+    assert cli.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--out", str(quick)]) == 0
     log = capsys.readouterr().out
     assert log.count("skipped (done)") == 3 and log.count(": trained;") == 1
     for f, t in stamps.items():
@@ -138,7 +141,7 @@ def test_resume_skips_finished_runs_and_redoes_a_missing_one(quick, capsys):
 
 
 def test_round_price_compares_rounds_with_one_batched_call(quick):
-    assert study.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
+    assert cli.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
     res = json.loads((quick / "study" / "training_round_price.json").read_text())
     rows = {r["allocator"]: r for r in res["rows"]}
     assert set(rows) == {"grpo", "dapo"}
@@ -151,15 +154,15 @@ def test_round_price_compares_rounds_with_one_batched_call(quick):
 
 def test_tuned_chooses_each_allocator_on_validation_then_reports_it_on_test(quick, capsys):
     """One allocator at a time: its grid on the validation split, its recorded choice, then its test seeds."""
-    assert study.main(["--quick", "--regime", "easy", "--protocol", "tuned", "--variants", "sara",
+    assert cli.main(["--quick", "--regime", "easy", "--protocol", "tuned", "--variants", "sara",
                        "--out", str(quick)]) == 0
     log = capsys.readouterr().out
     tuned = quick / "study" / "easy" / "tuned"
     val = sorted(p.parent.name for p in tuned.glob("*-val/s*.json"))
-    assert val == [f"sara{study.grid_tag(g)}-val" for g in study.GRID[:2]]
+    assert val == [f"sara{plan.grid_tag(g)}-val" for g in plan.GRID[:2]]
     choice = json.loads((tuned / "choice.json").read_text())
-    assert set(choice) == {"sara"} and tuple(choice["sara"]["grid"]) in study.GRID[:2]
-    chosen = tuned / f"sara{study.grid_tag(tuple(choice['sara']['grid']))}"
+    assert set(choice) == {"sara"} and tuple(choice["sara"]["grid"]) in plan.GRID[:2]
+    chosen = tuned / f"sara{plan.grid_tag(tuple(choice['sara']['grid']))}"
     assert sorted(p.name for p in chosen.glob("s*.json")) == ["s0.json", "s1.json"]
     lines = log.splitlines()
     order = [i for i, ln in enumerate(lines) if "/tuned" in ln and ("(validation)" in ln or "chose" in ln
@@ -172,12 +175,12 @@ def test_tuned_chooses_each_allocator_on_validation_then_reports_it_on_test(quic
     recs = json.loads((quick / "study" / "training_protocols.json").read_text())
     assert [r["allocator"] for r in recs if r["protocol"] == "tuned"] == ["sara"]
     with pytest.raises(ValueError, match="no allocator"):
-        study.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--variants", "vigor",
+        cli.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--variants", "vigor",
                     "--out", str(quick)])
 
 
 def _ref_file(out, regime, seed, eff, batch=32):
-    p = study.run_file(out, regime, "reference", "grpo", seed)
+    p = RunStore(out).run_file(regime, "reference", "grpo", seed)
     p.parent.mkdir(parents=True, exist_ok=True)
     r = run([0.3, 0.4], seed)
     r.update(batch_size=batch, ledger={**r["ledger"], "effective_groups_per_step": eff})
@@ -188,74 +191,75 @@ def test_matched_sizes_come_from_the_reference_runs_and_are_frozen(tmp_path):
     for s, eff in enumerate((11.0, 12.2, 13.0)):
         _ref_file(tmp_path, "pool", s, eff)
     # median 12.2 effective groups of 32: grpo needs 32 x 32 / 12.2 = 84 prompts for 32; the others get 12
-    assert study.matched_sizes(tmp_path, "pool", "matched-updates") == 84
-    assert study.matched_sizes(tmp_path, "pool", "matched-updates-small") == 12
+    assert execute.matched_sizes(RunStore(tmp_path), "pool", "matched-updates") == 84
+    assert execute.matched_sizes(RunStore(tmp_path), "pool", "matched-updates-small") == 12
     _ref_file(tmp_path, "pool", 3, 30.0)
     _ref_file(tmp_path, "pool", 4, 30.0)  # later reference runs do not move a frozen choice
-    assert study.matched_sizes(tmp_path, "pool", "matched-updates") == 84
+    assert execute.matched_sizes(RunStore(tmp_path), "pool", "matched-updates") == 84
     _ref_file(tmp_path, "dead", 0, 0.0)
     with pytest.raises(RuntimeError, match="no effective group"):
-        study.matched_sizes(tmp_path, "dead", "matched-updates")
+        execute.matched_sizes(RunStore(tmp_path), "dead", "matched-updates")
 
 
 def test_matched_protocols_share_the_cells_they_are_compared_with():
-    p = study.run_params("pool", "grpo", 0, protocol="matched-updates", batch=84).train
-    assert p.batch_size == 84 and p.eval_every == 0 and p.eval_every_rollouts == study.EVAL_GRID
-    legacy = study.run_params("hard", "grpo", 0).train
+    p = execute.run_params("pool", "grpo", 0, protocol="matched-updates", batch=84).train
+    assert p.batch_size == 84 and p.eval_every == 0 and p.eval_every_rollouts == plan.EVAL_GRID
+    legacy = execute.run_params("hard", "grpo", 0).train
     assert legacy.eval_every == 6 and legacy.eval_every_rollouts == 0  # the step-grid runs stay reproducible
-    vig = study.run_params("pool", "vigor", 0, protocol="equal-rollouts").train
+    vig = execute.run_params("pool", "vigor", 0, protocol="equal-rollouts").train
     assert vig.allocator_params["vigor"]["fill"] is True
-    legacy_vigor = study.run_params("hard", "vigor", 0, protocol="equal-rollouts").train.allocator_params
+    legacy_vigor = execute.run_params("hard", "vigor", 0, protocol="equal-rollouts").train.allocator_params
     assert "fill" not in legacy_vigor.get("vigor", {})
-    assert study.baseline_of("equal-batch") == "dapo" and study.baseline_of("matched-updates-small") == "grpo"
-    ws = study.run_params("hard-ws2", "sara", 0, protocol="equal-batch")
-    assert ws.warmstart.seed == 2 and ws.train.eval_every_rollouts == study.EVAL_GRID
-    assert study.run_params("pool-k16", "sara", 0).train.k == 16
+    assert plan.baseline_of("equal-batch") == "dapo" and plan.baseline_of("matched-updates-small") == "grpo"
+    ws = execute.run_params("hard-ws2", "sara", 0, protocol="equal-batch")
+    assert ws.warmstart.seed == 2 and ws.train.eval_every_rollouts == plan.EVAL_GRID
+    assert execute.run_params("pool-k16", "sara", 0).train.k == 16
 
 
 def test_the_length_aware_candidate_runs_in_the_worked_answer_regimes_only():
-    assert "sara[tokens]" in study._labels("equal-batch", False, regime="steps")
-    assert "sara[tokens]" in study._labels("equal-batch", False, regime="steps-ws1")
-    assert "sara[tokens]" not in study._labels("equal-batch", False, regime="pool")
+    assert "sara[tokens]" in plan.labels("equal-batch", "steps")
+    assert "sara[tokens]" in plan.labels("equal-batch", "steps-ws1")
+    assert "sara[tokens]" not in plan.labels("equal-batch", "pool")
     with pytest.raises(ValueError, match="no allocator"):
-        study._labels("equal-batch", False, ["sara[tokens]"], regime="pool")
-    p = study.run_params("steps", "sara[tokens]", 0, protocol="equal-batch").train
+        plan.select("equal-batch", "pool", False, ["sara[tokens]"])
+    p = execute.run_params("steps", "sara[tokens]", 0, protocol="equal-batch").train
     assert p.allocator == "sara" and p.allocator_params["sara"]["price"] == "tokens"
 
 
 def test_pool_rows_are_stratified_by_cell():
     rows = [{"id": i, "difficulty": 1 + i % 4, "op": "+-*"[i % 3]} for i in range(2400)]
-    pool = regimes.pool_rows(rows, 120)
+    pool = study_data.pool_rows(rows, 120)
     assert len(pool) == 120 and len({r["id"] for r in pool}) == 120
     cells = {}
     for r in pool:
         cells[(r["difficulty"], r["op"])] = cells.get((r["difficulty"], r["op"]), 0) + 1
     assert len(cells) == 12 and set(cells.values()) == {10}  # 12 equal cells of 200: 10 each
-    assert regimes.pool_rows(rows, 120) == pool  # seeded
+    assert study_data.pool_rows(rows, 120) == pool  # seeded
     with pytest.raises(ValueError):
-        regimes.pool_rows(rows[:10], 20)
+        study_data.pool_rows(rows[:10], 20)
 
 
 def test_a_regime_refuses_runs_from_another_warm_start(tmp_path):
-    t = study.target_path(tmp_path, "hard")
+    store = RunStore(tmp_path)
+    t = store.target_path("hard")
     t.parent.mkdir(parents=True)
     t.write_text(json.dumps({"target": 0.3}))  # a target that recorded no policy (built on another machine)
     with pytest.raises(SystemExit, match="warm-start variant"):
-        study.check_policy(tmp_path, "hard", "ab" * 32)
+        execute.check_policy(RunStore(tmp_path), "hard", "ab" * 32)
     t.write_text(json.dumps({"target": 0.3, "policy_sha256": "cd" * 32}))
     with pytest.raises(SystemExit, match="frozen from policy"):
-        study.check_policy(tmp_path, "hard", "ab" * 32)
-    study.check_policy(tmp_path, "hard", "cd" * 32)  # the same policy: fine
-    study.check_policy(tmp_path, "pool", "ab" * 32)  # no target yet: fine
+        execute.check_policy(RunStore(tmp_path), "hard", "ab" * 32)
+    execute.check_policy(RunStore(tmp_path), "hard", "cd" * 32)  # the same policy: fine
+    execute.check_policy(RunStore(tmp_path), "pool", "ab" * 32)  # no target yet: fine
 
 
 def test_recurrence_counts_prompts_rolled_out_in_several_steps(tmp_path):
     import pandas as pd
 
     pd.DataFrame({"step": [1, 1, 2, 3, 3], "prompt_id": [5, 6, 5, 5, 7]}).to_parquet(tmp_path / "r.parquet")
-    assert study.recurrence(tmp_path / "r.parquet") == {"prompts_rolled_out": 3, "prompts_in_several_steps": 1,
+    assert execute.recurrence(tmp_path / "r.parquet") == {"prompts_rolled_out": 3, "prompts_in_several_steps": 1,
                                                          "max_steps_per_prompt": 3}
-    assert study.recurrence(tmp_path / "missing.parquet") == {}
+    assert execute.recurrence(tmp_path / "missing.parquet") == {}
 
 
 def test_cost_structure_measures_the_generation_share_and_the_length_ratio(tmp_path, monkeypatch):
@@ -269,20 +273,20 @@ def test_cost_structure_measures_the_generation_share_and_the_length_ratio(tmp_p
     lengths = {"samples": 80, "pass_share": 0.25, "median_tokens_pass": 16.0, "median_tokens_fail": 40.0,
                "fail_pass_length_ratio": 2.5, "tokens_min": 8, "tokens_max": 64, "tokens_p10": 12.0, "tokens_p90": 55.0,
                "hit_max_new_tokens_share": 0.01}
-    monkeypatch.setattr(regimes, "start_lengths", lambda *a, **k: dict(lengths))
-    params = regimes.regime_params("steps")
-    extra = regimes.EXTRA_CRITERIA["steps"]
+    monkeypatch.setattr(study_data, "start_lengths", lambda *a, **k: dict(lengths))
+    params = plan.regime_params("steps")
+    extra = plan.REGIMES["steps"].extra_criteria
     refs = [ref(0, 8.0), ref(1, 5.0), ref(2, 7.0)]  # shares 0.8, 0.5, 0.7
-    got = study.cost_structure(refs, {"policy": tmp_path, "train": []}, params, extra, quick=True)
+    got = execute.cost_structure(refs, {"policy": tmp_path, "train": []}, params, extra, quick=True)
     assert got["median_generate_share"] == pytest.approx(0.7) and got["meets"]
     assert [r["generate_share"] for r in got["runs"]] == pytest.approx([0.8, 0.5, 0.7])
-    low = study.cost_structure([ref(0, 5.0), ref(1, 6.0)], {"policy": tmp_path, "train": []}, params, extra, True)
+    low = execute.cost_structure([ref(0, 5.0), ref(1, 6.0)], {"policy": tmp_path, "train": []}, params, extra, True)
     assert low["median_generate_share"] == pytest.approx(0.55) and not low["meets"]
     lengths["fail_pass_length_ratio"] = 1.2
-    assert not study.cost_structure(refs, {"policy": tmp_path, "train": []}, params, extra, True)["meets"]
+    assert not execute.cost_structure(refs, {"policy": tmp_path, "train": []}, params, extra, True)["meets"]
     pre = tmp_path / "study" / "steps" / "preregistration.json"
     pre.parent.mkdir(parents=True)
-    pre.write_text(json.dumps({"criteria": regimes.CRITERIA, "meets": False, "zero_variance_share": 0.7,
+    pre.write_text(json.dumps({"criteria": plan.CRITERIA, "meets": False, "zero_variance_share": 0.7,
                                "median_evals_below_target": 12, "median_fit_rollouts_to_target": 15000.0,
                                "runs": [{"seed": 0}], "extra": got}))
     section = "\n".join(regimes.cost_section("steps", tmp_path))
@@ -305,7 +309,7 @@ def test_start_lengths_scores_k_samples_per_prompt(tmp_path):
     model, tok = build_tiny_policy(32, 1, 2, 64, seed=0)
     save_policy(model, tok, tmp_path / "p")
     rows = [{"id": f"r{i}", "prompt": f"000{i}+0001=", "answer": str(i + 1)} for i in range(5)]
-    got = regimes.start_lengths(tmp_path / "p", rows, task="arithmetic-steps", k=2, n=3, max_new_tokens=6)
+    got = study_data.start_lengths(tmp_path / "p", rows, task="arithmetic-steps", k=2, n=3, max_new_tokens=6)
     assert got["samples"] == 6 and 1 <= got["tokens_min"] <= got["tokens_max"] <= 6
     assert got["pass_share"] == 0.0 and got["median_tokens_pass"] is None and got["fail_pass_length_ratio"] is None
 
@@ -314,7 +318,7 @@ def test_the_preregistration_log_line_reads_as_rollouts():
     lines = []
     pre = {"regime": "hard-ws1", "meets": False, "zero_variance_share": 0.71, "median_evals_below_target": 12,
            "median_fit_rollouts_to_target": 19120.55172413793}
-    study._log_preregistration(pre, lines.append)
+    execute.log_preregistration(pre, lines.append)
     assert "median fitted reach 19,121 rollouts)" in lines[0] and "meets the criteria: False" in lines[0]
-    study._log_preregistration({**pre, "median_fit_rollouts_to_target": None}, lines.append)
+    execute.log_preregistration({**pre, "median_fit_rollouts_to_target": None}, lines.append)
     assert "median fitted reach never rollouts" not in lines[1] and "reach never" in lines[1]

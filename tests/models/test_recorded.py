@@ -64,12 +64,13 @@ def test_a_policy_that_differs_from_its_record_is_refused(tmp_path: Path, damage
 
 
 def test_the_key_is_the_study_s_cache_key_and_follows_every_setting() -> None:
-    from benchmarks import regimes as R
+    from benchmarks.study import data as D
+    from benchmarks.study import plan as P
 
     params = load_params(ROOT / "params.yaml")
-    assert policy_key(params.prepare, params.warmstart) == R._key(params)
-    hard = R.regime_params("hard")
-    assert R._key(hard) != policy_key(params.prepare, params.warmstart)  # the study's held-out split differs
+    assert policy_key(params.prepare, params.warmstart) == D.policy_key(params)
+    hard = P.regime_params("hard")
+    assert D.policy_key(hard) != policy_key(params.prepare, params.warmstart)  # the study's held-out split differs
     seeded = load_params(ROOT / "params.yaml", overrides={"warmstart": {"seed": 1}})
     assert policy_key(seeded.prepare, seeded.warmstart) != policy_key(params.prepare, params.warmstart)
 

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.common import VARIANTS
-from benchmarks.regimes import REGIMES, regime_params
+from benchmarks.study.plan import REGIMES, VARIANTS, regime_params
 from rlvr_core.allocation import make_allocator
 from rlvr_core.config import TrainConfig, limits, load_params
 from rlvr_core.errors import ConfigError

@@ -1,0 +1,69 @@
+"""The study's command line: ``python -m benchmarks.study`` (the flags: benchmarks/study/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from benchmarks import study
+from benchmarks.common import RESULTS
+from benchmarks.common import default_out as _default_out
+from benchmarks.study.execute import run_protocol
+from benchmarks.study.plan import PROTOCOLS, QUICK, REGIMES, WS_SEP
+from benchmarks.study.round_price import round_price
+from benchmarks.study.summarize import aggregate
+
+
+def default_out(out: Path | None, quick: bool) -> Path:
+    """``out`` when given, else a fresh temporary folder for --quick (never benchmarks/results), else RESULTS."""
+    return _default_out(out, quick, "study", full=RESULTS)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.study", description=study.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--regime", default="hard", choices=sorted(REGIMES))
+    ap.add_argument("--warm-start", type=int, default=None, metavar="J",
+                    help=f"the regime from warm-start seed J (regime <regime>{WS_SEP}J: its own policy, reference "
+                    "runs and target)")
+    ap.add_argument("--protocol", default="equal-batch", choices=list(PROTOCOLS))
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--variants", nargs="+", default=None, metavar="LABEL",
+                    help="only these allocators of the protocol, in this order (default: all, in the protocol's order)")
+    ap.add_argument("--quick", action="store_true", help="short warm start, 2 seeds, tiny budget, temporary --out")
+    ap.add_argument("--out", type=Path, default=None, help="results root: run files and summaries in its study/ "
+                    "(default benchmarks/results; --quick: a temporary folder)")
+    ap.add_argument("--work", type=Path, default=None, help="run folders and policies (default runs/study)")
+    ap.add_argument("--summarize-only", action="store_true", help="rebuild the outputs from the run files")
+    ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
+    ap.add_argument("--round-steps", type=int, default=6)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    for key, value in study.ENVIRONMENT.items():  # __main__ set them already; a caller in-process too
+        os.environ.setdefault(key, value)
+    args = parser().parse_args(argv)
+    if args.warm_start is not None:
+        args.regime = f"{args.regime}{WS_SEP}{args.warm_start}"
+    args.out = default_out(args.out, args.quick)
+    if args.work is None:
+        args.work = args.out / "work" if args.quick else Path("runs/study")
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(QUICK["seeds"] if args.quick else args.seeds))
+    if args.round_price:
+        round_price(args.regime, work=args.work, results=args.out, quick=args.quick,
+                    steps=2 if args.quick else args.round_steps)
+        print((args.out / "study" / "training_round_price.md").read_text())
+        return 0
+    if not args.summarize_only:
+        t0 = time.perf_counter()
+        run_protocol(args.regime, args.protocol, seeds, out=args.out, work=args.work, quick=args.quick,
+                     variants=args.variants, log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+        print(f"{args.regime}/{args.protocol}: done in {time.perf_counter() - t0:.0f} s", flush=True)
+    records = aggregate(args.out, args.out)
+    print(f"{len(records)} cells -> {args.out / 'study' / 'training_protocols.json'}")
+    return 0

@@ -1,0 +1,521 @@
+"""The study's plan as data: its variants, protocols, regimes and comparisons, and nothing that reads a file.
+
+This module is the one place labels and per-regime rules live (docs/design.md, "The training study package"):
+
+- ``Variant``: a label, its allocator, parameters and train settings, and the protocols it runs in (``runs``:
+  protocol -> the regimes it runs there, by ``Scope``). ``VARIANTS`` is in table order: every table of the study
+  lists cells in this order. The allocation benchmark reads the same records.
+- ``Protocol``: what a protocol fixes, its baseline (the cell its rank tests are against), the cells it shares
+  with another protocol (equal-rollouts' grpo is the reference runs), and the run order of its variants.
+- ``Regime``: overrides on params.yaml, the rollout budget, the evaluation grid, the prompt pool, the criteria
+  its reference runs are pre-registered against and the protocols it runs. A regime declared without its budget,
+  grid or criteria is refused, naming the field.
+- ``Comparison``: two cells (ours, baseline) under one protocol, and the tables that show it.
+
+Adding a variant to the study is one ``Variant`` record here with its ``runs``; adding a regime is one ``Regime``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from rlvr_core.config import Params, load_params
+
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS_FILE = ROOT / "params.yaml"
+RECORDED = ROOT / "artifacts" / "warmstart"  # the recorded policies (rlvr_core.models.recorded)
+
+Overrides = dict[str, dict[str, Any]]
+
+# ----- scopes: which regimes a variant runs in under a protocol ---------------------------------------------
+ALL = "all"
+STEP_GRID = "step-grid"  # the regimes evaluated every n steps (Regime.grid == "steps": easy, hard)
+ROLLOUT_GRID = "rollout-grid"  # every other regime, warm-start variants included
+Scope = str | tuple[str, ...]  # ALL, STEP_GRID, ROLLOUT_GRID, or the names of regime families
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One benchmarked configuration: a label, an allocator name, its parameters (on top of params.yaml's
+    ``train.allocator_params[allocator]`` in the study) and train settings (on top of the regime's); ``runs``:
+    protocol -> the regimes the study runs it in there (a ``Scope``); ``ours``: one of this project's
+    allocators (the targets' "our best" picks among them); ``published``: a published allocator the targets
+    report ours against."""
+
+    label: str
+    allocator: str
+    params: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    train: dict[str, Any] = field(default_factory=dict)
+    runs: Mapping[str, Scope] = field(default_factory=dict)
+    ours: bool = False
+    published: bool = False
+    headline: tuple[str, ...] = ()
+
+
+_PROBES = {"probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}
+_EB_ALL = {"equal-batch": ALL, "matched-updates-small": ALL}
+
+# In the study's order (its tables list cells in this order). vigor[screen] follows VIGOR's source: every prompt
+# starts small (m0 = 2 instead of k // 2), so the same step budget screens about twice GRPO's batch of prompts (51
+# instead of 25 at B=32, k=8); [prompt] gives every trained group the same loss weight (train.group_weight).
+# pilot-commit, reinforce-ada and ar3po were added after the step-grid regimes' warm starts were lost (check_policy
+# refuses new runs there): they run on the rollout-grid regimes only.
+VARIANTS: dict[str, Variant] = {v.label: v for v in (
+    Variant("grpo", "grpo", {}, "B prompts x k, train on all",
+            runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL},
+            headline=("reference", "matched-updates")),
+    Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)",
+            runs={**_EB_ALL, "tuned": ALL}, headline=("equal-batch",)),
+    Variant("greso", "greso", {}, "DAPO + pre-rollout skipping", runs={**_EB_ALL, "tuned": ALL}),
+    Variant("sara", "sara", {}, "uniform prior, B committed groups per step", runs={**_EB_ALL, "tuned": ALL},
+            ours=True, headline=("equal-batch", "matched-updates-small")),
+    Variant("sara[carry]", "sara", {"prior": "carry+eb", **_PROBES},
+            "carried per-prompt evidence + empirical-Bayes prior, probes k/4, k/2, k", runs={**_EB_ALL, "tuned": ALL},
+            ours=True),
+    Variant("sara[budget]", "sara", {"mode": "rollouts"}, "fixed budget B*k per step (empirical-Bayes prior)",
+            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",)),
+    Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection", runs={**_EB_ALL, "tuned": ALL},
+            ours=True),
+    Variant("vigor", "vigor", {}, "budget B*k, m0=k/2, T=3, alpha=0.5, gamma=2",
+            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",)),
+    Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt", runs={"equal-rollouts": ALL, "tuned": ALL}),
+    Variant("vigor[screen]", "vigor", {"m0": 2}, "every prompt starts with 2 rollouts",
+            runs={"equal-rollouts": ALL}, ours=True),
+    Variant("vigor[prompt]", "vigor", {}, "every trained group the same loss weight", {"group_weight": "prompt"},
+            runs={"equal-rollouts": ALL}, ours=True),
+    Variant("vigor[screen+prompt]", "vigor", {"m0": 2}, "vigor[screen] and vigor[prompt] together",
+            {"group_weight": "prompt"}, runs={"equal-rollouts": ALL}, ours=True),
+    Variant("sara[context]", "sara", {"prior": "context", **_PROBES}, "the contextual prior (docs/design.md §4.6)",
+            runs={"equal-batch": STEP_GRID}, ours=True),
+    # sara+dps[context] joined tuned after the equal-batch study named it our strongest candidate
+    Variant("sara+dps[context]", "sara+dps", {"prior": "carry+context"}, "sara+dps with the contextual prior",
+            runs={**_EB_ALL, "tuned": ALL}, ours=True, headline=("equal-batch", "matched-updates-small")),
+    # the screening floor's stop rule (docs/design.md §4.10) in place of tau_low, with the empirical-Bayes
+    # population it prices effective groups by
+    Variant("sara[floor]", "sara", {"prior": "eb", "stop_rule": "floor", **_PROBES},
+            "the screening floor's stop rule, empirical-Bayes prior", runs={"equal-batch": STEP_GRID}, ours=True),
+    Variant("sara+dps[context+floor]", "sara+dps", {"prior": "carry+context", "stop_rule": "floor"},
+            "sara+dps[context] with the floor's stop rule", runs={"equal-batch": STEP_GRID}, ours=True),
+    # the strongest published allocators (docs/design.md §4.11-§4.13), at their defaults
+    Variant("pilot-commit", "pilot-commit", {},
+            "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B",
+            runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
+            headline=("equal-batch",)),
+    Variant("reinforce-ada", "reinforce-ada", {},
+            "rounds of k until k/2 passes and k/2 fails (at most 4); groups of k",
+            runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
+            headline=("equal-batch",)),
+    Variant("reinforce-ada[pos]", "reinforce-ada", {"rule": "positive"},
+            "rounds of k until a first pass (Reinforce-Ada-pos)"),
+    # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
+    Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
+            runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",)),
+    Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone",
+            runs={"equal-rollouts": ROLLOUT_GRID}),
+    # the length-aware candidate of the worked-answer issue (declared before its runs; regime steps only):
+    # tau_low scaled per prompt by its prefix's tokens per rollout over the step's, so a long all-fail prefix is
+    # abandoned after k/4 rollouts (under the uniform prior the k/4 probe alone changes no decision)
+    Variant("sara[tokens]", "sara", {"price": "tokens", **_PROBES},
+            "sara priced in tokens: tau_low x (prefix tokens per rollout / step's), probes k/4, k/2, k",
+            runs={"equal-batch": ("steps",)}, ours=True),
+)}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A protocol of the study: ``baseline``, the variant its cells are rank-tested against; ``shares``: (protocol,
+    labels or None for the variants of ``shares_variants_of``) whose runs this protocol's cells hold too;
+    ``order``: the run order of its variants (the rest follow in table order); ``note``: what it fixes."""
+
+    name: str
+    baseline: str
+    note: str
+    order: tuple[str, ...] = ()
+    shares: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
+    shares_variants_of: str = ""
+
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    Protocol("reference", "grpo", "uniform GRPO, the regime's params; sets the target"),
+    Protocol("equal-batch", "dapo", "every update holds B effective groups",
+             order=("dapo", "sara", "sara+dps", "sara[carry]", "greso", "sara[context]", "sara+dps[context]",
+                    "sara[floor]", "sara+dps[context+floor]", "pilot-commit", "reinforce-ada")),
+    Protocol("equal-rollouts", "grpo", "every update spends B x k rollouts; its grpo runs are the reference runs",
+             order=("grpo", "vigor", "pods", "sara[budget]"), shares=(("reference", ("grpo",)),)),
+    Protocol("tuned", "grpo", "every allocator at its best point of one grid (GRID), chosen on the validation split",
+             order=("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]")),
+    # equal effective groups per update against uniform GRPO at the same lr and schedule (matched_sizes): grpo with
+    # a prompt batch whose expected effective groups equal the equal-batch allocators' B, compared with the
+    # regime's equal-batch cells; and the converse, the equal-batch variants at B = GRPO-B's effective groups per
+    # update, compared with the reference grpo runs
+    Protocol("matched-updates", "grpo", "grpo at the prompt batch whose effective groups equal B",
+             shares=(("equal-batch", None),), shares_variants_of="matched-updates-small"),
+    Protocol("matched-updates-small", "grpo", "B = GRPO-B's effective groups per update",
+             order=("dapo", "greso", "sara", "sara[carry]", "sara+dps", "sara+dps[context]"),
+             shares=(("reference", ("grpo",)),)),
+)}
+
+
+def baseline_of(protocol: str) -> str:
+    """The allocator each protocol's cells are tested against: dapo at equal batch (the same B effective groups
+    per update), uniform grpo elsewhere."""
+    return PROTOCOLS[protocol].baseline
+
+
+def shared_sources(protocol: str) -> tuple[tuple[str, frozenset[str] | None], ...]:
+    """(protocol of the runs, labels or None: all) whose runs a cell of ``protocol`` holds besides its own."""
+    p = PROTOCOLS[protocol]
+    return tuple((src, frozenset(labs) if labs is not None else
+                  frozenset(lab for lab, v in VARIANTS.items() if p.shares_variants_of in v.runs)
+                  if p.shares_variants_of else None) for src, labs in p.shares)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Ours against a baseline under one protocol, read across a regime family's warm starts; ``readme``: one of the
+    README's headline rows (warmstarts/training_summary.md)."""
+
+    protocol: str
+    ours: str
+    baseline: str
+    readme: bool = False
+
+
+# the measurement issue's headline cells, then the other allocators of ours and the published baselines, each
+# against its protocol's baseline, read on the families of hard and pool (a row appears where some warm start ran
+# both cells; every row: warmstarts/training_warmstarts.md)
+COMPARISONS: tuple[Comparison, ...] = (
+    Comparison("equal-batch", "sara", "dapo", readme=True),
+    Comparison("equal-batch", "sara+dps[context]", "dapo", readme=True),
+    Comparison("equal-rollouts", "sara[budget]", "grpo", readme=True),
+    Comparison("matched-updates", "sara", "grpo", readme=True),
+    Comparison("matched-updates", "sara+dps[context]", "grpo", readme=True),
+    Comparison("matched-updates-small", "sara", "grpo", readme=True),
+    Comparison("matched-updates-small", "sara+dps[context]", "grpo", readme=True),
+    Comparison("equal-batch", "sara+dps", "dapo"),
+    Comparison("equal-batch", "sara[carry]", "dapo"),
+    Comparison("equal-batch", "greso", "dapo"),
+    Comparison("equal-rollouts", "vigor", "grpo", readme=True),
+    Comparison("equal-batch", "pilot-commit", "dapo", readme=True),
+    Comparison("equal-batch", "reinforce-ada", "dapo", readme=True),
+    Comparison("equal-rollouts", "ar3po", "grpo", readme=True),
+)
+COMPARISON_FAMILIES = ("hard", "pool")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A saving target, declared before its cells ran: ``ours`` spends at least ``saving`` fewer rollouts to the
+    target than ``baseline`` under ``protocol``, pooled over the warm starts of ``regime``'s family; with ``p``, the
+    rank test's p-value lies below it too; ``ceiling``: its row gives the screening floor's ceiling (the floor reads
+    the replay log of this regime's GRPO run). Every other allocator of ours in the cell is a candidate row."""
+
+    regime: str
+    protocol: str
+    ours: str
+    baseline: str
+    saving: float
+    p: float | None = None
+    ceiling: bool = False
+
+    @property
+    def text(self) -> str:
+        return (f"{self.regime}, {self.protocol}: {self.ours} spends >= {self.saving:.0%} fewer rollouts to target "
+                f"than {self.baseline}" + (f", rank test p < {self.p:g}" if self.p is not None else ""))
+
+
+@dataclass(frozen=True)
+class RatioTarget:
+    """Our best allocator reaches the target with at most ``ratio`` x the ``axis`` cost of ``baseline`` under
+    ``protocol`` in ``regime``'s family; ``pick``: how "our best" is chosen, on the validation split ("validation":
+    the tuned protocol's choice.json) or as the highest saving of the reported cells ("reported", optimistic)."""
+
+    regime: str
+    protocol: str
+    baseline: str
+    ratio: float
+    pick: str
+    axis: str = "cum_rollouts"
+
+    @property
+    def text(self) -> str:
+        word = {"cum_rollouts": "rollouts", "seconds": "seconds"}[self.axis]
+        of = f"tuned {self.baseline}" if self.protocol == "tuned" else self.baseline
+        return (f"{self.regime}, {self.protocol}: our best allocator reaches the target with <= {self.ratio}x the "
+                f"{word} of {of}")
+
+
+@dataclass(frozen=True)
+class DominanceTarget:
+    """``ours``' median accuracy is at least ``baseline``'s at every update count after the first 10% of the run,
+    under ``protocol`` in ``regime`` (read on the warm starts whose runs used the latest allocator settings)."""
+
+    regime: str
+    protocol: str
+    ours: str
+    baseline: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.regime}, {self.protocol}: {self.ours}'s accuracy >= {self.baseline}'s at every update count " \
+               "after the first 10% of the run"
+
+
+# the targets of the measurement issue, declared before their cells ran (benchmarks/study_targets.py measures them;
+# the simulator target and the sources' token claim are rows of their own kinds there)
+RATIO_TARGETS: tuple[RatioTarget, ...] = (
+    *(RatioTarget(regime, proto, "grpo", 0.5, pick="reported") for regime in ("pool", "hard")
+      for proto in ("matched-updates", "matched-updates-small")),
+    RatioTarget("hard", "tuned", "grpo", 0.5, pick="validation"),
+    RatioTarget("hard", "tuned", "grpo", 0.7, pick="validation", axis="seconds"),
+)
+DOMINANCE_TARGETS: tuple[DominanceTarget, ...] = (
+    DominanceTarget("hard", "equal-rollouts", "vigor", "grpo"),
+    DominanceTarget("easy", "equal-rollouts", "vigor", "grpo"),
+)
+SAVING_TARGETS: tuple[Target, ...] = (
+    Target("hard", "equal-batch", "sara", "dapo", 0.22, p=0.05, ceiling=True),
+    Target("hard", "equal-batch", "sara+dps", "dapo", 0.50, ceiling=True),
+    Target("pool", "equal-batch", "sara+dps", "dapo", 0.5),
+)
+# the worked-answer family (steps): what each allocator buys in rollouts, generated tokens and training seconds
+COST_COMPARISONS: tuple[Comparison, ...] = (
+    Comparison("equal-batch", "sara", "dapo"),
+    Comparison("equal-batch", "sara+dps[context]", "dapo"),
+    Comparison("equal-batch", "sara[tokens]", "dapo"),
+    Comparison("equal-batch", "sara[tokens]", "sara"),
+    Comparison("equal-rollouts", "vigor", "grpo"),
+    Comparison("matched-updates", "sara", "grpo"),
+)
+COST_FAMILY = "steps"
+COST_AXES = ("cum_rollouts", "cum_tokens", "seconds")
+
+
+# ----- regimes -------------------------------------------------------------------------------------------
+# Held-out rows of every regime: the first TEST_ROWS rows of the prepared test split are the reported
+# test split, the rest the validation split the tuned protocol selects on (disjoint from test and train).
+TEST_ROWS = 2000
+VALIDATION_ROWS = 1000
+_HELDOUT: Overrides = {"prepare": {"n_test": TEST_ROWS + VALIDATION_ROWS}}
+
+# Regime ``easy`` on top of params.yaml (whose prepare and warmstart sections are regime ``hard``).
+EASY: Overrides = {"prepare": {"digits": [1, 2, 3]}, "warmstart": {"noise": 0.6, "noisy_difficulties": [2, 3]}}
+# ``steps``: hard's problems with worked answers (task arithmetic-steps, rlvr_core/data/arithmetic_steps.py), so
+# that generation dominates a step and failing completions run longer than passing ones, as in real RLVR; a
+# shorter warm start (its sequences are about 4x longer) and completions of up to 64 tokens. params-steps.yaml
+# is params.yaml with these overrides (tests/benchmarks/test_regimes_default.py). One alternative was tried on
+# uniform GRPO alone before any other allocator ran, and dropped (docs/training-study.md): lr 2e-5 over 40k
+# rollouts with max_new_tokens 96 (benchmarks/results/regimes_steps_lr2e-5_s0.json) missed the same criteria
+# at three times the wall-clock.
+STEPS: Overrides = {"prepare": {"task": "arithmetic-steps"},
+                    "warmstart": {"steps": 1500, "batch_size": 32, "lr": 1e-3},
+                    "train": {"max_new_tokens": 64}, "evaluate": {"max_new_tokens": 64}}
+
+# The hard regime's criteria, fixed before any candidate ran (benchmarks/regimes.py, docs/training-study.md).
+CRITERIA = {"min_zero_variance_share": 0.5, "min_evals_below_target": 10, "min_rise_rollouts": 20000,
+            "target_fraction": 0.8}
+# ``steps`` must also have the cost structure of real RLVR: generation at least 65% of a GRPO step's training
+# wall-clock (median over the reference runs of generate_s / (generate + verify + allocate + update)), and at the
+# start of RL failing completions at least 1.5x as long as passing ones in median tokens (data.start_lengths).
+STEPS_CRITERIA = {"min_generate_share": 0.65, "min_fail_pass_length_ratio": 1.5}
+
+EVAL_GRID = 1536  # rollouts between evaluations of every rollout-grid regime (6 GRPO steps at B=32, k=8)
+STEP_GRID_PROTOCOLS = ("equal-batch", "equal-rollouts", "tuned")
+ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small")
+WS_SEP = "-ws"  # "<regime>-ws<J>": the regime from warm start seed J (warmstart.seed = J)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A training regime: ``overrides`` on params.yaml; ``budget``: rollouts per run; ``grid``: "steps" (an
+    evaluation every ``eval_every`` steps: the regimes whose runs predate the rollout grid, their warm starts built
+    on another machine) or "rollouts" (every EVAL_GRID rollouts); ``criteria``: what its uniform GRPO runs must
+    show, fixed before they ran (``extra_criteria`` beside them); ``pool``: RL draws from this many training prompts
+    only (0: all); ``headline``: the README's headline table shows its cells (the regimes the targets are declared
+    on; every regime's cells: training_study.md)."""
+
+    name: str
+    overrides: Overrides = field(default_factory=dict)
+    budget: int | None = None
+    grid: str | None = None
+    criteria: Mapping[str, float] | None = None
+    eval_every: int = 0
+    pool: int = 0
+    extra_criteria: Mapping[str, float] | None = None
+    headline: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("budget", "grid", "criteria"):
+            if getattr(self, name) is None:
+                raise ValueError(f"regime {self.name!r}: no {name} declared (Regime.{name}: budget = rollouts per "
+                                 "run, grid = 'steps' or 'rollouts', criteria = what its reference runs must show)")
+        if self.grid not in ("steps", "rollouts"):
+            raise ValueError(f"regime {self.name!r}: grid must be 'steps' or 'rollouts', got {self.grid!r}")
+        if self.grid == "steps" and self.eval_every <= 0:
+            raise ValueError(f"regime {self.name!r}: a step-grid regime needs eval_every (steps between evaluations)")
+        if not isinstance(self.budget, int) or self.budget <= 0:
+            raise ValueError(f"regime {self.name!r}: budget must be a positive number of rollouts, got {self.budget!r}")
+
+
+# ``hard`` is the candidate the regime search chose (benchmarks/results/regimes/regimes.md), params.yaml as it is.
+# ``pool`` is hard's data and warm start, RL drawing from a finite pool of 1,000 training prompts (stratified by
+# digits x op) that recurs: GRPO sees each prompt about 5 times in 40k rollouts, as real RLVR trains many epochs
+# over MATH (7.5k) or DAPO-Math-17k. ``pool-k16``: half the pool, k = 16, B = 16. Sizing: one (regime, protocol)
+# of 5 seeds in about two hours on one core; ``steps``: 96 GRPO steps, about 5 minutes a run.
+REGIMES: dict[str, Regime] = {r.name: r for r in (
+    Regime("easy", EASY, budget=30000, grid="steps", eval_every=6, criteria=CRITERIA),
+    Regime("hard", {}, budget=40000, grid="steps", eval_every=6, criteria=CRITERIA, headline=True),
+    Regime("pool", {}, budget=40000, grid="rollouts", pool=1000, criteria=CRITERIA, headline=True),
+    Regime("pool-k16", {"train": {"k": 16, "batch_size": 16}}, budget=40000, grid="rollouts", pool=500,
+           criteria=CRITERIA),
+    Regime("steps", STEPS, budget=24576, grid="rollouts", criteria=CRITERIA, extra_criteria=STEPS_CRITERIA),
+)}
+
+
+def base_regime(name: str, regimes: Mapping[str, Regime] | None = None) -> tuple[str, int | None]:
+    """(regime, warm-start seed) of a regime name such as ``hard-ws2`` (seed None: the regime's own)."""
+    regimes = REGIMES if regimes is None else regimes
+    base, sep, ws = name.rpartition(WS_SEP)
+    if sep and base in regimes and ws.isdigit():
+        return base, int(ws)
+    if name not in regimes:
+        raise ValueError(f"unknown regime {name!r}; regimes: {sorted(regimes)}, each also as <regime>{WS_SEP}<J>")
+    return name, None
+
+
+def regime(name: str) -> Regime:
+    """The Regime record of a regime name (a warm-start variant ``<regime>-ws<J>`` is its base's)."""
+    return REGIMES[base_regime(name)[0]]
+
+
+def step_grid(name: str) -> bool:
+    """Whether ``name``'s runs evaluate every n steps: the step-grid regimes themselves, not their warm starts
+    (a warm-start variant has its own policy, runs and target, all on the rollout grid)."""
+    return name in REGIMES and REGIMES[name].grid == "steps"
+
+
+def reported_protocols(name: str) -> tuple[str, ...]:
+    """The protocols of a regime's plan (training_study.md counts their runs)."""
+    return STEP_GRID_PROTOCOLS if step_grid(name) else ROLLOUT_GRID_PROTOCOLS
+
+
+def budget_of(name: str) -> int | None:
+    """The declared rollout budget of a regime itself (None for a warm-start variant: its target's)."""
+    return REGIMES[name].budget if name in REGIMES else None
+
+
+def merge(*layers: Mapping[str, Mapping[str, Any]]) -> Overrides:
+    """Section-wise merge of override layers (later wins)."""
+    out: Overrides = {}
+    for layer in layers:
+        for sec, vals in layer.items():
+            out.setdefault(sec, {}).update(copy.deepcopy(dict(vals)))
+    return out
+
+
+def regime_params(name: str | Mapping[str, Mapping[str, Any]], extra: Mapping[str, Mapping[str, Any]] | None = None,
+                  params_file: Path = PARAMS_FILE) -> Params:
+    """params.yaml + the held-out split sizes + the regime's overrides (+ ``extra``), validated. A name
+    ``<regime>-ws<J>`` sets warmstart.seed = J on top of the regime."""
+    if isinstance(name, str):
+        base, ws = base_regime(name)
+        over = merge(REGIMES[base].overrides, {} if ws is None else {"warmstart": {"seed": ws}})
+    else:
+        over = name
+    return load_params(params_file, merge(_HELDOUT, over, extra or {}))
+
+
+def in_scope(scope: Scope, regime_name: str) -> bool:
+    """Whether a variant whose ``runs`` give ``scope`` runs in regime ``regime_name``."""
+    if scope == ALL:
+        return True
+    if scope == STEP_GRID:
+        return step_grid(regime_name)
+    if scope == ROLLOUT_GRID:
+        return not step_grid(regime_name)
+    return base_regime(regime_name)[0] in scope
+
+
+def labels(protocol: str, regime_name: str, variants: Mapping[str, Variant] | None = None) -> tuple[str, ...]:
+    """The variants ``protocol`` runs in ``regime_name``, in its run order (Protocol.order, then table order)."""
+    variants = VARIANTS if variants is None else variants
+    mine = [lab for lab, v in variants.items() if protocol in v.runs and in_scope(v.runs[protocol], regime_name)]
+    order = PROTOCOLS[protocol].order
+    return tuple(sorted(mine, key=lambda lab: (order.index(lab) if lab in order else len(order),
+                                               list(variants).index(lab))))
+
+
+def table_order(labs: Any) -> tuple[str, ...]:
+    """``labs`` in the study's table order (VARIANTS)."""
+    order = list(VARIANTS)
+    return tuple(sorted(labs, key=order.index))
+
+
+def ours_in(protocol: str, regime_name: str) -> tuple[str, ...]:
+    """The variants of ours (Variant.ours) that ``protocol`` runs in ``regime_name``, in table order."""
+    return table_order(lab for lab in labels(protocol, regime_name) if VARIANTS[lab].ours)
+
+
+def published_in(protocol: str, regime_name: str) -> tuple[str, ...]:
+    """The published allocators (Variant.published) that ``protocol`` runs in ``regime_name``, in table order."""
+    return table_order(lab for lab in labels(protocol, regime_name) if VARIANTS[lab].published)
+
+
+# ----- the tuned protocol's grid, the quick path, the cells' fixed points -----------------------------------
+GRID: tuple[tuple[int, float], ...] = tuple((b, lr) for b in (16, 32, 64) for lr in (1e-4, 2e-4))
+GRID_SEEDS = (100, 101)  # tuned: seeds of the selection runs on the validation split (not the reported seeds)
+QUICK = {"rollouts": 512, "eval_every": 1, "eval_size": 100, "seeds": 2, "variants": 1}
+BUDGETS = (10000, 20000, 30000, 40000)  # accuracy at fixed rollout budgets (the isotonic fit's)
+FRACTIONS = (0.6, 0.7, 0.8)  # reach at these fractions of the reference's gain (the fitted statistic)
+
+
+def grid_tag(grid: tuple[int, float] | None) -> str:
+    return "" if grid is None else f"-b{grid[0]}-lr{grid[1]:g}"
+
+
+def grid_points(quick: bool) -> tuple[tuple[int, float], ...]:
+    return GRID[:2] if quick else GRID
+
+
+def grid_seeds(quick: bool) -> tuple[int, ...]:
+    return GRID_SEEDS[:1] if quick else GRID_SEEDS
+
+
+def sizing(regime_name: str, quick: bool) -> dict[str, int]:
+    """Budget and evaluation schedule of a regime: the step-grid regimes (whose runs predate the rollout grid)
+    evaluate every ``eval_every`` steps, every other regime (warm-start variants included) each EVAL_GRID
+    rollouts."""
+    r = regime(regime_name)
+    b = {"eval_every_rollouts": 0, "rollouts": r.budget, "eval_every": r.eval_every}
+    if not step_grid(regime_name):
+        b.update(eval_every=0, eval_every_rollouts=EVAL_GRID)
+    b["eval_size"] = TEST_ROWS
+    if quick:
+        b.update({k: QUICK[k] for k in ("rollouts", "eval_every", "eval_size")}, eval_every_rollouts=0)
+    return b
+
+
+def select(protocol: str, regime_name: str, quick: bool, variants: tuple[str, ...] | list[str] | None = None
+           ) -> tuple[str, ...]:
+    """The variants a run of the study trains: ``labels``, or ``variants`` of them in the order given; the first
+    only with ``quick``."""
+    labs = labels(protocol, regime_name)
+    if variants:
+        unknown = sorted(set(variants) - set(labs))
+        if unknown:
+            raise ValueError(f"protocol {protocol!r} has no allocator(s) {unknown}; it has {list(labs)}")
+        labs = tuple(dict.fromkeys(variants))  # the order given, each once
+    return labs[: QUICK["variants"]] if quick else labs
+
+
+def expected_runs(protocol: str, regime_name: str, seeds: int = 5) -> int:
+    """Runs of the full plan of a (regime, protocol), reference included (tuned: grid plus the chosen points)."""
+    labs = labels(protocol, regime_name)
+    n = len(labs) * seeds
+    if protocol == "tuned":
+        n += len(labs) * len(GRID) * len(GRID_SEEDS)
+    return n + (0 if protocol in ("reference", "equal-rollouts") else seeds)

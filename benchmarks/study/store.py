@@ -1,0 +1,195 @@
+"""The study's files on disk: one ``RunStore`` owns their layout, and nothing else builds a run path.
+
+Under the results root ``out`` (benchmarks/results by default)::
+
+    study/<regime>/target.json                  the frozen target (set once from the reference runs)
+    study/<regime>/matched.json                 the frozen prompt batches of the matched-updates protocols
+    study/<regime>/preregistration.json         the regime's criteria on its reference runs, written once
+    study/<regime>/tuned/choice.json            each tuned allocator's grid point, chosen on the validation split
+    study/<regime>/<protocol>/<slug>[-b<B>-lr<lr>][-val]/s<seed>.json   one run (a .lock beside it while it trains)
+
+A cell is the test-split runs of one (regime, protocol, variant), with the runs of another protocol it shares
+(``plan.Protocol.shares``: equal-rollouts' grpo is the reference runs). ``runs`` reads every run file once, in path
+order (a bootstrap resamples by index, so the order is part of a result); the frozen files are read once each and
+kept, since a frozen file never changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from benchmarks.study.plan import WS_SEP, base_regime, grid_tag, shared_sources, step_grid
+from rlvr_core.registry import slug
+
+Run = dict[str, Any]
+
+
+class RunStore:
+    """The run files, frozen files and run claims of one results root's study/."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out)
+        self.root = self.out / "study"
+        self._runs: list[Run] | None = None
+        self._index: dict[tuple[str, str, str], list[int]] = {}
+        self._frozen: dict[Path, dict[str, Any]] = {}
+
+    # ----- layout ---------------------------------------------------------------------------------------
+    def cell_dir(self, regime: str, protocol_dir: str, label: str) -> Path:
+        """The folder of one variant's run files: study/<regime>/<protocol_dir>/<slug(label)>."""
+        return self.root / regime / protocol_dir / slug(label)
+
+    def run_file(self, regime: str, protocol: str, label: str, seed: int, grid: tuple[int, float] | None = None,
+                 split: str = "test") -> Path:
+        """The result file of one run (equal-rollouts' grpo runs are the reference runs: their folder)."""
+        proto_dir = "reference" if (protocol == "equal-rollouts" and label == "grpo") else protocol
+        cell = self.cell_dir(regime, proto_dir, label)
+        return cell.with_name(f"{cell.name}{grid_tag(grid)}{'-val' if split == 'validation' else ''}") / f"s{seed}.json"
+
+    def target_path(self, regime: str) -> Path:
+        return self.root / regime / "target.json"
+
+    def matched_path(self, regime: str) -> Path:
+        return self.root / regime / "matched.json"
+
+    def preregistration_path(self, regime: str) -> Path:
+        return self.root / regime / "preregistration.json"
+
+    def choice_path(self, regime: str) -> Path:
+        return self.root / regime / "tuned" / "choice.json"
+
+    # ----- frozen files ---------------------------------------------------------------------------------
+    def _frozen_file(self, path: Path) -> dict[str, Any] | None:
+        if path not in self._frozen:
+            if not path.exists():
+                return None
+            self._frozen[path] = json.loads(path.read_text())
+        return self._frozen[path]
+
+    def target(self, regime: str) -> dict[str, Any] | None:
+        """The frozen target of ``regime`` (None before it is frozen)."""
+        return self._frozen_file(self.target_path(regime))
+
+    def target_value(self, regime: str) -> float | None:
+        t = self.target(regime)
+        return None if t is None else t["target"]
+
+    def matched(self, regime: str) -> dict[str, Any] | None:
+        return self._frozen_file(self.matched_path(regime))
+
+    def preregistration(self, regime: str) -> dict[str, Any] | None:
+        return self._frozen_file(self.preregistration_path(regime))
+
+    def choice(self, regime: str) -> dict[str, Any]:
+        """The tuned choices recorded so far ({label: choice}); re-read each time (choices are added)."""
+        p = self.choice_path(regime)
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def freeze(self, path: Path, value: dict[str, Any], **dumps: Any) -> dict[str, Any]:
+        """Write a frozen file (target, matched sizes, pre-registration, choice) and keep it."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value, **({"indent": 1} | dumps)) + "\n")
+        self._frozen[path] = value
+        return value
+
+    # ----- runs -----------------------------------------------------------------------------------------
+    def runs(self) -> list[Run]:
+        """Every run file under study/, read once, in path order."""
+        if self._runs is None:
+            paths = sorted(self.root.glob("*/*/*/s*.json"))
+            self._runs = [json.loads(p.read_text()) for p in paths]
+            for i, (p, r) in enumerate(zip(paths, self._runs)):  # the folders name the regime and protocol
+                if r.get("split", "test") == "test":
+                    self._index.setdefault((p.parts[-4], p.parts[-3], r["variant"]), []).append(i)
+        return self._runs
+
+    def own(self, regime: str, protocol: str, label: str) -> list[int]:
+        """Indices (into ``runs``) of the test-split runs trained under ``protocol`` itself."""
+        self.runs()
+        return self._index.get((regime, protocol, label), [])
+
+    def cell(self, regime: str, protocol: str, label: str) -> list[Run]:
+        """The test-split runs of one cell, its shared runs included, in path order."""
+        idx = list(self.own(regime, protocol, label))
+        for src, labs in shared_sources(protocol):
+            if labs is None or label in labs:
+                idx += self.own(regime, src, label)
+        runs = self.runs()
+        return [runs[i] for i in sorted(idx)]
+
+    def folders(self, regime: str, protocol_dir: str) -> list[list[Run]]:
+        """The run files of each variant folder under study/<regime>/<protocol_dir>/, in folder-name order, read
+        now."""
+        base = self.root / regime / protocol_dir
+        return [[json.loads(p.read_text()) for p in sorted(folder.glob("s*.json"))]
+                for folder in sorted(base.glob("*"))]
+
+    def reference_runs(self, regime: str) -> list[Run]:
+        """Every finished reference (uniform GRPO) run file of ``regime`` in seed-file order, read now (a study
+        in progress adds them)."""
+        return [json.loads(p.read_text()) for p in sorted(self.cell_dir(regime, "reference", "grpo").glob("s*.json"))]
+
+    def grid_runs(self, regime: str, label: str, grid: tuple[int, float]) -> list[Run]:
+        """The validation runs of one tuned grid point, read now."""
+        cell = self.run_file(regime, "tuned", label, 0, grid, "validation").parent
+        return [json.loads(p.read_text()) for p in sorted(cell.glob("s*.json"))]
+
+    def validation_locks(self, regime: str, label: str) -> list[Path]:
+        """The claims on ``label``'s tuned validation runs held by study processes."""
+        return list((self.root / regime / "tuned").glob(f"{slug(label)}-b*-val/s*.lock"))
+
+    # ----- regimes --------------------------------------------------------------------------------------
+    def regimes(self) -> list[str]:
+        """The regimes with a folder under study/, step-grid ones first."""
+        names = [p.name for p in self.root.glob("*") if p.is_dir()] if self.root.exists() else []
+        return sorted(names, key=lambda n: (not step_grid(n), n))
+
+    def warm_starts(self, base: str) -> list[str]:
+        """The warm-start variants ``<base>-ws<J>`` with a folder, by J."""
+        names = [p.name for p in self.root.glob(f"{base}{WS_SEP}*") if p.is_dir()] if self.root.exists() else []
+        return sorted((n for n in names if n[len(base) + len(WS_SEP):].isdigit()), key=lambda n: base_regime(n)[1])
+
+    def family(self, base: str) -> list[str]:
+        """``base`` and its warm-start variants that have a frozen target, base first, then by warm-start seed."""
+        return [r for r in (base, *self.warm_starts(base)) if self.target(r) is not None]
+
+    # ----- claims ---------------------------------------------------------------------------------------
+    @staticmethod
+    def claim(path: Path) -> bool:
+        """Claim a run for this process (a lock file holding its pid); a lock whose process is gone is taken
+        over."""
+        lock = path.with_suffix(".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(lock.read_text().strip() or 0)
+                    os.kill(pid, 0)
+                    return False  # held by a live process
+                except (ValueError, ProcessLookupError, FileNotFoundError):
+                    lock.unlink(missing_ok=True)  # stale: its process was killed
+                    continue
+                except PermissionError:
+                    return False
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return True
+        return False
+
+    @staticmethod
+    def release(path: Path) -> None:
+        path.with_suffix(".lock").unlink(missing_ok=True)
+
+    @staticmethod
+    def held(paths: Iterable[Path]) -> list[Path]:
+        return [p for p in paths if p.with_suffix(".lock").exists()]
+
+
+def as_store(out: Path | RunStore) -> RunStore:
+    """A RunStore of ``out`` (a results root or a store already)."""
+    return out if isinstance(out, RunStore) else RunStore(out)

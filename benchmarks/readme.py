@@ -1,28 +1,32 @@
-"""Paste the benchmark tables into README.md between their markers.
+"""Paste the benchmark tables into README.md and docs/results.md between their markers.
 
-The README holds ``<!-- <name>:start -->`` / ``<!-- <name>:end -->`` pairs; each
-is replaced by benchmarks/results/<generator>/<name>.md as the benchmark wrote it (the one
-generator folder that holds a <name>.md). A table whose <name>_targets.json beside it records a
-quick (smoke) run is not pasted. Two short headline tables are derived here from the benchmarks'
-JSON files first, into benchmarks/results/readme/: ``training_headline.md`` from
-study/training_protocols.json (the training study's headline cells, linked from the README's table of savings
-across warm starts, warmstarts/training_summary.md) and ``allocation_headline.md`` from
-allocation/allocation_targets.json (the simulated allocation benchmark).
+Each of DOCS holds ``<!-- <name>:start -->`` / ``<!-- <name>:end -->`` pairs; each is replaced by
+benchmarks/results/<generator>/<name>.md as the benchmark wrote it (the one generator folder that holds a
+<name>.md), its relative links rewritten to resolve from the document's folder. A table whose <name>_targets.json
+beside it records a quick (smoke) run is not pasted. Three short tables are derived here from the benchmarks'
+JSON files first, into benchmarks/results/readme/: ``evidence_headline.md`` (the README's opening table, at most
+six rows, with its legend) from warmstarts/training_warmstarts.json, ``training_headline.md`` from
+study/training_protocols.json (the training study's headline cells, linked from the table of savings across warm
+starts, warmstarts/training_summary.md) and ``allocation_headline.md`` from allocation/allocation_targets.json
+(the simulated allocation benchmark). The README shows the opening table; docs/results.md every other table.
 Usage: python -m benchmarks.readme
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study.formats import interval, p_value
-from benchmarks.study.plan import REGIMES, VARIANTS
+from benchmarks.study.formats import interval, p_value, pct
+from benchmarks.study.plan import COMPARISONS, PROTOCOLS, REGIMES, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
+# the documents whose marked sections sync() fills, paths relative to ROOT
+DOCS = ("README.md", "docs/results.md")
 
 
 # the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): those whose
@@ -64,6 +68,47 @@ def training_headline(protocols: list[dict], regime: str = "hard") -> str:
     return "\n".join(out) + "\n"
 
 
+# the README's opening rows: the comparisons marked plan.Comparison.front, in each regime marked Regime.headline
+FRONT = tuple((c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.front)
+FRONT_ROWS = 6
+
+
+def evidence_headline(rows: list[dict]) -> str:
+    """The README's opening table (readme/evidence_headline.md): per headline regime and front comparison that has
+    run, the pooled saving in fitted rollouts to target [95% CI] across warm starts, the stratified p and the warm
+    starts where it holds (the rows of warmstarts/training_warmstarts.json), then a bulleted legend."""
+    if len(FRONT) * len(README_REGIMES) > FRONT_ROWS:
+        raise ValueError(f"plan: {len(FRONT)} Comparison.front x {len(README_REGIMES)} Regime.headline could show "
+                         f"more than {FRONT_ROWS} rows in the README's opening table")
+    by_key = {(r["family"], r["protocol"], r["ours"], r["baseline"]): r for r in rows}
+    shown = [by_key[(g, *c)] for g in README_REGIMES for c in FRONT if (g, *c) in by_key]
+    if not shown:
+        return ""
+    out = ["| regime | allocator | baseline | protocol | fewer rollouts to target [95% CI] | p | holds in |",
+           "|---|---|---|---|---|---|---|"]
+    for r in shown:
+        saving = "never reaches" if r["pooled_saving"] is None else \
+            f"{pct(r['pooled_saving'])}" + (f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]" if "pooled_lo" in r
+                                            else "")
+        out.append(f"| {r['family']} | {r['ours']} | {r['baseline']} | {r['protocol']} | {saving} | "
+                   f"{p_value(r['p_value_stratified'])} | {r['holds_in']} of {r['warm_starts']} warm starts |")
+    protocols = sorted({r["protocol"] for r in shown}, key=list(PROTOCOLS).index)
+    out += ["",
+            "- **regime**: the task, read over its warm starts (each its own starting policy, uniform GRPO reference "
+            "runs and target; [regimes.md](benchmarks/results/regimes/regimes.md)).",
+            "- **protocol**: what the two allocators share. "
+            + " ".join(f"`{p}`: {PROTOCOLS[p].note}." for p in protocols),
+            "- **fewer rollouts to target**: 1 - the median over the allocator's runs of the rollouts until its "
+            "isotonic fit reaches the target (80% of uniform GRPO's gain), divided by the baseline's median in the "
+            "same warm start; below zero: it needs more. A baseline's miss counts at its whole budget, ours as never. "
+            "Interval: bootstrap over runs within each warm start.",
+            "- **p**: one-sided rank test stratified by warm start, misses ranked last.",
+            "- **holds in**: the warm starts whose own saving is above zero.",
+            "- Every other comparison, the costs in tokens and seconds, the targets and the simulated allocation "
+            "benchmark: [docs/results.md](docs/results.md)."]
+    return "\n".join(out) + "\n"
+
+
 ALLOCATION_TARGETS = {
     "sara_vs_dapo_saving_early_k8": "`sara` spends >= 22% fewer rollouts per effective group than `dapo` on `early`",
     "sara_vs_dapo_saving_ushape_k8": "the same on `ushape`",
@@ -94,22 +139,30 @@ def allocation_headline(targets: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_headlines(results: Path, protocols: list[dict] | None = None) -> None:
+def write_headlines(results: Path, protocols: list[dict] | None = None, comparisons: list[dict] | None = None) -> None:
     """Derive the headline tables from the benchmarks' JSON files under the results root ``results`` (when they
-    exist) into its readme/; ``protocols``: the study's cell records in memory (else its training_protocols.json)."""
+    exist) into its readme/; ``protocols``: the study's cell records in memory (else its training_protocols.json);
+    ``comparisons``: the warm-start comparison rows in memory (else warmstarts/training_warmstarts.json's)."""
     cells = results / "study" / "training_protocols.json"
     targets = results / "allocation" / "allocation_targets.json"
+    warm = results / "warmstarts" / "training_warmstarts.json"
     if protocols is None and cells.is_file():
         protocols = json.loads(cells.read_text())
     if protocols is not None:
         (output_dir(results, "readme") / "training_headline.md").write_text(training_headline(protocols))
+    if comparisons is None and warm.is_file():
+        comparisons = json.loads(warm.read_text())["rollouts"]
+    if comparisons is not None:
+        (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons))
     if targets.is_file() and not _quick_run(targets):
         (output_dir(results, "readme") / "allocation_headline.md").write_text(
             allocation_headline(json.loads(targets.read_text())))
 
 
-def sync(readme: Path = ROOT / "README.md", results: Path = RESULTS) -> list[str]:
-    """Paste each marked section's table from the results root ``results``; the names of the sections pasted."""
+def sync(readme: Path = ROOT / "README.md", results: Path = RESULTS, links_from: str = ".") -> list[str]:
+    """Paste each marked section's table from the results root ``results`` into the document ``readme``; the names of
+    the sections pasted. ``links_from``: the document's folder relative to the project root (the tables' relative
+    links name paths from the root, rewritten to resolve from there)."""
     text = readme.read_text()
     done = []
     for name in re.findall(r"<!-- ([\w-]+):start -->", text):
@@ -120,13 +173,27 @@ def sync(readme: Path = ROOT / "README.md", results: Path = RESULTS) -> list[str
         if _quick_run(src.with_name(f"{name}_targets.json")):
             print(f"skip {name}: {src} comes from a --quick run; rerun the full benchmark", file=sys.stderr)
             continue
-        body = src.read_text().strip()
+        body = relink(src.read_text().strip(), links_from)
         # the body between the markers may be empty (a fresh section) or a previous table
         text = re.sub(rf"(<!-- {name}:start -->\n)(?:.*?\n)?(<!-- {name}:end -->)",
                       lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
         done.append(name)
     readme.write_text(text)
     return done
+
+
+def sync_all(results: Path = RESULTS, root: Path = ROOT) -> dict[str, list[str]]:
+    """sync() every document of DOCS under ``root``: document -> the sections pasted."""
+    return {doc: sync(root / doc, results, links_from=str(Path(doc).parent)) for doc in DOCS}
+
+
+def relink(body: str, links_from: str) -> str:
+    """The markdown ``body`` with each relative link target (a path from the project root) rewritten to resolve from
+    the folder ``links_from`` (relative to the root; "." leaves them as they are)."""
+    if links_from in ("", "."):
+        return body
+    return re.sub(r"\]\(([^)#:\s]+)(#[^)]*)?\)",
+                  lambda m: f"]({os.path.relpath(m.group(1), links_from)}{m.group(2) or ''})", body)
 
 
 def table_file(results: Path, name: str) -> Path | None:
@@ -147,4 +214,5 @@ def _quick_run(meta: Path) -> bool:
 
 if __name__ == "__main__":
     write_headlines(RESULTS)
-    print("synced:", ", ".join(sync()) or "nothing")
+    for doc, names in sync_all().items():
+        print(f"synced {doc}:", ", ".join(names) or "nothing")

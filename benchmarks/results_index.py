@@ -56,7 +56,8 @@ WRITERS: tuple[Writer, ...] = (
     Writer("warmstarts/*", "python -m benchmarks.warmstarts", "warmstarts", SUMMARY),
     Writer("floor/*", "python -m benchmarks.floor", "floor", SUMMARY),
     Writer("readme/*", "python -m benchmarks.readme", "readme",
-           "from study/training_protocols.json and allocation/allocation_targets.json; pasted into README.md"),
+           "from warmstarts/training_warmstarts.json, study/training_protocols.json and "
+           "allocation/allocation_targets.json; pasted into README.md and docs/results.md"),
     Writer("allocation/*", "python -m benchmarks.allocation", "allocation",
            "allocation.json: the figures of --json benchmarks/results/allocation/allocation.json, which floor/ and "
            "study_targets/ read"),

@@ -23,8 +23,8 @@ against DAPO) with its interval.
 Warm starts whose pre-registration (benchmarks/results/study/<regime>/preregistration.json) misses its criteria
 are reported and marked, not dropped: the criteria were fixed before any allocator ran.
 
-Writes ``training_warmstarts.json``, ``training_warmstarts.md``, ``training_summary.md`` (the README's table of the
-headline rows) and ``training_costs.md`` (the README's table of the worked-answer costs) in
+Writes ``training_warmstarts.json``, ``training_warmstarts.md``, ``training_summary.md`` (docs/results.md's table of
+the headline rows) and ``training_costs.md`` (docs/results.md's table of the worked-answer costs) in
 benchmarks/results/warmstarts/.
 """
 
@@ -105,7 +105,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The README's table: per family and headline comparison (plan.Comparison.readme), the runs, the pooled
+    """docs/results.md's table: per family and headline comparison (plan.Comparison.readme), the runs, the pooled
     saving [95% CI], the stratified p and the warm starts that hold (per warm start: training_warmstarts.md)."""
     headline = {(c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.readme}
     shown = [r for r in rows if (r["protocol"], r["ours"], r["baseline"]) in headline]
@@ -171,7 +171,8 @@ def claim_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
-    """The worked-answer family's cost comparisons (the README pastes them; the token claim is its targets' row)."""
+    """The worked-answer family's cost comparisons (docs/results.md pastes them; the token claim is its targets'
+    row)."""
     if not rows:
         return ""
     out = [f"Pooled over the warm starts of `{base}` (each against its own target): 1 - the median over our runs of "
@@ -184,7 +185,7 @@ def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
 
 def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapping[str, Any]] = ()) -> None:
     """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/ (the worked-answer family's cost
-    rows under "costs"), and training_costs.md, the README's table of them."""
+    rows under "costs"), and training_costs.md, docs/results.md's table of them."""
     dest = output_dir(results, "warmstarts")
     (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "costs": list(costs)},
                                                               indent=1) + "\n")

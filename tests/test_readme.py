@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.readme import sync, training_headline, write_headlines
+from benchmarks import readme
+from benchmarks.readme import DOCS, evidence_headline, relink, sync, sync_all, training_headline, write_headlines
+from benchmarks.study.plan import COMPARISONS, REGIMES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+RESULTS_DOC = (ROOT / "docs" / "results.md").read_text()
 MARKED = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.S)
 CODE_BLOCK = re.compile(r"```.*?```", re.S)
 # a measured figure: a percentage, a count with thousands separators, a duration, an accuracy-like decimal
@@ -19,9 +22,9 @@ FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?%|\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?
                     r"|0\.\d{2,})")
 
 
-def prose() -> str:
-    """The README without its generated sections, code blocks and inline code."""
-    text = CODE_BLOCK.sub("", MARKED.sub("", README))
+def prose(doc: str = README) -> str:
+    """A document (the README) without its generated sections, code blocks and inline code."""
+    text = CODE_BLOCK.sub("", MARKED.sub("", doc))
     return re.sub(r"`[^`]*`", "", text)
 
 
@@ -40,27 +43,96 @@ def test_the_two_commands_are_two() -> None:
     assert commands == ["make test", "make run"]
 
 
-def test_every_image_and_link_exists() -> None:
-    for target in re.findall(r"\]\(([^)#]+)\)", README):
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_image_and_link_exists(doc: str) -> None:
+    """Every relative link of the README and of docs/results.md resolves from the document's folder."""
+    path = ROOT / doc
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text()):
         if "://" not in target:
-            assert (ROOT / target).exists(), target
+            assert (path.parent / target).exists(), f"{doc}: {target}"
 
 
 def test_generated_tables_equal_what_the_benchmark_files_give(tmp_path: Path) -> None:
-    """Every table between markers is what benchmarks/readme.py derives from the committed results."""
+    """Every table between markers, in the README and in docs/results.md, is what benchmarks/readme.py derives from
+    the committed results."""
     results = tmp_path / "results"
     shutil.copytree(ROOT / "benchmarks" / "results", results)
     write_headlines(results)
-    copy = tmp_path / "README.md"
-    copy.write_text(README)
-    names = sync(copy, results)
-    assert {"training_summary", "training_costs", "allocation_headline"} <= set(names)
-    assert copy.read_text() == README, "README tables are stale: run `python -m benchmarks.readme`"
+    for doc in DOCS:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / doc).write_text((ROOT / doc).read_text())
+    names = sync_all(results, root=tmp_path)
+    assert names["README.md"] == ["evidence_headline"]
+    assert {"training_summary", "training_costs", "training_targets", "allocation_headline"} <= \
+        set(names["docs/results.md"])
+    for doc in DOCS:
+        assert (tmp_path / doc).read_text() == (ROOT / doc).read_text(), \
+            f"{doc} tables are stale: run `python -m benchmarks.readme`"
 
 
-def test_prose_quotes_no_figure_outside_generated_tables() -> None:
+@pytest.mark.parametrize("doc", DOCS)
+def test_prose_quotes_no_figure_outside_generated_tables(doc: str) -> None:
     """Measured figures live in the generated sections, so none can drift from the files that hold them."""
-    assert FIGURE.findall(prose()) == []
+    assert FIGURE.findall(prose((ROOT / doc).read_text())) == []
+
+
+def test_evidence_opens_with_at_most_six_rows_and_a_bulleted_legend() -> None:
+    """The README's evidence section starts with the opening table: plain column names, at most six rows, a legend
+    in bullets (no sentence of the old length), and the full tables are in docs/results.md, not in the README."""
+    section = README.split("## What the evidence says", 1)[1].split("\n## ", 1)[0]
+    body = re.search(r"<!-- evidence_headline:start -->\n(.*?)<!-- evidence_headline:end -->", section, re.S).group(1)
+    assert section.index("evidence_headline:start") < 400  # it opens the section
+    rows = [ln for ln in body.splitlines() if ln.startswith("| ") and not ln.startswith("| regime |")]
+    assert 1 <= len(rows) <= 6
+    assert body.splitlines()[0].startswith("| regime | allocator | baseline | protocol | fewer rollouts to target")
+    legend = [ln for ln in body.splitlines() if ln.startswith("- ")]
+    assert len(legend) >= 4 and all(len(ln) < 450 for ln in body.splitlines())
+    for name in ("training_summary", "training_costs", "training_targets", "allocation_headline"):
+        assert f"<!-- {name}:start -->" not in README and f"<!-- {name}:start -->" in RESULTS_DOC
+
+
+def comparison(family: str, protocol: str, ours: str, baseline: str, saving: float | None = 0.25) -> dict:
+    return {"family": family, "protocol": protocol, "ours": ours, "baseline": baseline, "warm_starts": 2,
+            "pooled_saving": saving, "pooled_lo": -0.05, "pooled_hi": 0.4, "p_value_stratified": 0.02, "holds_in": 1}
+
+
+def test_evidence_headline_rows_come_from_the_plan_fields_not_positions(monkeypatch) -> None:
+    """Rows: the comparisons marked Comparison.front, in the regimes marked Regime.headline, in that order; the
+    figures are the rows' own; a plan that could show more than six rows is refused."""
+    front = [c for c in COMPARISONS if c.front]
+    other = next(c for c in COMPARISONS if not c.front)
+    shown_regimes = [g for g, r in REGIMES.items() if r.headline]
+    hidden = next(g for g, r in REGIMES.items() if not r.headline)
+    rows = [comparison(hidden, front[0].protocol, front[0].ours, front[0].baseline),
+            comparison(shown_regimes[0], other.protocol, other.ours, other.baseline)]
+    rows += [comparison(g, c.protocol, c.ours, c.baseline, saving=0.1 * i)
+             for i, (g, c) in enumerate(((g, c) for g in reversed(shown_regimes) for c in front), 1)]
+    table = evidence_headline(rows)
+    lines = [ln for ln in table.splitlines() if ln.startswith("| ") and not ln.startswith("| regime |")]
+    assert [ln.split(" | ")[0][2:] for ln in lines] == [g for g in shown_regimes for _ in front]
+    assert f"| {shown_regimes[-1]} | {front[0].ours} | {front[0].baseline} | {front[0].protocol} | 10% [-5%, 40%] " \
+           "| 0.020 | 1 of 2 warm starts |" in table
+    assert f"| {hidden} |" not in table and f"| {other.ours} | {other.baseline} | {other.protocol} |" not in table
+    assert "never reaches" in evidence_headline([comparison(shown_regimes[0], front[0].protocol, front[0].ours,
+                                                            front[0].baseline, saving=None)])
+    monkeypatch.setattr(readme, "FRONT", tuple((c.protocol, c.ours, c.baseline) for c in COMPARISONS[:7]))
+    with pytest.raises(ValueError, match="more than 6 rows"):
+        evidence_headline(rows)
+
+
+def test_links_of_a_table_pasted_into_docs_resolve_from_docs() -> None:
+    body = "see [a](benchmarks/results/x.md), [b](docs/design.md#9) and [c](https://example.org/y)"
+    assert relink(body, "docs") == "see [a](../benchmarks/results/x.md), [b](design.md#9) and [c](https://example.org/y)"
+    assert relink(body, ".") == body
+
+
+def test_sync_pastes_into_a_marked_section_of_any_document(tmp_path: Path) -> None:
+    (tmp_path / "results" / "gen").mkdir(parents=True)
+    (tmp_path / "results" / "gen" / "t.md").write_text("| a |\n|---|\n| [x](benchmarks/y.md) |\n")
+    doc = tmp_path / "results.md"
+    doc.write_text("# r\n<!-- t:start -->\nold\n<!-- t:end -->\n")
+    assert sync(doc, tmp_path / "results", links_from="docs") == ["t"]
+    assert doc.read_text() == "# r\n<!-- t:start -->\n| a |\n|---|\n| [x](../benchmarks/y.md) |\n<!-- t:end -->\n"
 
 
 def test_figure_pattern_catches_typed_figures() -> None:

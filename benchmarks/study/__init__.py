@@ -36,7 +36,7 @@ Outputs under ``--out`` (the results root, default benchmarks/results), in its `
 ``training_<regime>_<protocol>.{csv,md,png}``, ``training_protocols.json``, ``training_study.md``, and with
 ``--round-price`` ``training_round_price.{json,md}``. Every summary also rewrites the root's ``floor/``,
 ``study_targets/`` and ``warmstarts/`` (benchmarks/floor.py, study_targets.py, warmstarts.py), and for
-benchmarks/results its INDEX.md and the README's tables.
+benchmarks/results its INDEX.md and the tables of README.md and docs/results.md.
 ``--quick`` trains a short warm start, two seeds and a small budget into a temporary folder (or ``--out``),
 never into benchmarks/results.
 

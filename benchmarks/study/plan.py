@@ -177,23 +177,26 @@ def shared_sources(protocol: str) -> tuple[tuple[str, frozenset[str] | None], ..
 @dataclass(frozen=True)
 class Comparison:
     """Ours against a baseline under one protocol, read across a regime family's warm starts; ``readme``: one of the
-    README's headline rows (warmstarts/training_summary.md)."""
+    rows of the table of savings (warmstarts/training_summary.md, pasted into docs/results.md); ``front``: one of the
+    README's opening rows, shown in each regime marked Regime.headline (benchmarks/readme.py evidence_headline: at
+    most six rows in all)."""
 
     protocol: str
     ours: str
     baseline: str
     readme: bool = False
+    front: bool = False
 
 
 # the measurement issue's headline cells, then the other allocators of ours and the published baselines, each
 # against its protocol's baseline, read on the families of hard and pool (a row appears where some warm start ran
 # both cells; every row: warmstarts/training_warmstarts.md)
 COMPARISONS: tuple[Comparison, ...] = (
-    Comparison("equal-batch", "sara", "dapo", readme=True),
+    Comparison("equal-batch", "sara", "dapo", readme=True, front=True),
     Comparison("equal-batch", "sara+dps[context]", "dapo", readme=True),
-    Comparison("equal-rollouts", "sara[budget]", "grpo", readme=True),
+    Comparison("equal-rollouts", "sara[budget]", "grpo", readme=True, front=True),
     Comparison("matched-updates", "sara", "grpo", readme=True),
-    Comparison("matched-updates", "sara+dps[context]", "grpo", readme=True),
+    Comparison("matched-updates", "sara+dps[context]", "grpo", readme=True, front=True),
     Comparison("matched-updates-small", "sara", "grpo", readme=True),
     Comparison("matched-updates-small", "sara+dps[context]", "grpo", readme=True),
     Comparison("equal-batch", "sara+dps", "dapo"),

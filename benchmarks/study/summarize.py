@@ -2,8 +2,8 @@
 
 Order: the cells (training_protocols.json and training_<regime>_<protocol>.*), the screening floor (floor/), the
 targets (study_targets/), the warm starts (warmstarts/), training_study.md, and for the committed results root the
-results index and the README's tables. No writer reads another's output: the floor's rows go to the targets, the
-targets' tables to training_study.md, in memory.
+results index and the tables of README.md and docs/results.md. No writer reads another's output: the floor's rows
+go to the targets, the targets' tables to training_study.md, the warm starts' rows to the README's, in memory.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def write_cells(summary: Path, store: RunStore, records: list[dict[str, Any]], c
 def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     """Rebuild every summary of the results root ``results`` from the run files under ``out``/study: the cells,
     floor/, study_targets/, warmstarts/ and training_study.md; for the committed root (benchmarks/results) also its
-    INDEX.md and the README's tables."""
+    INDEX.md and the tables of README.md and docs/results.md."""
     store = RunStore(out)
     cells = cells_of(store)
     records = cell_records(store, cells)
@@ -98,10 +98,11 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     fl = floor.write(results, store=store)
     targets = study_targets.measure(store, results, floor=fl)
     study_targets.write(targets, results)
-    warmstarts.write(warmstarts.measure(store), results, warmstarts.measure_costs(store))
+    comparisons = warmstarts.measure(store)
+    warmstarts.write(comparisons, results, warmstarts.measure_costs(store))
     (summary / "training_study.md").write_text(tables.study_doc(store, records, *study_targets.tables(targets)))
     if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
         results_index.write(results)
-        readme.write_headlines(results, protocols=records)
-        readme.sync(results=results)
+        readme.write_headlines(results, protocols=records, comparisons=list(comparisons))
+        readme.sync_all(results=results)
     return records

@@ -192,7 +192,7 @@ class Comparison:
 # against its protocol's baseline, read on the families of hard and pool (a row appears where some warm start ran
 # both cells; every row: warmstarts/training_warmstarts.md)
 COMPARISONS: tuple[Comparison, ...] = (
-    Comparison("equal-batch", "sara", "dapo", readme=True, front=True),
+    Comparison("equal-batch", "sara", "dapo", readme=True),
     Comparison("equal-batch", "sara+dps[context]", "dapo", readme=True),
     Comparison("equal-rollouts", "sara[budget]", "grpo", readme=True, front=True),
     Comparison("matched-updates", "sara", "grpo", readme=True),
@@ -205,7 +205,7 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-rollouts", "vigor", "grpo", readme=True),
     Comparison("equal-batch", "pilot-commit", "dapo", readme=True),
     Comparison("equal-batch", "reinforce-ada", "dapo", readme=True),
-    Comparison("equal-rollouts", "ar3po", "grpo", readme=True),
+    Comparison("equal-rollouts", "ar3po", "grpo", readme=True, front=True),
 )
 COMPARISON_FAMILIES = ("hard", "pool")
 

@@ -1,5 +1,5 @@
 """Pilot-Commit: a small pilot per prompt, then the full group only for prompts the pilot shows to be
-informative (docs/design.md §4.11).
+informative (docs/allocators/pilot-commit.md).
 
 Source: Kim, Yang, Yan and Liu, "Spend Your Rollouts Where It Counts: Rollout Allocation for Group-Based RL
 Post-Training" (arXiv:2605.26606) and its verl recipe (github databricks/pilot-commit, ``recipe/pc/``:

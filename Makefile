@@ -53,7 +53,8 @@ verify: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/python -m flows.local_server --home .prefect --port 4200 $(if $(NO_AUTH),--no-auth) -- $(BIN)/python -m flows.serve
 
-# docs/configuration.md's tables and params.yaml's key comments, from the config dataclasses' field help
+# docs/configuration.md's tables, params.yaml's key comments (the config dataclasses' field help) and the defaults
+# tables of docs/allocators/*.md (each allocator's Params dataclass)
 docs: $(STAMP)
 	$(BIN)/python scripts/config_reference.py
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.config import SECTIONS, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +78,30 @@ def test_summary_is_the_first_sentence() -> None:
     assert ref.summary("Keyword arguments. E.g. dtype, server_args.") == "Keyword arguments"
     one = "Upper half-width (e.g. 0.28; null: `clip_eps`)"
     assert ref.summary(one + ".") == one
+
+
+@pytest.mark.parametrize("name", ALLOCATORS.names())
+def test_every_allocator_has_a_page_with_its_current_defaults(name: str) -> None:
+    """docs/allocators/<slug>.md exists, and its table is what the allocator's Params dataclass gives."""
+    page = ref.allocator_page(name)
+    assert page.is_file(), f"{name}: no page {page.relative_to(ROOT)}"
+    text = page.read_text(encoding="utf-8")
+    assert ref.render_allocator_page(name, text) == text, f"{page.name} is stale: run `make docs`"
+    params = ALLOCATORS.get(name).Params
+    table = dict(re.findall(r"^\| `(\w+)` \| `(.*?)` \|$", text, re.M))
+    assert list(table) == [f.name for f in dataclasses.fields(params)]
+    assert f"`{ALLOCATORS.get(name).__module__.replace('.', '/')}.py`" in text
+
+
+def test_every_allocator_page_is_a_registered_allocator() -> None:
+    pages = sorted(p.name for p in ref.ALLOCATOR_DOCS.glob("*.md"))
+    assert pages == sorted(ref.allocator_page(n).name for n in ALLOCATORS.names())
+
+
+def test_a_stale_allocator_table_is_caught() -> None:
+    """A default edited by hand (pilot-commit's upper) is rewritten to the code's; a page without markers is refused."""
+    text = ref.allocator_page("pilot-commit").read_text(encoding="utf-8")
+    stale = text.replace("| `upper` | `0.25` |", "| `upper` | `0.75` |")
+    assert stale != text and ref.render_allocator_page("pilot-commit", stale) == text
+    with pytest.raises(ValueError, match="allocator-defaults"):
+        ref.render_allocator_page("pilot-commit", "# pilot-commit\n")

@@ -1,10 +1,12 @@
-"""docs/design.md: every "docs/design.md §n.m" pointer in the code names one of its sections,
-and the files it names exist."""
+"""docs/design.md: every "docs/design.md §n.m" pointer in the code names one of its sections, the files it
+names exist, its §4 indexes every allocator page (docs/allocators/) and the links of these pages resolve."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
@@ -68,3 +70,44 @@ def test_files_the_design_names_exist() -> None:
     assert len(named) >= 20, named
     missing = [n for n in named if not (ROOT / n).is_file()]
     assert not missing, f"docs/design.md names files that do not exist: {missing}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_design_section_4_indexes_every_allocator_page() -> None:
+    from rlvr_core.allocation import ALLOCATORS
+    from rlvr_core.registry import slug
+
+    text = DESIGN.read_text(encoding="utf-8")
+    index = text.split("\n## 4. Allocators\n", 1)[1].split("\n### ", 1)[0]
+    linked = set(LINK.findall(index))
+    missing = [n for n in ALLOCATORS.names() if f"allocators/{slug(n)}.md" not in linked]
+    assert not missing, f"docs/design.md §4's index links no page for: {missing}"
+
+
+PAGES = ["design.md", *sorted(f"allocators/{p.name}" for p in (ROOT / "docs" / "allocators").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_relative_links_resolve(page: str) -> None:
+    """Every relative link of docs/design.md and the allocator pages names a file, and its #anchor a heading."""
+    path = ROOT / "docs" / page
+    broken = []
+    for target in LINK.findall(path.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, frag = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        if not dest.is_file():
+            broken.append(target)
+        elif frag and dest.suffix == ".md":
+            heads = re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"), re.M)
+            if frag not in {anchor(h) for h in heads}:
+                broken.append(target)
+    assert not broken, f"docs/{page}: broken links {broken}"

@@ -89,7 +89,7 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             runs={"equal-rollouts": ALL}, ours=True),
     Variant("vigor[screen+prompt]", "vigor", {"m0": 2}, "vigor[screen] and vigor[prompt] together",
             {"group_weight": "prompt"}, runs={"equal-rollouts": ALL}, ours=True),
-    Variant("sara[context]", "sara", {"prior": "context", **_PROBES}, "the contextual prior (docs/design.md §4.6)",
+    Variant("sara[context]", "sara", {"prior": "context", **_PROBES}, "the contextual prior (docs/allocators/sara.md)",
             runs={"equal-batch": STEP_GRID}, ours=True),
     # sara+dps[context] joined tuned after the equal-batch study named it our strongest candidate
     Variant("sara+dps[context]", "sara+dps", {"prior": "carry+context"}, "sara+dps with the contextual prior",
@@ -100,7 +100,8 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             "the screening floor's stop rule, empirical-Bayes prior", runs={"equal-batch": STEP_GRID}, ours=True),
     Variant("sara+dps[context+floor]", "sara+dps", {"prior": "carry+context", "stop_rule": "floor"},
             "sara+dps[context] with the floor's stop rule", runs={"equal-batch": STEP_GRID}, ours=True),
-    # the strongest published allocators (docs/design.md §4.11-§4.13), at their defaults
+    # the strongest published allocators, at their defaults (docs/allocators/pilot-commit.md, ar3po.md and
+    # reinforce-ada.md)
     Variant("pilot-commit", "pilot-commit", {},
             "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B",
             runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,

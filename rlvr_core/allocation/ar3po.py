@@ -1,5 +1,5 @@
 """AR3PO: adaptive rollout (stop a prompt at its first correct response) plus response reuse
-(docs/design.md §4.12).
+(docs/allocators/ar3po.md).
 
 Source: Zhang, Yao, Yu, Liu, Yin, Yin, Yun and Li, "Improving Sampling Efficiency in RLVR through Adaptive
 Rollout and Response Reuse" (arXiv:2509.25808). No public code was found; this module follows the paper's
@@ -15,7 +15,7 @@ Response reuse (``reuse=True``): after each step the allocator keeps, per prompt
 completion it generated (payload included) in a buffer of at most ``buffer_prompts`` prompts, the least
 recently refreshed dropped first. When a prompt's new rollouts in a later step all fail, its buffered
 completion joins the group, which then has a correct response and a gradient. The row's payload is marked
-``reused``; the trainer takes its importance ratio against the current policy (docs/design.md §4.12).
+``reused``; the trainer takes its importance ratio against the current policy (docs/allocators/ar3po.md).
 Reused rows are not generated: ``StepStats.rollouts`` (and so rollouts-to-target) counts new rollouts only,
 ``StepStats.tokens`` counts the tokens of both, and ``extra`` carries ``reused_rollouts`` and
 ``reused_tokens``. The buffer is part of ``state_dict``, so it is in every checkpoint.

@@ -1,4 +1,4 @@
-"""Beta-Binomial effectiveness predictor for SARA (docs/design.md §4.5).
+"""Beta-Binomial effectiveness predictor for SARA (docs/allocators/sara.md).
 
 A prompt's pass rate p has a Beta(a, b) prior. After n rollouts with s passes
 the posterior is Beta(a + s, b + n - s). A group of k rollouts is *effective*

@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling: generation batches of G prompts x k until B groups are mixed (docs/design.md §4.2)."""
+"""DAPO dynamic sampling: generation batches of G prompts x k until B groups are mixed (docs/allocators/dapo.md)."""
 
 from __future__ import annotations
 

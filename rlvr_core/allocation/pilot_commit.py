@@ -1,5 +1,5 @@
 """Pilot-Commit: a small pilot per prompt, then the full group only for prompts the pilot shows to be
-informative (docs/design.md §4.11).
+informative (docs/allocators/pilot-commit.md).
 
 Source: Kim, Yang, Yan and Liu, "Spend Your Rollouts Where It Counts: Rollout Allocation for Group-Based RL
 Post-Training" (arXiv:2605.26606) and its verl recipe (github databricks/pilot-commit, ``recipe/pc/``:
@@ -21,7 +21,8 @@ it has and sets ``hit_cap``; the source raises instead). Survivors not committed
 for at most ``max_off_steps`` later steps.
 
 Knobs (defaults): ``n_pilot`` (k // 4, at least 2: the source's 32 of 128 and 16 of 64), ``lower`` (0.125)
-and ``upper`` (0.25), the source's scripts' thresholds, ``exclude`` (1.0; None keeps every prompt),
+and ``upper`` (0.25, a cut-off at 1 - 0.25 = 0.75), the source's scripts' thresholds, ``exclude`` (1.0; None
+keeps every prompt),
 ``gen_batch_size`` (3 * batch_size, the source's ratio), ``max_gen_batches`` (10), ``max_off_steps`` (4).
 The step budget is max_gen_batches * gen_batch_size * n_pilot + batch_size * (k - n_pilot).
 
@@ -56,7 +57,8 @@ class PilotCommitParams(AllocatorParams):
 
     n_pilot: pilot rollouts per prompt (default max(2, k // 4)), in [1, k)
     lower: a pilot pass rate below it defers the prompt (too hard)
-    upper: a pilot pass rate above 1 - upper skips the prompt (too easy)
+    upper: a margin below a pass rate of 1, not a cut-off: a pilot pass rate above 1 - upper skips the prompt
+        (too easy), so the default upper=0.25 skips prompts above 0.75
     exclude: a pilot pass rate at or above it evicts the prompt from later steps (None: never)
     gen_batch_size: prompts per pilot (default 3 * batch_size)
     max_gen_batches: pilots per step, >= 1

@@ -1,4 +1,4 @@
-"""Per-prompt evidence carried across steps, and a population prior (docs/design.md §4.6).
+"""Per-prompt evidence carried across steps, and a population prior (docs/allocators/sara.md).
 
 Ours, beyond the papers. The policy drifts while it trains, so evidence about
 a prompt's pass rate ages: passes and fails seen ``t`` steps ago count

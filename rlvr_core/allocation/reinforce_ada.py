@@ -1,5 +1,5 @@
 """Reinforce-Ada: sample each prompt in rounds until it has enough signal, then train on a balanced group
-(docs/design.md §4.13).
+(docs/allocators/reinforce-ada.md).
 
 Source: Xiong, Ye, Liao, Dong, Xu, Monz, Bian, Jiang and Zhang, "Reinforce-Ada: An Adaptive Sampling
 Framework for Reinforce-Style LLM Training" (arXiv:2510.04996) and its verl code (github

@@ -1,4 +1,4 @@
-"""SARA: sequential adaptive rollout allocation (docs/design.md §4.5).
+"""SARA: sequential adaptive rollout allocation (docs/allocators/sara.md).
 
 Every live prompt carries a Beta posterior on its pass rate. After each
 synchronous round SARA computes p_eff, the probability that the prompt's full

@@ -1,4 +1,4 @@
-"""VIGOR: variance-guided online rollout allocation (docs/design.md §4.8).
+"""VIGOR: variance-guided online rollout allocation (docs/allocators/vigor.md).
 
 Per step, N prompts start with m0 rollouts each. For T refinement iterations
 the active prompts are ranked by the reward variance of all their rollouts so

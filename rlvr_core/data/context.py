@@ -1,6 +1,6 @@
 """A row's context key: the features that prompts with similar pass rates share.
 
-SARA's contextual prior (docs/design.md §4.6) keeps one Beta prior per key,
+SARA's contextual prior (docs/allocators/sara.md) keeps one Beta prior per key,
 fitted to the recent pass rates of the prompts with that key. Per task the key
 is made of these row fields, in order:
 

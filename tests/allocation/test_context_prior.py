@@ -1,4 +1,4 @@
-"""SARA's contextual prior (docs/design.md §4.6): one Beta prior per feature key, fitted to the recent pass
+"""SARA's contextual prior (docs/allocators/sara.md): one Beta prior per feature key, fitted to the recent pass
 rates of the prompts sharing the key, shrunk towards the population prior."""
 
 import numpy as np

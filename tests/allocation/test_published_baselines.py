@@ -1,4 +1,5 @@
-"""What Pilot-Commit, AR3PO and Reinforce-Ada promise (docs/design.md §4.11-§4.13), on scripted engines."""
+"""What Pilot-Commit, AR3PO and Reinforce-Ada promise (docs/allocators/pilot-commit.md, ar3po.md and
+reinforce-ada.md), on scripted engines."""
 
 import numpy as np
 import pytest

@@ -358,7 +358,7 @@ def mark_reused(batch: TrainBatch, rows) -> TrainBatch:
 
 def test_reused_rows_take_their_ratio_against_the_current_policy():
     """AR3PO's reused completions carry log-probs of an earlier policy; the trainer replaces them by the current
-    policy's, so the loss equals that of the same completions scored now (docs/design.md §4.12)."""
+    policy's, so the loss equals that of the same completions scored now (docs/allocators/ar3po.md)."""
     sizes = [4, 3]
     stale = make_batch(tiny_model(seed=7), sizes, seed=2, rewards=[1, 0, 0, 1, 0, 1, 1])
     fresh = make_batch(tiny_model(seed=0), sizes, seed=2, rewards=[1, 0, 0, 1, 0, 1, 1])

@@ -47,7 +47,8 @@ from benchmarks.study.plan import CRITERIA, EASY, REGIMES, Overrides, merge, reg
 from benchmarks.study.store import RunStore
 
 # The regime search: one lever or a combination per candidate (decided before any result was read), each
-# on top of ``EASY``.
+# on top of ``EASY``. Candidate regimes; study_targets' "candidates" are another thing: the allocators of ours that
+# have no declared target of their own.
 CANDIDATES: dict[str, Overrides] = {
     # the measured lever alone (notes/measured-2026-12-01.md): 4-digit cells, default warm start
     "d1234": {"prepare": {"digits": [1, 2, 3, 4]}},

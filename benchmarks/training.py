@@ -1,5 +1,5 @@
 """Training benchmark (superseded by the training study, benchmarks/study/): every allocator trains the same
-warm-started tiny policy.
+warm-started tiny policy. Not rlvr_core/training.py (the training loop) nor tasks/training.py (its Prefect task).
 
 Each (allocator, seed) run gets the same rollout budget (``--rollouts``) and
 is compared on cumulative rollouts and tokens, not steps. Writes, under

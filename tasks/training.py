@@ -1,4 +1,7 @@
-"""Task: one training run (rlvr_core.training.train), resumable, with per-step progress and tracking."""
+"""Task: one training run (rlvr_core.training.train), resumable, with per-step progress and tracking.
+
+The Prefect task around the training loop (rlvr_core/training.py); benchmarks/training.py is the superseded training
+benchmark."""
 
 from __future__ import annotations
 

@@ -398,7 +398,9 @@ def regime(name: str) -> Regime:
 
 def step_grid(name: str) -> bool:
     """Whether ``name``'s runs evaluate every n steps: the step-grid regimes themselves, not their warm starts
-    (a warm-start variant has its own policy, runs and target, all on the rollout grid)."""
+    (a warm-start variant has its own policy, runs and target, all on the rollout grid). These are the legacy
+    regimes, whose runs predate the rollout grid; the rule decides their protocols, vigor's fill, their
+    preregistration, their evaluation schedule and the store's sort order."""
     return name in REGIMES and REGIMES[name].grid == "steps"
 
 

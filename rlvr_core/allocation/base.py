@@ -49,7 +49,9 @@ class AllocatorParams:
     """Parameters every allocator takes.
 
     k: rollouts per full group (GRPO group size), >= 2
-    batch_size: prompts per step (uniform) or effective groups wanted per step
+    batch_size: B, whose meaning is each allocator's: prompts per step for grpo, pods, ar3po and
+        reinforce-ada; mixed (or committed) groups to fill for dapo, greso and sara in groups mode; committed
+        prompts for pilot-commit; the default budget B * k rollouts for vigor and sara in rollouts mode
     reward_eps: a group is effective (mixed) when its reward std exceeds this
     seed: seeds the allocator's own randomness (prompt selection, skipping)
     reward_threshold: a pass is a reward above it; unset (None), rewards are pass/fail, 1 or 0, and an

@@ -47,7 +47,9 @@ class TrainConfig:
             "(`rlvr_core/config/limits.py`). The default caps a dapo step at 4 generation batches.")})
     k: int = field(default=8, metadata={"help": "Rollouts per full group (the group size)."})
     batch_size: int = field(default=32, metadata={"help": (
-        "Prompts per step. Effective groups per step for the allocators that fill a batch with them.")})
+        "B, a step's size in the allocator's unit. Prompts per step (grpo, pods, ar3po, reinforce-ada); mixed "
+        "groups to fill (dapo, greso, sara in groups mode); committed prompts (pilot-commit); the step budget B * k "
+        "rollouts (vigor, sara in rollouts mode).")})
     steps: int = field(default=1000, metadata={"help": (
         "Training steps. A cap: at the default `max_rollouts` the rollout budget ends every run first.")})
     seed: int = field(default=0, metadata={"help": "Seeds the allocator, the sampler and the prompt order."})

@@ -98,7 +98,7 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
               quick: bool, grid: tuple[int, float] | None, split: str, data: Mapping[str, Any],
               params_file: Path) -> dict[str, Any]:
     """Train one run and write its result file (atomically) at ``path``."""
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
 
     batch = matched_sizes(store, regime_name, protocol) if protocol.startswith("matched-updates") else None
     params = run_params(regime_name, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file,
@@ -109,8 +109,8 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
         cfg = type(cfg)(**{**asdict(cfg), "eval_size": min(cfg.eval_size, len(rows))})
     run_dir = work / "runs" / path.relative_to(store.root).with_suffix("")
     t0, started = time.perf_counter(), _now()
-    res = train(cfg, policy_dir=data["policy"], train_rows=data["train"], test_rows=rows, run_dir=run_dir,
-                resume=True, task=params.prepare.task)
+    res = check_and_train(cfg, policy_dir=data["policy"], train_rows=data["train"], test_rows=rows, run_dir=run_dir,
+                          resume=True, task=params.prepare.task)
     wall = time.perf_counter() - t0
     result = summarize_run(res.metrics, params=data["n_params"])
     result["ledger"].update(recurrence(run_dir / "rollouts.parquet"))

@@ -87,9 +87,9 @@ from rlvr_core.rollout_log import FILENAME as ROLLOUT_LOG
 from rlvr_core.rollout_log import RolloutLog
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.safefs import append_line, write_text_atomic
-from rlvr_core.types import Rollouts
+from rlvr_core.types import Rollouts, StepRecord
 
-StepCallback = Callable[[dict[str, Any]], None]
+StepCallback = Callable[[StepRecord], None]
 log = logging.getLogger(__name__)
 
 # CheckedInputs, preflight, check_resumable, data_digest, RESUMABLE_KEYS and TRAJECTORY_KEYS live in
@@ -133,7 +133,7 @@ def train(checked: CheckedInputs, *, on_step: StepCallback | None = None, resume
             name, the warm-started policy folder (the tiny policy, or any causal LM saved with
             ``save_pretrained``; see ``rlvr_core.models.policy.load_any_policy``), the splits, the run folder
             (checkpoints and metrics.jsonl; resumed if present) and the resolved device
-        on_step: called with each step's metrics record (progress, tracking)
+        on_step: called with each step's metrics record (``rlvr_core.types.StepRecord``; progress, tracking)
         resume: continue from the newest checkpoint in the run folder (False: start afresh)
     Prompts: the engine and the evaluation get each row's prompt through the policy
     tokenizer's chat template when it has one (``policy_prompts``), unchanged otherwise.
@@ -394,7 +394,7 @@ class _Run:
 
 
 def step_record(step: int, stats: Any, batch: Any, upd: Mapping[str, float], scorer: Scorer, cum: Mapping[str, int],
-                *, allocate_s: float, update_s: float) -> dict[str, Any]:
+                *, allocate_s: float, update_s: float) -> StepRecord:
     """One step's metrics record (metrics.jsonl), from the allocation's stats and the update's metrics."""
     return {
         "step": step, "rollouts": stats.rollouts, "tokens": stats.tokens,

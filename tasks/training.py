@@ -13,6 +13,7 @@ from pipeline.retry import retry_if_transient
 from pipeline.tracking import SPOOL, StepLogger
 from rlvr_core.config import TrainConfig
 from rlvr_core.training import CheckedInputs, check_and_train, train
+from rlvr_core.types import StepRecord, step_updated
 from tasks.data import load_split
 
 # What a retry cannot fix (bad settings or data, a bad policy folder, a run stopped on purpose, out of memory, a
@@ -22,7 +23,7 @@ OOM_HINT = ("train.micro_batch, train.max_new_tokens, train.engine_options.micro
 should_retry = retry_if_transient(OOM_HINT)
 
 
-def progress_line(rec: dict[str, Any]) -> str:
+def progress_line(rec: StepRecord) -> str:
     """One human line per step: step, rollouts, effective groups, reward, loss, eval accuracy, faults."""
     parts = [f"step {rec['step']:>4}"]
     if "rollouts" in rec:
@@ -35,7 +36,7 @@ def progress_line(rec: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def fault_notes(rec: dict[str, Any]) -> list[str]:
+def fault_notes(rec: StepRecord) -> list[str]:
     """What went wrong in a step, in words (empty for a normal step)."""
     notes = []
     if rec.get("nonfinite"):
@@ -68,9 +69,9 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
     tracker = StepLogger(mlflow_run_id, Path(run_dir) / SPOOL) if track else None
     counts: dict[str, int] = {}  # cumulative verifier failures at the previous step record
 
-    def on_step(rec: dict[str, Any]) -> None:
+    def on_step(rec: StepRecord) -> None:
         log.info(progress_line(rec))
-        if rec.get("nonfinite") or rec.get("update_skipped"):
+        if "rollouts" in rec and not step_updated(rec):
             log.warning(f"step {rec['step']}: {fault_notes(rec)[0]}")
         if "verifier_errors" in rec:
             now = {k: int(rec.get(k, 0)) for k in ("verifier_errors", "verifier_timeouts")}

@@ -41,6 +41,7 @@ from benchmarks.study.plan import (
 from benchmarks.study.stats import median_or_none, reach
 from benchmarks.study.store import RunStore
 from rlvr_core.stats import TARGET_FRACTION, gain_target, median_ci, median_interval
+from rlvr_core.types import step_updated
 
 Log = Callable[[str], Any]
 
@@ -180,7 +181,7 @@ def summarize_run(metrics: Sequence[Mapping[str, Any]], *, params: int) -> dict[
         if r["step"] > 0:
             cum["seconds"] += r["generate_s"] + r["verify_s"] + r["allocate_s"] + r["update_s"]
             cum["trained"] += r.get("trained_tokens", 0.0)
-            cum["updates"] += int(not r.get("update_skipped", 0) and not r.get("nonfinite", 0))
+            cum["updates"] += int(step_updated(r))
             for k in ("generate_s", "verify_s", "allocate_s", "update_s"):
                 led[k] += r[k]
         led["eval_s"] += r.get("eval_s", 0.0)

@@ -37,7 +37,7 @@ from benchmarks.common import RESULTS, output_dir, results_dir, save_figure
 from rlvr_core.config import TrainConfig
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.models.warmstart import WarmStartConfig, warm_start
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 
 FULL = {"rollouts": 30000, "seeds": 3, "eval_every": 5, "eval_size": 400}  # behind benchmarks/results/ablation/
 
@@ -103,8 +103,8 @@ def train_variant(label: str, seed: int, args: argparse.Namespace, ds: Any, poli
                       checkpoint_every=100000, allocator_params={alloc: aparams} if aparams else {},
                       **overrides)
     t0 = time.perf_counter()
-    res = train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"],
-                run_dir=args.work / f"ablation-{label}-s{seed}", resume=False)
+    res = check_and_train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"],
+                          run_dir=args.work / f"ablation-{label}-s{seed}", resume=False)
     steps = [r for r in res.metrics if r["step"] > 0]
     late = steps[len(steps) * 2 // 3:]
     row = {"variant": label, "seed": seed, "steps": len(steps),

@@ -98,14 +98,15 @@ def main(argv: list[str] | None = None) -> None:
 
     from pipeline import tracking
     from rlvr_core.config import load_params
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
     from tasks.data import load_split
     from tasks.training import run_training
 
     cfg = load_params("params.yaml", overrides={"train": {"steps": a.steps, "eval_every": 0}}).train
     rows = load_split(a.data, "train"), load_split(a.data, "test")
     t0 = time.perf_counter()
-    plain = train(cfg, policy_dir=a.policy, train_rows=rows[0], test_rows=rows[1], run_dir=tmp / "plain", resume=False)
+    plain = check_and_train(cfg, policy_dir=a.policy, train_rows=rows[0], test_rows=rows[1], run_dir=tmp / "plain",
+                            resume=False)
     plain_s = time.perf_counter() - t0
 
     @flow(name="orchestration-bench")

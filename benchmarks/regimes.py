@@ -89,7 +89,7 @@ def criteria(curve: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def run_candidate(name: str, over: Overrides, args: argparse.Namespace) -> dict[str, Any]:
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
 
     params = regime_params(merge(EASY, over), {"train": {"allocator": "grpo", "steps": 100000,
                                                          "max_rollouts": args.rollouts, "eval_every": args.eval_every,
@@ -102,8 +102,8 @@ def run_candidate(name: str, over: Overrides, args: argparse.Namespace) -> dict[
     ws_s = time.perf_counter() - t0
     shares = start_shares(policy, train_rows)
     t1 = time.perf_counter()
-    res = train(params.train, policy_dir=policy, train_rows=train_rows, test_rows=test_rows,
-                run_dir=args.work / f"regime-{name}", resume=False)
+    res = check_and_train(params.train, policy_dir=policy, train_rows=train_rows, test_rows=test_rows,
+                          run_dir=args.work / f"regime-{name}", resume=False)
     train_s = time.perf_counter() - t1
     curve = [{"step": r["step"], "cum_rollouts": r["cum_rollouts"], "greedy_acc": r["eval/greedy_acc"],
               **{k[5:]: v for k, v in r.items() if k.startswith("eval/greedy_acc_d")}}

@@ -34,7 +34,7 @@ from benchmarks.study import ENVIRONMENT
 from rlvr_core.allocation import ALLOCATORS
 from rlvr_core.config import TrainConfig
 from rlvr_core.stats import first_reach
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 
 OUT = RESULTS / "archive" / "training"  # this superseded benchmark's own folder
 ALL = tuple(ALLOCATORS.names())  # every registered allocator
@@ -72,8 +72,8 @@ def run_all(args: argparse.Namespace, allocators: list[str], seeds: int, budget:
                               checkpoint_every=100000, **({"lr": args.lr} if args.lr is not None else {}))
             run_dir = args.work / f"{alloc}-s{seed}"
             t1 = time.perf_counter()
-            res = train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"], run_dir=run_dir,
-                        resume=False)
+            res = check_and_train(cfg, policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"], run_dir=run_dir,
+                                  resume=False)
             secs = time.perf_counter() - t1
             steps = [r for r in res.metrics if r["step"] > 0]
             timings["runs"][f"{alloc}/{seed}"] = {

@@ -42,6 +42,7 @@ from rlvr_core.errors import ConfigError, short_repr
 from rlvr_core.models.integrity import require_policy_record
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.training import TIMING_KEYS, CheckedInputs, TrainingStopped, preflight
+from rlvr_core.types import step_updated
 from tasks.data import load_split
 from tasks.models import export_policy
 from tasks.training import run_training
@@ -59,14 +60,9 @@ def summarize(allocator: str, history: list[dict[str, Any]], final_eval: dict[st
         "cum_rollouts": last.get("cum_rollouts", 0),
         "cum_tokens": last.get("cum_tokens", 0),
         "mean_effective_ratio": sum(r["effective_ratio"] for r in steps) / max(len(steps), 1),
-        "updates": sum(1 for r in steps if _updated(r)),
+        "updates": sum(1 for r in steps if step_updated(r)),
         "final_eval": final_eval,
     }
-
-
-def _updated(rec: dict[str, Any]) -> bool:
-    """Whether the step of ``rec`` changed the policy (an update that was neither skipped nor non-finite)."""
-    return not rec.get("update_skipped") and not rec.get("nonfinite")
 
 
 def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: bool = False) -> None:
@@ -74,7 +70,7 @@ def check_trained(history: list[dict[str, Any]], out: Path, allow_no_update: boo
     non-finite): such a run must end FAILED, without a summary that looks like a result. With
     ``train.allow_no_update`` it ends, and its summary says ``updates: 0``."""
     steps = [r for r in history if "rollouts" in r]
-    if steps and not allow_no_update and not any(_updated(r) for r in steps):
+    if steps and not allow_no_update and not any(step_updated(r) for r in steps):
         errors = steps[-1].get("verifier_errors", 0) + steps[-1].get("verifier_timeouts", 0)
         raise TrainingStopped(f"{out}: {len(steps)} step(s) ran and none updated the policy (every step had no "
                               f"effective group or a non-finite loss; {errors} verifier errors/timeouts); "

@@ -35,7 +35,7 @@ import json
 import math
 import os
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -239,21 +239,10 @@ class CheckedInputs:
     allocator_params: AllocatorParams
     digest: str
     policy_digest: str = ""
-    requested_device: str | None = None
-    given: tuple[Any, Any] = field(default=(None, None), repr=False)  # the row objects preflight was handed
 
     def make_allocator(self) -> Any:
         """A fresh allocator of ``cfg.allocator`` with the checked parameters."""
         return self.allocator_cls(self.allocator_params)
-
-    def differences(self, cfg: TrainConfig, task: str, policy_dir: str | os.PathLike, run_dir: str | os.PathLike,
-                    train_rows: Any, test_rows: Any, device: str | None) -> list[str]:
-        """The arguments of a ``train`` call that are not those these inputs were checked for (empty: none)."""
-        same = {"cfg": cfg == self.cfg, "task": task == self.task, "policy_dir": Path(policy_dir) == self.policy_dir,
-                "run_dir": Path(run_dir) == self.run_dir, "device": device in (None, self.requested_device),
-                "train_rows": any(train_rows is r for r in (self.train_rows, self.given[0])),
-                "test_rows": any(test_rows is r for r in (self.test_rows, self.given[1]))}
-        return [name for name, ok in same.items() if not ok]
 
 
 def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any]],
@@ -268,7 +257,6 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
     Raises:
         ConfigError (DataError, PolicyLoadError, CheckpointError) naming what is wrong and the fix.
     """
-    given = (train_rows, test_rows)
     train_rows = train_rows if isinstance(train_rows, list) else list(train_rows)
     test_rows = test_rows if isinstance(test_rows, list) else list(test_rows)
     validate_splits(train_rows, test_rows, TASKS.get(task) if task in TASKS else None, source=source)
@@ -287,7 +275,7 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
                         policy=policy, policy_dir=policy_dir)
         _check_checkpoint_state(cfg, Path(run_dir), cls(params), len(train_rows))
     return CheckedInputs(cfg, task, Path(policy_dir), Path(run_dir), train_rows, test_rows, resolved, cls, params,
-                         digest, policy, requested_device=device, given=given)
+                         digest, policy)
 
 
 # ----------------------------------------------------------------------------- a checkpoint's restored state

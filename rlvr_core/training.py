@@ -87,16 +87,17 @@ from rlvr_core.rollout_log import FILENAME as ROLLOUT_LOG
 from rlvr_core.rollout_log import RolloutLog
 from rlvr_core.runlock import hold_run_folder
 from rlvr_core.safefs import append_line, write_text_atomic
-from rlvr_core.types import Rollouts
+from rlvr_core.types import Rollouts, StepRecord
 
-StepCallback = Callable[[dict[str, Any]], None]
+StepCallback = Callable[[StepRecord], None]
 log = logging.getLogger(__name__)
 
 # CheckedInputs, preflight, check_resumable, data_digest, RESUMABLE_KEYS and TRAJECTORY_KEYS live in
 # rlvr_core.preflight, Scorer in rlvr_core.rewards.scoring, TrainingStopped in rlvr_core.errors: importable here too
 __all__ = ["CheckedInputs", "EngineError", "RESUMABLE_KEYS", "RunState", "Scorer", "TIMINGS", "TIMING_KEYS",
            "TrainResult", "TrainingStopped", "TRAJECTORY_KEYS", "join_timings",
-           "VerifierTimeout", "check_resumable", "data_digest", "preflight", "step_record", "train"]
+           "VerifierTimeout", "check_and_train", "check_resumable", "data_digest", "preflight", "step_record",
+           "train"]
 
 # A step record's wall-clock seconds: written to TIMINGS beside metrics.jsonl, never into it.
 TIMING_KEYS: tuple[str, ...] = ("generate_s", "verify_s", "allocate_s", "update_s", "eval_s", "step_s")
@@ -121,23 +122,19 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
-def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
-          test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
-          resume: bool = True, on_step: StepCallback | None = None, device: str | None = None,
-          checked: CheckedInputs | None = None) -> TrainResult:
-    """Train the policy in ``policy_dir`` with ``cfg.allocator``; see the module docstring.
+def train(checked: CheckedInputs, *, on_step: StepCallback | None = None, resume: bool = True) -> TrainResult:
+    """Train on inputs that ``rlvr_core.preflight.preflight`` checked; see the module docstring.
+
+    ``check_and_train`` runs ``preflight`` and then this (the library entry point); the training flow runs
+    ``preflight`` itself, before MLflow opens a run, and hands its result here: nothing is checked again.
 
     Args:
-        cfg: the ``train`` section
-        policy_dir: the warm-started policy folder (the tiny policy, or any causal LM saved with
-            ``save_pretrained``; see ``rlvr_core.models.policy.load_any_policy``)
-        train_rows, test_rows: task rows with the verifier's fields (``rlvr_core.data.validate``)
-        run_dir: where checkpoints and metrics.jsonl go (resumed if present)
-        task: verifier name
-        on_step: called with each step's metrics dict (progress, tracking)
-        device: overrides ``cfg.device`` (None: ``cfg.device``, "auto" resolved by ``preflight``)
-        checked: what ``rlvr_core.preflight.preflight`` returned for these same arguments (the training
-            flow runs it before MLflow opens a run); nothing is checked again. None: ``train`` runs it.
+        checked: the run's inputs as ``preflight`` returned them: the ``train`` section, the task (verifier)
+            name, the warm-started policy folder (the tiny policy, or any causal LM saved with
+            ``save_pretrained``; see ``rlvr_core.models.policy.load_any_policy``), the splits, the run folder
+            (checkpoints and metrics.jsonl; resumed if present) and the resolved device
+        on_step: called with each step's metrics record (``rlvr_core.types.StepRecord``; progress, tracking)
+        resume: continue from the newest checkpoint in the run folder (False: start afresh)
     Prompts: the engine and the evaluation get each row's prompt through the policy
     tokenizer's chat template when it has one (``policy_prompts``), unchanged otherwise.
     With ``cfg.dtype`` "bfloat16" generation, updates and evaluations run under bfloat16
@@ -145,18 +142,12 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
     Returns:
         TrainResult with every step's metrics (earlier ones read back on resume)
     Raises:
-        ConfigError (DataError, PolicyLoadError) before any rollout for bad data,
-        a bad policy folder or a checkpoint of another configuration; RunFolderBusy
-        (a ConfigError) when another process holds ``run_dir``;
+        CheckpointError (a ConfigError) before any rollout for a checkpoint whose restored state no run
+        writes; RunFolderBusy (a ConfigError) when another process holds the run folder;
         EngineError when generation keeps failing; TrainingStopped after
-        ``cfg.max_nonfinite`` non-finite updates in a row; ValueError for ``checked`` inputs
-        that ``preflight`` made for other arguments.
+        ``cfg.max_nonfinite`` non-finite updates in a row.
     """
-    if checked is None:
-        checked = preflight(cfg, task, train_rows, test_rows, policy_dir, run_dir, device=device, resume=resume)
-    elif other := checked.differences(cfg, task, policy_dir, run_dir, train_rows, test_rows, device):
-        raise ValueError(f"train: checked= holds the inputs preflight checked, which differ from this call's "
-                         f"{', '.join(other)}; pass the same arguments (or checked=None to check these)")
+    cfg = checked.cfg
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
     model, tok = load_policy(checked.policy_dir, device=checked.device)
@@ -169,6 +160,26 @@ def train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequen
         finally:
             run.close()
         return run.result()
+
+
+def check_and_train(cfg: TrainConfig, *, policy_dir: str | os.PathLike, train_rows: Sequence[Mapping[str, Any]],
+                    test_rows: Sequence[Mapping[str, Any]], run_dir: str | os.PathLike, task: str = "arithmetic",
+                    resume: bool = True, on_step: StepCallback | None = None,
+                    device: str | None = None) -> TrainResult:
+    """``preflight`` the inputs, then ``train`` on them: the library entry point.
+
+    Args:
+        cfg: the ``train`` section
+        policy_dir, train_rows, test_rows, run_dir, task: the policy folder, the splits (task rows with the
+            verifier's fields, ``rlvr_core.data.validate``), the run folder and the verifier name
+        resume, on_step: as for ``train``
+        device: overrides ``cfg.device`` (None: ``cfg.device``, "auto" resolved by ``preflight``)
+    Raises:
+        ConfigError (DataError, PolicyLoadError, CheckpointError) before any rollout for bad data,
+        a bad policy folder or a checkpoint of another configuration; then what ``train`` raises.
+    """
+    checked = preflight(cfg, task, train_rows, test_rows, policy_dir, run_dir, device=device, resume=resume)
+    return train(checked, on_step=on_step, resume=resume)
 
 
 @dataclass
@@ -383,7 +394,7 @@ class _Run:
 
 
 def step_record(step: int, stats: Any, batch: Any, upd: Mapping[str, float], scorer: Scorer, cum: Mapping[str, int],
-                *, allocate_s: float, update_s: float) -> dict[str, Any]:
+                *, allocate_s: float, update_s: float) -> StepRecord:
     """One step's metrics record (metrics.jsonl), from the allocation's stats and the update's metrics."""
     return {
         "step": step, "rollouts": stats.rollouts, "tokens": stats.tokens,

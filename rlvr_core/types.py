@@ -8,7 +8,7 @@ along in ``payload`` and are never inspected by allocators.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -116,3 +116,55 @@ class StepStats:
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
         d.update(self.extra)
         return d
+
+
+class StepRecord(TypedDict, total=False):
+    """One line of a run's metrics.jsonl (``rlvr_core.training.step_record``), as ``train`` hands it to ``on_step``.
+
+    Step 0 (the initial policy's evaluation) holds only ``step``, the cumulative counts, ``eval_s`` and its
+    ``eval/<metric>`` keys; a training step holds every field below, and the ``eval/<metric>`` keys on the
+    steps that evaluated. The seconds (``generate_s`` ... ``step_s``) go to timings.jsonl, not metrics.jsonl.
+    Whether a step changed the policy is ``step_updated``, the one rule every reader uses.
+    """
+
+    step: int
+    rollouts: int
+    tokens: int
+    effective_groups: int
+    groups: int
+    effective_ratio: float
+    useful_share: float
+    committed: int
+    abandoned: int
+    skipped_prompts: int
+    rounds: int
+    hit_cap: int
+    reward_mean: float
+    loss: float
+    kl: float
+    grad_norm: float
+    clip_frac: float
+    update_skipped: float  # 1.0: no effective group, no update
+    nonfinite: float  # 1.0: a non-finite loss or gradient, the update skipped
+    verifier_errors: int
+    verifier_timeouts: int
+    engine_retries: int
+    cum_rollouts: int
+    cum_tokens: int
+    trained_tokens: float
+    trained_sequences: float
+    reused_rollouts: int
+    reused_tokens: int
+    generate_s: float
+    verify_s: float
+    allocate_s: float
+    update_s: float
+    eval_s: float
+    step_s: float
+
+
+def step_updated(rec: Mapping[str, Any]) -> bool:
+    """Whether the step of ``rec`` (a ``StepRecord``) changed the policy: a training step (not step 0's
+    evaluation) whose update was neither skipped (no effective group) nor non-finite."""
+    return rec.get("step", 0) > 0 and "rollouts" in rec and not rec.get("update_skipped") \
+        and not rec.get("nonfinite")

@@ -20,14 +20,14 @@ from prefect.cache_policies import NO_CACHE
 
 from pipeline.curves import CURVE_FIELDS, curve_rows, read_history
 from rlvr_core.stats import TARGET_FRACTION, accuracy_at, first_reach, fitted_reach, gain_target, median_ci
+from rlvr_core.types import step_updated
 
 REFERENCE = "grpo"  # the allocator the target is set on, when compared (else the first one listed)
 
 
 def _updates(history: list[dict[str, Any]]) -> int:
     """Steps that changed the policy (neither skipped nor non-finite)."""
-    return sum(1 for r in history if r.get("step", 0) > 0 and "rollouts" in r
-               and not r.get("update_skipped") and not r.get("nonfinite"))
+    return sum(1 for r in history if step_updated(r))
 
 
 def _per_effective_group(history: list[dict[str, Any]]) -> float | None:

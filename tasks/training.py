@@ -15,7 +15,8 @@ from prefect.cache_policies import NO_CACHE
 from pipeline.retry import retry_if_transient
 from pipeline.tracking import SPOOL, StepLogger
 from rlvr_core.config import TrainConfig
-from rlvr_core.training import CheckedInputs, train
+from rlvr_core.training import CheckedInputs, check_and_train, train
+from rlvr_core.types import StepRecord, step_updated
 from tasks.data import load_split
 
 # What a retry cannot fix (bad settings or data, a bad policy folder, a run stopped on purpose, out of memory, a
@@ -25,7 +26,7 @@ OOM_HINT = ("train.micro_batch, train.max_new_tokens, train.engine_options.micro
 should_retry = retry_if_transient(OOM_HINT)
 
 
-def progress_line(rec: dict[str, Any]) -> str:
+def progress_line(rec: StepRecord) -> str:
     """One human line per step: step, rollouts, effective groups, reward, loss, eval accuracy, faults."""
     parts = [f"step {rec['step']:>4}"]
     if "rollouts" in rec:
@@ -38,7 +39,7 @@ def progress_line(rec: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def fault_notes(rec: dict[str, Any]) -> list[str]:
+def fault_notes(rec: StepRecord) -> list[str]:
     """What went wrong in a step, in words (empty for a normal step)."""
     notes = []
     if rec.get("nonfinite"):
@@ -61,8 +62,9 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
     Step metrics go to MLflow run ``mlflow_run_id``, through the spool <run_dir>/mlflow_spool.jsonl when
     MLflow is unreachable (``track=True`` with no run id: everything is spooled for a run created later).
     ``checked``: what ``rlvr_core.preflight.preflight`` returned for these inputs (the flow checks them before
-    MLflow opens a run); ``train`` then trains on its rows and checks nothing again. None: the splits are
-    read from ``data_dir`` and ``train`` checks them (a ConfigError, e.g. CUDA asked for but absent, is not
+    MLflow opens a run); ``train`` then trains on them and checks nothing again (``cfg``, ``policy_dir``,
+    ``data_dir``, ``task_name`` and ``run_dir`` are those ``checked`` holds). None: the splits are read from
+    ``data_dir`` and ``check_and_train`` checks them (a ConfigError, e.g. CUDA asked for but absent, is not
     retried).
     """
     log = get_run_logger()
@@ -70,9 +72,9 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
     tracker = StepLogger(mlflow_run_id, Path(run_dir) / SPOOL) if track else None
     counts: dict[str, int] = {}  # cumulative verifier failures at the previous step record
 
-    def on_step(rec: dict[str, Any]) -> None:
+    def on_step(rec: StepRecord) -> None:
         log.info(progress_line(rec))
-        if rec.get("nonfinite") or rec.get("update_skipped"):
+        if "rollouts" in rec and not step_updated(rec):
             log.warning(f"step {rec['step']}: {fault_notes(rec)[0]}")
         if "verifier_errors" in rec:
             now = {k: int(rec.get(k, 0)) for k in ("verifier_errors", "verifier_timeouts")}
@@ -84,10 +86,12 @@ def run_training(cfg: TrainConfig, policy_dir: str, data_dir: str, task_name: st
             tracker(rec)
 
     t0 = time.perf_counter()
-    rows = (checked.train_rows, checked.test_rows) if checked else (load_split(data_dir, "train"),
-                                                                      load_split(data_dir, "test"))
-    result = train(cfg, policy_dir=policy_dir, train_rows=rows[0], test_rows=rows[1], run_dir=run_dir, task=task_name,
-                   on_step=on_step, checked=checked)
+    if checked is not None:
+        result = train(checked, on_step=on_step)
+    else:
+        result = check_and_train(cfg, policy_dir=policy_dir, train_rows=load_split(data_dir, "train"),
+                                 test_rows=load_split(data_dir, "test"), run_dir=run_dir, task=task_name,
+                                 on_step=on_step)
     left = tracker.flush() if tracker is not None else 0
     if left:
         log.warning(f"{left} step record(s) stay spooled in {Path(run_dir) / SPOOL}; MLflow is unreachable")

@@ -90,7 +90,7 @@ def test_training_reports_pass_at_eval_pass_k(tmp_path, pass_k) -> None:
     from rlvr_core.config import TrainConfig
     from rlvr_core.data.arithmetic import make_arithmetic
     from rlvr_core.models.tiny import save_policy
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
 
     model, tok = build_tiny_policy(hidden=32, layers=1, heads=2, intermediate=64, seed=0)
     folder = save_policy(model, tok, tmp_path / "policy")
@@ -100,6 +100,7 @@ def test_training_reports_pass_at_eval_pass_k(tmp_path, pass_k) -> None:
         TrainConfig(**base, eval_pass_k=8)  # 4 samples cannot estimate pass@8
     cfg = TrainConfig(**base, eval_pass_k=pass_k)
     assert cfg.pass_k == (pass_k or 4)
-    res = train(cfg, policy_dir=folder, train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "run")
+    res = check_and_train(cfg, policy_dir=folder, train_rows=ds["train"], test_rows=ds["test"],
+                          run_dir=tmp_path / "run")
     assert {k for k in res.final_eval if k.startswith("pass_at_")} == {"pass_at_1", f"pass_at_{cfg.pass_k}"}
     assert f"mixed_share_k{cfg.pass_k}" in res.final_eval

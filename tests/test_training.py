@@ -1,5 +1,6 @@
 """The training loop on the tiny policy: it learns-ready, resumes exactly, refuses bad input."""
 
+import inspect
 import json
 import shutil
 
@@ -14,7 +15,7 @@ from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.errors import ConfigError
 from rlvr_core.models.warmstart import warm_start
 from rlvr_core.rollout_log import read_log
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 
 TIMING = ("generate_s", "verify_s", "allocate_s", "update_s", "step_s", "eval_s")
 
@@ -41,17 +42,17 @@ def _cfg(**kw):
 @pytest.mark.parametrize("allocator", ["sara", "vigor"])
 def test_resume_matches_an_uninterrupted_run(setup, tmp_path, allocator):
     root, ds = setup
-    full = train(_cfg(allocator=allocator), policy_dir=root / "policy", train_rows=ds["train"],
-                 test_rows=ds["test"], run_dir=tmp_path / "full")
+    full = check_and_train(_cfg(allocator=allocator), policy_dir=root / "policy", train_rows=ds["train"],
+                           test_rows=ds["test"], run_dir=tmp_path / "full")
     # stop after step 2 (a checkpoint), then start again with the full step count
-    train(_cfg(allocator=allocator, steps=2), policy_dir=root / "policy", train_rows=ds["train"],
-          test_rows=ds["test"], run_dir=tmp_path / "split")
+    check_and_train(_cfg(allocator=allocator, steps=2), policy_dir=root / "policy", train_rows=ds["train"],
+                    test_rows=ds["test"], run_dir=tmp_path / "split")
     assert sorted(read_log(tmp_path / "split" / "rollouts.parquet")["step"].unique()) == [1, 2]
     # a run killed after writing rows of steps its newest checkpoint (step 2) does not hold: the rows of
     # steps 3 and 4 of the full run stand in for them; the resumed run must drop and regenerate them
     shutil.copy(tmp_path / "full" / "rollouts.parquet", tmp_path / "split" / "rollouts.parquet")
-    resumed = train(_cfg(allocator=allocator), policy_dir=root / "policy", train_rows=ds["train"],
-                    test_rows=ds["test"], run_dir=tmp_path / "split")
+    resumed = check_and_train(_cfg(allocator=allocator), policy_dir=root / "policy", train_rows=ds["train"],
+                              test_rows=ds["test"], run_dir=tmp_path / "split")
     assert resumed.resumed_from == 2
     assert _strip(resumed.metrics) == _strip(full.metrics)
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
@@ -70,8 +71,8 @@ def test_resume_matches_an_uninterrupted_run(setup, tmp_path, allocator):
 
 def test_step_metrics_account_rollouts_and_tokens(setup, tmp_path):
     root, ds = setup
-    res = train(_cfg(allocator="grpo", steps=2, checkpoint_every=1, keep_last=1), policy_dir=root / "policy",
-                train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
+    res = check_and_train(_cfg(allocator="grpo", steps=2, checkpoint_every=1, keep_last=1), policy_dir=root / "policy",
+                          train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
     s1 = res.metrics[1]
     assert s1["rollouts"] == 8 * 8
     assert s1["tokens"] >= s1["rollouts"]
@@ -91,8 +92,8 @@ def test_ar3po_reuse_is_counted_apart_and_its_buffer_survives_resume(setup, tmp_
     root, ds = setup
     rows = ds["train"].select(range(8))
     cfg = dict(allocator="ar3po", steps=4, eval_every=2, checkpoint_every=2)
-    full = train(_cfg(**cfg), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
-                 run_dir=tmp_path / "full")
+    full = check_and_train(_cfg(**cfg), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
+                           run_dir=tmp_path / "full")
     steps = full.metrics[1:]
     assert sum(r["reused_rollouts"] for r in steps) > 0
     log = read_log(tmp_path / "full" / "rollouts.parquet")
@@ -102,10 +103,10 @@ def test_ar3po_reuse_is_counted_apart_and_its_buffer_survives_resume(setup, tmp_
         assert r["trained_sequences"] <= r["rollouts"] + r["reused_rollouts"]
     buffer = read_state(tmp_path / "full" / "checkpoints" / "step_000002")["allocator"]["extra"]["buffer"]
     assert buffer and all(row.reward[0] > 0.5 for _, row in buffer)
-    train(_cfg(**{**cfg, "steps": 2}), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
-          run_dir=tmp_path / "split")
-    resumed = train(_cfg(**cfg), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
+    check_and_train(_cfg(**{**cfg, "steps": 2}), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
                     run_dir=tmp_path / "split")
+    resumed = check_and_train(_cfg(**cfg), policy_dir=root / "policy", train_rows=rows, test_rows=ds["test"],
+                              run_dir=tmp_path / "split")
     assert resumed.resumed_from == 2
     assert _strip(resumed.metrics) == _strip(full.metrics)
 
@@ -113,7 +114,8 @@ def test_ar3po_reuse_is_counted_apart_and_its_buffer_survives_resume(setup, tmp_
 @pytest.mark.parametrize("allocator", ["pilot-commit", "reinforce-ada"])
 def test_published_baselines_train_on_the_tiny_policy(setup, tmp_path, allocator):
     root, ds = setup
-    res = train(_cfg(allocator=allocator, steps=2, eval_every=0, checkpoint_every=2), policy_dir=root / "policy",
+    res = check_and_train(_cfg(allocator=allocator, steps=2, eval_every=0, checkpoint_every=2),
+                          policy_dir=root / "policy",
                 train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
     steps = res.metrics[1:]
     assert [r["step"] for r in steps] == [1, 2]
@@ -130,8 +132,8 @@ def test_published_baselines_train_on_the_tiny_policy(setup, tmp_path, allocator
 
 def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
     root, ds = setup
-    res = train(_cfg(allocator="sara", steps=3, checkpoint_every=2), policy_dir=root / "policy",
-                train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
+    res = check_and_train(_cfg(allocator="sara", steps=3, checkpoint_every=2), policy_dir=root / "policy",
+                          train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
     log = read_log(tmp_path / "r" / "rollouts.parquet")
     assert list(log.columns) == ["step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens", "difficulty", "op"]
     last = res.metrics[-1]
@@ -149,8 +151,8 @@ def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
     # the warm-started policy passes some rollouts and fails others
     assert 0 < log["passes"].sum() < log["rollouts"].sum()
     # a fresh run in the same folder does not keep the earlier run's rows
-    train(_cfg(allocator="grpo", steps=1), policy_dir=root / "policy", train_rows=ds["train"],
-          test_rows=ds["test"], run_dir=tmp_path / "r", resume=False)
+    check_and_train(_cfg(allocator="grpo", steps=1), policy_dir=root / "policy", train_rows=ds["train"],
+                    test_rows=ds["test"], run_dir=tmp_path / "r", resume=False)
     again = read_log(tmp_path / "r" / "rollouts.parquet")
     assert again["step"].unique().tolist() == [1] and again["rollouts"].sum() == 8 * 8
 
@@ -177,7 +179,8 @@ def test_engine_choice_is_validated():
 def test_contextual_prior_learns_the_rows_feature_cells(setup, tmp_path):
     root, ds = setup
     cfg = _cfg(steps=2, eval_every=0, checkpoint_every=2, allocator_params={"sara": {"prior": "context"}})
-    train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "ctx")
+    check_and_train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
+                    run_dir=tmp_path / "ctx")
     post = read_state(tmp_path / "ctx" / "checkpoints" / "step_000002")["allocator"]["extra"]["posterior"]
     cells = {f"difficulty={r['difficulty']}|op={r['op']}" for r in ds["train"]}
     # the training loop gave the allocator each prompt's arithmetic cell as its context key
@@ -187,8 +190,8 @@ def test_contextual_prior_learns_the_rows_feature_cells(setup, tmp_path):
 
 def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
     """preflight checks the splits, the prompts' fit, the device and the allocator parameters once and returns
-    them; train(checked=...) checks none of them again and builds the allocator from the checked parameters,
-    while a plain train() call (the library entry point) runs preflight itself, once."""
+    them; train(checked) checks none of them again and builds the allocator from the checked parameters,
+    while check_and_train (the library entry point) runs preflight itself, once."""
     import rlvr_core.allocation.base as B
     import rlvr_core.models.policy as M
     import rlvr_core.preflight as P
@@ -205,7 +208,6 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
 
     # the configs are built first: a TrainConfig checks its allocators' parameters when it is made (at load)
     cfg = _cfg(allocator="sara", steps=1, eval_every=0, allocator_params={"sara": {"tau_low": 0.4}})
-    other = _cfg(allocator="grpo", steps=1, eval_every=0)
     for module, name, key in ((P, "validate_splits", "splits"), (P, "check_prompts_fit", "fit"),
                               (P, "resolve_device", "device"), (M, "resolve_device", "device"),
                               (P, "build_params", "params"), (B, "build_params", "params"),
@@ -216,14 +218,14 @@ def test_inputs_are_checked_once_on_the_flow_path(setup, tmp_path, monkeypatch):
     assert calls == once
     assert (checked.device, type(checked.allocator_params).__name__, checked.allocator_params.tau_low) == \
         ("cpu", "SARAParams", 0.4)
-    T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "a",
-            checked=checked)
+    T.train(checked)
     assert calls == once
-    T.train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "b")
+    T.check_and_train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
+                      run_dir=tmp_path / "b")
     assert calls == {k: 2 * v for k, v in once.items()}
-    with pytest.raises(ValueError, match=r"differ from this call's cfg, run_dir; pass the same arguments"):
-        T.train(other, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
-                run_dir=tmp_path / "c", checked=checked)
+    # train takes the checked inputs and nothing else: there is no second copy of them to disagree with
+    assert list(inspect.signature(T.train).parameters) == ["checked", "on_step", "resume"]
+    assert [p.kind for p in inspect.signature(T.train).parameters.values()][1:] == [inspect.Parameter.KEYWORD_ONLY] * 2
 
 
 def test_eval_every_rollouts_evaluates_on_one_rollout_grid(setup, tmp_path):
@@ -232,7 +234,8 @@ def test_eval_every_rollouts_evaluates_on_one_rollout_grid(setup, tmp_path):
     root, ds = setup
     cfg = _cfg(allocator="grpo", steps=5, batch_size=4, k=4, eval_every=0, eval_every_rollouts=40,
                checkpoint_every=100, eval_samples=0)
-    res = train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path)
+    res = check_and_train(cfg, policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
+                          run_dir=tmp_path)
     evals = [(r["step"], r["cum_rollouts"]) for r in res.metrics if "eval/greedy_acc" in r]
     # grpo spends 16 rollouts a step: 16, 32, 48 (crosses 40), 64, 80 (crosses 80, and the last step)
     assert evals == [(0, 0), (3, 48), (5, 80)]

@@ -41,6 +41,7 @@ from benchmarks.study.plan import (
 from benchmarks.study.stats import median_or_none, reach
 from benchmarks.study.store import RunStore
 from rlvr_core.stats import TARGET_FRACTION, gain_target, median_ci, median_interval
+from rlvr_core.types import step_updated
 
 Log = Callable[[str], Any]
 
@@ -98,7 +99,7 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
               quick: bool, grid: tuple[int, float] | None, split: str, data: Mapping[str, Any],
               params_file: Path) -> dict[str, Any]:
     """Train one run and write its result file (atomically) at ``path``."""
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
 
     batch = matched_sizes(store, regime_name, protocol) if protocol.startswith("matched-updates") else None
     params = run_params(regime_name, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file,
@@ -109,8 +110,8 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
         cfg = type(cfg)(**{**asdict(cfg), "eval_size": min(cfg.eval_size, len(rows))})
     run_dir = work / "runs" / path.relative_to(store.root).with_suffix("")
     t0, started = time.perf_counter(), _now()
-    res = train(cfg, policy_dir=data["policy"], train_rows=data["train"], test_rows=rows, run_dir=run_dir,
-                resume=True, task=params.prepare.task)
+    res = check_and_train(cfg, policy_dir=data["policy"], train_rows=data["train"], test_rows=rows, run_dir=run_dir,
+                          resume=True, task=params.prepare.task)
     wall = time.perf_counter() - t0
     result = summarize_run(res.metrics, params=data["n_params"])
     result["ledger"].update(recurrence(run_dir / "rollouts.parquet"))
@@ -180,7 +181,7 @@ def summarize_run(metrics: Sequence[Mapping[str, Any]], *, params: int) -> dict[
         if r["step"] > 0:
             cum["seconds"] += r["generate_s"] + r["verify_s"] + r["allocate_s"] + r["update_s"]
             cum["trained"] += r.get("trained_tokens", 0.0)
-            cum["updates"] += int(not r.get("update_skipped", 0) and not r.get("nonfinite", 0))
+            cum["updates"] += int(step_updated(r))
             for k in ("generate_s", "verify_s", "allocate_s", "update_s"):
                 led[k] += r[k]
         led["eval_s"] += r.get("eval_s", 0.0)

@@ -146,8 +146,8 @@ def test_train_chat_model_on_math_rows(chat_model, math_rows, tmp_path, monkeypa
     seen = _record_engine_prompts(monkeypatch)
     monkeypatch.setattr(scoring, "get_verifier", lambda name: _coin)  # the Scorer's verifier only
     t0 = time.perf_counter()
-    res = training.train(_train_cfg(), policy_dir=chat_model, train_rows=train_rows, test_rows=test_rows,
-                         run_dir=tmp_path / "run", task="math")
+    res = training.check_and_train(_train_cfg(), policy_dir=chat_model, train_rows=train_rows, test_rows=test_rows,
+                                   run_dir=tmp_path / "run", task="math")
     assert time.perf_counter() - t0 < 300
     assert res.steps_done == 2 and "greedy_acc" in res.final_eval
     prompts = seen[0]
@@ -179,8 +179,8 @@ def test_engine_prompts_encode_chat_tokens_once(chat_model) -> None:
 def test_bf16_autocast_training_step_on_cpu(chat_model, math_rows, tmp_path, monkeypatch) -> None:
     train_rows, test_rows = math_rows
     monkeypatch.setattr(scoring, "get_verifier", lambda name: _coin)
-    res = training.train(_train_cfg(steps=1, dtype="bfloat16"), policy_dir=chat_model, train_rows=train_rows,
-                         test_rows=test_rows, run_dir=tmp_path / "run", task="math")
+    res = training.check_and_train(_train_cfg(steps=1, dtype="bfloat16"), policy_dir=chat_model, train_rows=train_rows,
+                                   test_rows=test_rows, run_dir=tmp_path / "run", task="math")
     assert res.steps_done == 1
     state = read_state(tmp_path / "run/checkpoints/step_000001")
     assert all(v.dtype == torch.float32 for v in state["trainer"]["model"].values() if v.is_floating_point())
@@ -198,10 +198,11 @@ def test_bad_device_dtype_and_policy_fail_before_any_rollout(chat_model, math_ro
             _train_cfg(**kw)
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="no CUDA device is visible"):
-            training.train(_train_cfg(device="cuda"), policy_dir=chat_model, train_rows=train_rows,
-                           test_rows=test_rows, run_dir=tmp_path / "a", task="math")
+            training.check_and_train(_train_cfg(device="cuda"), policy_dir=chat_model, train_rows=train_rows,
+                                     test_rows=test_rows, run_dir=tmp_path / "a", task="math")
     with pytest.raises(PolicyLoadError, match="does not exist"):
-        training.train(_train_cfg(), policy_dir=tmp_path / "missing", train_rows=train_rows, test_rows=test_rows,
+        training.check_and_train(_train_cfg(), policy_dir=tmp_path / "missing", train_rows=train_rows,
+                                 test_rows=test_rows,
                        run_dir=tmp_path / "b", task="math")
 
 

@@ -15,7 +15,7 @@ import json
 import sys
 
 from rlvr_core.config import TrainConfig
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from tests.reliability.common import dataset
 
 
@@ -26,8 +26,8 @@ def main() -> None:
     def on_step(rec: dict) -> None:
         print(f"STEP {rec['step']}", flush=True)
 
-    res = train(TrainConfig(**json.loads(cfg_json)), policy_dir=policy, train_rows=ds["train"],
-                test_rows=ds["test"], run_dir=run_dir, on_step=on_step)
+    res = check_and_train(TrainConfig(**json.loads(cfg_json)), policy_dir=policy, train_rows=ds["train"],
+                          test_rows=ds["test"], run_dir=run_dir, on_step=on_step)
     print(f"DONE {res.steps_done} {res.resumed_from}", flush=True)
 
 

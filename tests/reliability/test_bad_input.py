@@ -22,7 +22,7 @@ from rlvr_core.errors import ConfigError
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.rollout.hf import HFEngine
 from rlvr_core.tasks import get_task
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from tests.reliability.common import CFG, dataset, make_flow_root
 
 PARAMS = """\
@@ -111,7 +111,8 @@ def test_bad_data_is_refused_before_any_rollout(policy_dir: Path, tmp_path: Path
                                                 make_bad: Any, message: str) -> None:
     tr, te = make_bad(*_rows())
     with pytest.raises(DataError, match=message):
-        train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+        check_and_train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+                        run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -148,7 +149,7 @@ def test_missing_or_incompatible_model_folder(policy_dir: Path, tmp_path: Path, 
     damage(bad)
     tr, te = _rows()
     with pytest.raises(PolicyLoadError, match=message):
-        train(TrainConfig(**CFG), policy_dir=bad, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+        check_and_train(TrainConfig(**CFG), policy_dir=bad, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -159,7 +160,7 @@ def test_missing_or_incompatible_model_folder(policy_dir: Path, tmp_path: Path, 
 def two_step_run(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("resume") / "run"
     tr, te = _rows()
-    train(TrainConfig(**{**CFG, "steps": 2}), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=run)
+    check_and_train(TrainConfig(**{**CFG, "steps": 2}), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=run)
     return run
 
 
@@ -175,7 +176,8 @@ def test_resuming_with_other_settings_is_refused(policy_dir: Path, two_step_run:
     before = (run / "metrics.jsonl").read_text()
     tr, te = _rows()
     with pytest.raises(ConfigError, match=rf"step_000002: cannot resume.*{message}"):
-        train(TrainConfig(**{**CFG, **change}), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=run)
+        check_and_train(TrainConfig(**{**CFG, **change}), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+                        run_dir=run)
     assert (run / "metrics.jsonl").read_text() == before  # the run folder is untouched
 
 
@@ -185,7 +187,7 @@ def test_resuming_on_other_data_is_refused(policy_dir: Path, two_step_run: Path,
     shutil.copytree(two_step_run, run)
     tr, te = _rows()
     with pytest.raises(ConfigError, match="different training split"):
-        train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr[:-1], test_rows=te, run_dir=run)
+        check_and_train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr[:-1], test_rows=te, run_dir=run)
 
 
 # ----------------------------------------------------------------------------- the train flow

@@ -12,7 +12,7 @@ import torch
 
 from rlvr_core.checkpoint import list_checkpoints, load_latest, prune, save_checkpoint, verify
 from rlvr_core.config import TrainConfig
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from tests.reliability.common import CFG, assert_same, dataset, final_state, read_metrics, strip_timing
 
 
@@ -97,12 +97,13 @@ def test_keep_last_prunes_old_checkpoints_and_temporaries(tmp_path: Path) -> Non
 def test_training_resumes_from_the_checkpoint_before_a_corrupted_one(policy_dir: Path, tmp_path: Path) -> None:
     ds = dataset()
     cfg = TrainConfig(**{**CFG, "steps": 4, "keep_last": 3})
-    full = train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "full")
+    full = check_and_train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                           run_dir=tmp_path / "full")
     run = tmp_path / "damaged"
-    train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    check_and_train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
     _truncate(run / "checkpoints/step_000004/tensors.safetensors")  # e.g. a disk that lost the tail of the newest file
     with pytest.warns(RuntimeWarning, match="step_000004"):
-        again = train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+        again = check_and_train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
     assert again.resumed_from == 2
     assert strip_timing(read_metrics(run)) == strip_timing(full.metrics)
     assert verify(run / "checkpoints/step_000004") is None  # rewritten intact
@@ -112,10 +113,12 @@ def test_training_resumes_from_the_checkpoint_before_a_corrupted_one(policy_dir:
 def test_a_fresh_run_clears_the_checkpoints_of_an_earlier_one(policy_dir: Path, tmp_path: Path) -> None:
     ds = dataset()
     run = tmp_path / "run"
-    train(TrainConfig(**{**CFG, "steps": 4}), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+    check_and_train(TrainConfig(**{**CFG, "steps": 4}), policy_dir=policy_dir, train_rows=ds["train"],
+                    test_rows=ds["test"],
           run_dir=run)
     other = TrainConfig(**{**CFG, "steps": 2, "seed": 5})
-    res = train(other, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run, resume=False)
+    res = check_and_train(other, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run,
+                          resume=False)
     assert res.resumed_from is None
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["step_000002"]  # step 4 of the old run is gone
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]

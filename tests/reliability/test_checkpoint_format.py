@@ -130,7 +130,7 @@ def test_a_pickle_under_a_new_format_name_is_never_unpickled(tmp_path: Path, dis
 def test_training_on_a_pickle_format_run_folder_says_what_to_do(policy_dir: Path, tmp_path: Path) -> None:
     from rlvr_core.config import TrainConfig
     from rlvr_core.errors import ConfigError
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
     from tests.reliability.common import CFG, dataset
 
     folder = tmp_path / "run" / "checkpoints" / "step_000004"
@@ -139,8 +139,8 @@ def test_training_on_a_pickle_format_run_folder_says_what_to_do(policy_dir: Path
     _rewrite_manifest(folder, ["state.pt"], None)
     ds = dataset()
     with pytest.raises(ConfigError, match="old pickle format.*fresh folder"):  # a ConfigError: Prefect does not retry
-        train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
-              run_dir=tmp_path / "run")
+        check_and_train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                        run_dir=tmp_path / "run")
     assert not (tmp_path / "ran").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -17,7 +17,7 @@ from rlvr_core.data.validate import DataError
 from rlvr_core.errors import OutOfMemory, is_out_of_memory
 from rlvr_core.rollout import RolloutEngine
 from rlvr_core.rollout.hf import HFEngine
-from rlvr_core.training import TrainingStopped, train
+from rlvr_core.training import TrainingStopped, check_and_train
 from tests.reliability.common import CFG, dataset, make_flow_root
 
 LONG = "1" * 19_999 + "="  # 20,000 characters of the tiny vocabulary
@@ -52,7 +52,8 @@ def test_prompts_the_policy_cannot_read_are_refused_before_any_rollout(policy_di
     rows[3] = {**rows[3], "prompt": prompt}
     t0 = time.monotonic()
     with pytest.raises(DataError, match=message):
-        train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+        check_and_train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+                        run_dir=tmp_path / "run")
     assert time.monotonic() - t0 < 30
     assert not (tmp_path / "run").exists()
 
@@ -61,7 +62,8 @@ def test_max_new_tokens_beyond_the_model_is_refused(policy_dir: Path, tmp_path: 
     tr, te = _plain_rows()
     # within the params bound (TrainConfig refuses more than MAX_NEW_TOKENS), beyond the tiny policy's 128 positions
     with pytest.raises(DataError, match=r"train row 0 .*train\.max_new_tokens=1000 it needs \d+ positions"):
-        train(TrainConfig(**{**CFG, "max_new_tokens": 1000}), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+        check_and_train(TrainConfig(**{**CFG, "max_new_tokens": 1000}), policy_dir=policy_dir, train_rows=tr,
+                        test_rows=te,
               run_dir=tmp_path / "run")
 
 
@@ -203,8 +205,8 @@ def test_an_oom_in_generation_stops_training_at_once_naming_what_to_reduce(
                                               r"sequences of up to 11 prompt tokens \+ 8 new tokens.*reduce the prompt "
                                               r"length, train\.max_new_tokens \(now 8\).*engine_options\.micro_batch.*"
                                               r"retrying the same batch cannot help") as err:
-        train(TrainConfig(**{**CFG, "eval_samples": 0, "engine_retries": 3, "engine_retry_delay_s": 10.0}),
-              policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+        check_and_train(TrainConfig(**{**CFG, "eval_samples": 0, "engine_retries": 3, "engine_retry_delay_s": 10.0}),
+                        policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
     assert calls["n"] == 1, "an out-of-memory was retried"
     assert time.monotonic() - t0 < 60  # no 10 s + 20 s + 40 s of retry delays
     assert isinstance(err.value.__cause__, OutOfMemory)

@@ -22,7 +22,7 @@ from rlvr_core.rewards import scoring
 from rlvr_core.rewards.scoring import Scorer
 from rlvr_core.rollout import RolloutEngine
 from rlvr_core.rollout.hf import HFEngine
-from rlvr_core.training import TrainingStopped, train
+from rlvr_core.training import TrainingStopped, check_and_train
 from rlvr_core.types import Rollouts
 from tests.reliability.common import CFG, assert_same, dataset, final_state, read_metrics, strip_timing
 
@@ -32,7 +32,7 @@ SHORT = {**CFG, "steps": 4, "engine_retries": 2, "engine_retry_delay_s": 0.0}
 def _train(policy_dir: Path, run: Path, **kw: Any) -> training.TrainResult:
     cfg = TrainConfig(**{**SHORT, **kw.pop("cfg", {})})
     ds = dataset()
-    return train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run, **kw)
+    return check_and_train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from rlvr_core.config import (
 )
 from rlvr_core.errors import ConfigError
 from rlvr_core.rollout.hf import HFEngine
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from tests.reliability.common import CFG, dataset, make_flow_root
 
 PARAMS = """\
@@ -233,7 +233,8 @@ def test_overflowing_timeout_no_longer_reaches_setitimer() -> None:
 def two_step_run(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("resume_keys") / "run"
     ds = dataset()
-    train(TrainConfig(**{**CFG, "steps": 2}), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+    check_and_train(TrainConfig(**{**CFG, "steps": 2}), policy_dir=policy_dir, train_rows=ds["train"],
+                    test_rows=ds["test"],
           run_dir=run)
     return run
 
@@ -253,8 +254,8 @@ def test_resume_refuses_what_would_change_the_run(policy_dir: Path, two_step_run
     monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
     ds = dataset()
     with pytest.raises(ConfigError, match=rf"step_000002: cannot resume.*{message}"):
-        train(TrainConfig(**{**CFG, "steps": 2, **change}), policy_dir=policy_dir, train_rows=ds["train"],
-              test_rows=ds["test"], run_dir=run)
+        check_and_train(TrainConfig(**{**CFG, "steps": 2, **change}), policy_dir=policy_dir, train_rows=ds["train"],
+                        test_rows=ds["test"], run_dir=run)
     assert (run / "metrics.jsonl").read_text() == before
 
 
@@ -286,8 +287,8 @@ def test_resume_refuses_a_checkpoint_that_does_not_record_its_settings(policy_di
     monkeypatch.setattr(HFEngine, "generate", lambda self, r: (_ for _ in ()).throw(AssertionError("generated")))
     ds = dataset()
     with pytest.raises(ConfigError, match=rf"step_000002: cannot resume, the checkpoint does not record {message}"):
-        train(TrainConfig(**{**CFG, "steps": 3, "lr": 0.5}), policy_dir=policy_dir, train_rows=ds["train"],
-              test_rows=ds["test"], run_dir=run)
+        check_and_train(TrainConfig(**{**CFG, "steps": 3, "lr": 0.5}), policy_dir=policy_dir, train_rows=ds["train"],
+                        test_rows=ds["test"], run_dir=run)
 
 
 def test_flow_refuses_fewer_steps_than_the_run_has(flow_root: Path, two_step_run: Path) -> None:

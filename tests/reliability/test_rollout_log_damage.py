@@ -18,7 +18,7 @@ import pytest
 from rlvr_core.config import TrainConfig
 from rlvr_core.rollout_log import FILENAME, RolloutLog, read_log
 from rlvr_core.safefs import set_aside
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from rlvr_core.types import Rollouts
 from tests.reliability.common import CFG, dataset
 
@@ -29,13 +29,15 @@ RUN = dict(CFG, steps=2, eval_every=0, eval_samples=0, checkpoint_every=2)
 def two_step_run(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("rollout_log") / "run"
     ds = dataset()
-    train(TrainConfig(**RUN), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    check_and_train(TrainConfig(**RUN), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                    run_dir=run)
     return run
 
 
 def _resume(policy_dir: Path, run: Path) -> None:
     ds = dataset()
-    train(TrainConfig(**{**RUN, "steps": 4}), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+    check_and_train(TrainConfig(**{**RUN, "steps": 4}), policy_dir=policy_dir, train_rows=ds["train"],
+                    test_rows=ds["test"],
           run_dir=run)
 
 

@@ -89,19 +89,20 @@ def test_a_full_disk_while_taking_the_lock_does_not_leak_it(tmp_path: Path, monk
 
 
 def test_training_refuses_a_held_run_folder_before_writing(policy_dir: Path, tmp_path: Path) -> None:
-    from rlvr_core.training import train
+    from rlvr_core.training import check_and_train
 
     ds = dataset()
     run = tmp_path / "run"
     holder = _holder(run)
     try:
         with pytest.raises(RunFolderBusy, match=f"pid {holder.pid}"):
-            train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+            check_and_train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                            run_dir=run)
     finally:
         _kill(holder)
     assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # no metrics.jsonl, no checkpoints
-    res = train(TrainConfig(**{**CFG, "steps": 1}), policy_dir=policy_dir, train_rows=ds["train"],
-                test_rows=ds["test"], run_dir=run)  # the killed holder's lock is taken
+    res = check_and_train(TrainConfig(**{**CFG, "steps": 1}), policy_dir=policy_dir, train_rows=ds["train"],
+                          test_rows=ds["test"], run_dir=run)  # the killed holder's lock is taken
     assert res.steps_done == 1 and (run / "metrics.jsonl").is_file()
 
 

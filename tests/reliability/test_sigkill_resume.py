@@ -22,7 +22,7 @@ import pytest
 
 from rlvr_core.config import TrainConfig
 from rlvr_core.rollout_log import read_log
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from tests.reliability.common import (
     CFG,
     DRIVER,
@@ -44,7 +44,8 @@ def reference(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     """The uninterrupted run (in this process: same code path, no start-up cost)."""
     run = tmp_path_factory.mktemp("reference") / "run"
     ds = dataset()
-    res = train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    res = check_and_train(TrainConfig(**CFG), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                          run_dir=run)
     assert res.steps_done == CFG["steps"]
     return run, res.metrics
 

@@ -22,7 +22,7 @@ from rlvr_core.checkpoint import MANIFEST, STATE, CheckpointError, verify
 from rlvr_core.config import TrainConfig
 from rlvr_core.preflight import preflight
 from rlvr_core.rollout.hf import HFEngine
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train, train
 from tests.reliability.common import CFG, dataset
 
 RUN = dict(CFG, steps=4, keep_last=2)  # checkpoints at steps 2 and 4
@@ -33,7 +33,8 @@ NEWEST = "checkpoints/step_000004"
 def four_step_run(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("tampered") / "run"
     ds = dataset()
-    train(TrainConfig(**RUN), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    check_and_train(TrainConfig(**RUN), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                    run_dir=run)
     return run
 
 
@@ -76,8 +77,8 @@ def _more_rollouts(tree: dict[str, Any]) -> None:
 
 def _resume(policy_dir: Path, run: Path, **kw: Any) -> Any:
     ds = dataset()
-    return train(TrainConfig(**{**RUN, "steps": 5}), policy_dir=policy_dir, train_rows=ds["train"],
-                 test_rows=ds["test"], run_dir=run, **kw)
+    return check_and_train(TrainConfig(**{**RUN, "steps": 5}), policy_dir=policy_dir, train_rows=ds["train"],
+                           test_rows=ds["test"], run_dir=run, **kw)
 
 
 def _copy(four_step_run: Path, tmp_path: Path) -> Path:
@@ -140,14 +141,14 @@ def test_preflight_refuses_a_tampered_state_before_anything_is_loaded(policy_dir
 @pytest.mark.parametrize("edit, message", [TAMPERED[0], TAMPERED[3]])
 def test_restore_refuses_a_state_tampered_after_preflight(policy_dir: Path, four_step_run: Path, tmp_path: Path,
                                                           no_rollouts: None, edit: Any, message: str) -> None:
-    """train(checked=...) does not run preflight again; the restore checks what it loads itself."""
+    """train(checked) does not run preflight again; the restore checks what it loads itself."""
     run = _copy(four_step_run, tmp_path)
     ds = dataset()
     cfg = TrainConfig(**{**RUN, "steps": 5})
     checked = preflight(cfg, "arithmetic", ds["train"], ds["test"], policy_dir, run)
     tamper(run / NEWEST, edit)
     with pytest.raises(CheckpointError, match=rf"step_000004[/\\]state\.json: {message}"):
-        train(cfg, policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"], run_dir=run, checked=checked)
+        train(checked)
 
 
 def _lines(run: Path) -> list[str]:
@@ -241,12 +242,12 @@ def test_a_checkpoint_with_non_zero_counters_resumes(policy_dir: Path, tmp_path:
     ds = dataset()
     run = tmp_path / "run"
     cfg = {**RUN, "steps": 2, "batch_size": 16, "eval_every": 0, "eval_samples": 0}
-    first = train(TrainConfig(**cfg), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
-                  run_dir=run, on_step=on_step)
+    first = check_and_train(TrainConfig(**cfg), policy_dir=policy_dir, train_rows=ds["train"], test_rows=ds["test"],
+                            run_dir=run, on_step=on_step)
     saved = json.loads((run / "checkpoints/step_000002" / STATE).read_text())
     assert saved["nonfinite_run"] == 1 and saved["verifier_errors"] == first.metrics[-1]["verifier_errors"] > 0
-    again = train(TrainConfig(**{**cfg, "steps": 3}), policy_dir=policy_dir, train_rows=ds["train"],
-                  test_rows=ds["test"], run_dir=run, on_step=on_step)
+    again = check_and_train(TrainConfig(**{**cfg, "steps": 3}), policy_dir=policy_dir, train_rows=ds["train"],
+                            test_rows=ds["test"], run_dir=run, on_step=on_step)
     assert again.resumed_from == 2 and [r["step"] for r in again.metrics] == [0, 1, 2, 3]
     assert again.metrics[3]["verifier_errors"] >= saved["verifier_errors"]
     assert again.metrics[3]["cum_rollouts"] == saved["cum"]["rollouts"] + again.metrics[3]["rollouts"]

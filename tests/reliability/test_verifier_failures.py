@@ -17,7 +17,7 @@ from rlvr_core.config import TrainConfig
 from rlvr_core.errors import ConfigError, from_mapping
 from rlvr_core.rewards import scoring
 from rlvr_core.rewards.scoring import Scorer
-from rlvr_core.training import TrainingStopped, train
+from rlvr_core.training import TrainingStopped, check_and_train
 from rlvr_core.types import Rollouts
 from tests.reliability.common import dataset, make_flow_root, read_metrics
 
@@ -102,7 +102,8 @@ def test_a_step_of_verifier_errors_stops_the_run_before_its_update(policy_dir: P
     tr, te = _rows()
     with pytest.raises(TrainingStopped, match=r"step 1: 16 of 16 rollouts \(100%\) were errors or timeouts of the "
                                               r"'arithmetic' verifier.*first: OverflowError: timer value too large"):
-        train(TrainConfig(**SHORT), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "run")
+        check_and_train(TrainConfig(**SHORT), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+                        run_dir=tmp_path / "run")
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [0]  # step 1 left nothing behind
     assert not (tmp_path / "run/checkpoints").exists() or not any((tmp_path / "run/checkpoints").iterdir())
 
@@ -110,12 +111,13 @@ def test_a_step_of_verifier_errors_stops_the_run_before_its_update(policy_dir: P
 def test_the_share_is_a_setting(policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tr, te = _rows()
     monkeypatch.setattr(scoring, "get_verifier", lambda name: _alternating())
-    res = train(TrainConfig(**SHORT), policy_dir=policy_dir, train_rows=tr, test_rows=te, run_dir=tmp_path / "half")
+    res = check_and_train(TrainConfig(**SHORT), policy_dir=policy_dir, train_rows=tr, test_rows=te,
+                          run_dir=tmp_path / "half")
     assert res.steps_done == 2 and res.metrics[-1]["verifier_errors"] == 2 * 16 // 2  # 50% is not more than 0.5
     monkeypatch.setattr(scoring, "get_verifier", lambda name: _alternating())
     with pytest.raises(TrainingStopped, match=r"8 of 16 rollouts \(50%\).*max_verifier_error_share=0\.4"):
-        train(TrainConfig(**{**SHORT, "max_verifier_error_share": 0.4}), policy_dir=policy_dir, train_rows=tr,
-              test_rows=te, run_dir=tmp_path / "strict")
+        check_and_train(TrainConfig(**{**SHORT, "max_verifier_error_share": 0.4}), policy_dir=policy_dir, train_rows=tr,
+                        test_rows=te, run_dir=tmp_path / "strict")
 
 
 # ----------------------------------------------------------------------------- the train flow

@@ -26,7 +26,7 @@ from rlvr_core.errors import ConfigError
 from rlvr_core.models.integrity import check_policy_files
 from rlvr_core.models.policy import load_any_policy, save_any_policy
 from rlvr_core.rollout.hf import HFEngine
-from rlvr_core.training import train
+from rlvr_core.training import check_and_train
 from tests.reliability.common import CFG, dataset, make_flow_root
 
 RUN = dict(CFG, steps=3, kl_coef=0.1, checkpoint_every=3, eval_every=0, eval_samples=0)
@@ -53,7 +53,7 @@ def test_resume_on_a_replaced_warm_start_is_refused(policy_dir: Path, tmp_path: 
     policy, run, ds = tmp_path / "models/warmstart", tmp_path / "run", dataset()
     shutil.copytree(policy_dir, policy)
     started = check_policy_files(policy)
-    train(TrainConfig(**RUN), policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
+    check_and_train(TrainConfig(**RUN), policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"], run_dir=run)
     ckpt = run / "checkpoints/step_000003"
     assert checkpoint_meta(ckpt)["policy_digest"] == started == read_state(ckpt)["policy_digest"]
 
@@ -65,7 +65,8 @@ def test_resume_on_a_replaced_warm_start_is_refused(policy_dir: Path, tmp_path: 
     message = rf"step_000003: cannot resume, the run started from another policy than policy folder " \
               rf"'{re.escape(str(policy))}' holds now \(policy digest {started} there, {now} now"
     with pytest.raises(ConfigError, match=message):
-        train(TrainConfig(**{**RUN, "steps": 6}), policy_dir=policy, train_rows=ds["train"], test_rows=ds["test"],
+        check_and_train(TrainConfig(**{**RUN, "steps": 6}), policy_dir=policy, train_rows=ds["train"],
+                        test_rows=ds["test"],
               run_dir=run)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != "run.lock"} == before
 

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from rlvr_core.errors import ConfigError, short_repr
+from rlvr_core.safefs import file_sha256
 
 MANIFEST = "manifest.json"
 STATE = "state.json"
@@ -332,13 +333,10 @@ def _file_problem(path: Path, name: str, meta: Any) -> str | None:
         size = path.stat().st_size
         if size != meta["bytes"]:
             return f"{name} has {size} bytes, manifest says {meta['bytes']}"
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
+        digest = file_sha256(path)
     except OSError as e:
         return f"{name} unreadable ({e.strerror or e.__class__.__name__})"
-    if h.hexdigest() != meta["sha256"]:
+    if digest != meta["sha256"]:
         return f"{name} content hash does not match the manifest"
     return None
 

@@ -22,6 +22,7 @@ Linux and macOS both have ``O_NOFOLLOW`` and ``dir_fd``. The folder's path may p
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import stat
@@ -165,3 +166,12 @@ def set_aside(path: str | os.PathLike, suffix: str = ".damaged") -> Path:
 
 __all__ = ["UnsafeRunFolder", "append_line", "folder_fd", "open_folder", "open_in", "set_aside", "write_atomic",
            "write_text_atomic"]
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB chunks (a policy's weights are not held in memory twice)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

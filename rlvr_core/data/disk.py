@@ -24,31 +24,23 @@ earlier version) is read unverified.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from rlvr_core.data.validate import DataError
+from rlvr_core.safefs import file_sha256
 
 PREPARE = "run `python -m flows.prepare` (or `dvc repro prepare`) to regenerate it"
 DIGESTS = "digests.json"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def save_splits(ds: Any, out_dir: str | Path) -> None:
     """``ds.save_to_disk(out_dir)`` (a DatasetDict), then ``digests.json``: {split: {arrow file: sha256}}."""
     out = Path(out_dir)
     ds.save_to_disk(str(out))
-    digests = {split: {f.name: _sha256(f) for f in sorted((out / split).glob("*.arrow"))} for split in ds}
+    digests = {split: {f.name: file_sha256(f) for f in sorted((out / split).glob("*.arrow"))} for split in ds}
     tmp = out / (DIGESTS + ".tmp")
     tmp.write_text(json.dumps(digests, indent=1, sort_keys=True))
     os.replace(tmp, out / DIGESTS)
@@ -64,7 +56,7 @@ def _check_digests(root: Path, split: str, arrows: list[Path]) -> None:
         raise DataError(f"{root / DIGESTS}: no digests for the {split!r} split; the file is corrupt; {PREPARE}")
     for arrow in arrows:
         try:
-            actual = _sha256(arrow)
+            actual = file_sha256(arrow)
         except OSError as e:
             raise DataError(f"{arrow}: cannot be read ({e.strerror or e}); {PREPARE}") from None
         if files.get(arrow.name) != actual:

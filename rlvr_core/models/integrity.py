@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rlvr_core.models.tiny import PolicyLoadError
-from rlvr_core.safefs import write_atomic
+from rlvr_core.safefs import file_sha256, write_atomic
 
 RECORD = "sha256.json"
 FORMAT = 1
@@ -28,14 +28,6 @@ class PolicyFilesMismatch(PolicyLoadError):
     """A policy folder whose files are not those its ``sha256.json`` records (damaged, edited or swapped)."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def file_hashes(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """{relative path: {sha256, bytes}} of every file under ``folder``, the record ``sha256.json`` aside."""
     folder = Path(folder)
@@ -43,7 +35,7 @@ def file_hashes(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
     for p in sorted(q for q in folder.rglob("*") if q.is_file()):
         name = p.relative_to(folder).as_posix()
         if name != RECORD:
-            out[name] = {"sha256": _sha256(p), "bytes": p.stat().st_size}
+            out[name] = {"sha256": file_sha256(p), "bytes": p.stat().st_size}
     return out
 
 
@@ -92,7 +84,7 @@ def _file_problem(path: Path, name: str, want: Mapping[str, Any]) -> str | None:
         size = path.stat().st_size
         if size != want["bytes"]:
             return f"{name} has {size} bytes, its {RECORD} records {want['bytes']}"
-        got = _sha256(path)
+        got = file_sha256(path)
     except OSError as e:
         return f"{name} is unreadable ({e.strerror or e.__class__.__name__})"
     if got != want["sha256"]:

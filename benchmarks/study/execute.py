@@ -24,6 +24,7 @@ import numpy as np
 
 from benchmarks.study import data as D
 from benchmarks.study.plan import (
+    GRID_SEEDS,
     PARAMS_FILE,
     ROOT,
     VARIANTS,
@@ -32,6 +33,7 @@ from benchmarks.study.plan import (
     grid_points,
     grid_seeds,
     grid_tag,
+    labels,
     regime,
     regime_params,
     select,
@@ -320,13 +322,12 @@ def cost_structure(refs: Sequence[Mapping[str, Any]], d: Mapping[str, Any], para
                           and ratio is not None and ratio >= extra["min_fail_pass_length_ratio"])}
 
 
-def choose_grid(store: RunStore, regime_name: str, quick: bool, label: str) -> dict[str, Any]:
-    """The grid point of ``label`` with the lowest median validation rollouts-to-target (unreached: infinite);
-    ties and all-unreached broken by the highest mean validation accuracy over the run."""
-    target = store.target(regime_name)["target"]
+def _best(target: float, candidates: Sequence[tuple[Any, Sequence[Mapping[str, Any]]]]) -> tuple[Any, ...] | None:
+    """(key, candidate, median validation rollouts-to-target, mean validation accuracy, runs) of the candidate whose
+    validation runs reach ``target`` in the fewest median rollouts (unreached: infinite); ties and all-unreached
+    broken by the highest mean validation accuracy over the run. None when no candidate has a run."""
     best = None
-    for g in grid_points(quick):
-        runs = store.grid_runs(regime_name, label, g)
+    for cand, runs in candidates:
         if not runs:
             continue
         r2t = [reach(r["curve"], target)["cum_rollouts"] for r in runs]
@@ -334,10 +335,38 @@ def choose_grid(store: RunStore, regime_name: str, quick: bool, label: str) -> d
         mean_acc = float(np.mean([np.mean([c["greedy_acc"] for c in r["curve"]]) for r in runs]))
         key = (math.inf if med is None else med, -mean_acc)
         if best is None or key < best[0]:
-            best = (key, g, med, mean_acc, len(runs))
+            best = (key, cand, med, mean_acc, len(runs))
+    return best
+
+
+def choose_grid(store: RunStore, regime_name: str, quick: bool, label: str) -> dict[str, Any]:
+    """The grid point of ``label`` chosen on the validation split (``_best``'s rule)."""
+    target = store.target(regime_name)["target"]
+    best = _best(target, [(g, store.grid_runs(regime_name, label, g)) for g in grid_points(quick)])
     return {"grid": list(best[1]) if best else None,
             "validation_rollouts_to_target": best[2] if best else None,
             "validation_mean_accuracy": best[3] if best else None, "runs": best[4] if best else 0}
+
+
+def choose_group_size(store: RunStore, regime_name: str) -> dict[str, Any]:
+    """The group-size protocol's best k of a regime, chosen on the validation split by ``_best``'s rule, and
+    every k's validation figures beside it."""
+    target = store.target(regime_name)["target"]
+    per_k = {}
+    for lab in labels("group-size", regime_name):
+        runs = store.validation_runs(regime_name, "group-size", lab)
+        one = _best(target, [(lab, runs)])
+        per_k[lab] = {"k": VARIANTS[lab].train.get("k", 8), "runs": len(runs),
+                      "validation_rollouts_to_target": one[2] if one else None,
+                      "validation_mean_accuracy": one[3] if one else None}
+    best = _best(target, [(lab, store.validation_runs(regime_name, "group-size", lab)) for lab in per_k])
+    return {"best": best[1] if best else None, "k": per_k[best[1]]["k"] if best else None, "candidates": per_k}
+
+
+def record_group_size(store: RunStore, regime_name: str) -> dict[str, Any]:
+    """Choose the regime's best k and write ``study/<regime>/group-size/choice.json``."""
+    return store.freeze(store.choice_path(regime_name, "group-size"), choose_group_size(store, regime_name),
+                        sort_keys=True)
 
 
 def record_choice(store: RunStore, regime_name: str, quick: bool, label: str) -> dict[str, Any]:
@@ -404,6 +433,29 @@ class _Driver:
                 self.go("tuned", lab, s, g, "test")
 
 
+    def group_size(self, labs: Sequence[str]) -> None:
+        """Every k's validation runs, the best k's choice, then the test runs of the k other than 8 (k = 8's are
+        the reference runs)."""
+        for lab in labs:
+            for s in GRID_SEEDS:
+                self.go("group-size", lab, s, None, "validation")
+        while locks := self.store.held(self.store.run_file(self.regime, "group-size", lab, s, None, "validation")
+                                       for lab in labs for s in GRID_SEEDS):
+            self.log(f"[{self.regime}/group-size] waiting for {len(locks)} validation run(s) of another study process")
+            time.sleep(15)
+        missing = [lab for lab in labels("group-size", self.regime)
+                   if len(self.store.validation_runs(self.regime, "group-size", lab)) < len(GRID_SEEDS)]
+        if missing:  # a choice among some k only would not be the best k: it waits for the rest
+            self.log(f"[{self.regime}/group-size] no choice yet: validation runs missing for {missing}")
+        else:
+            choice = record_group_size(self.store, self.regime)
+            self.log(f"[{self.regime}/group-size] chose {choice['best']} (k = {choice['k']}) on the validation split")
+        for lab in labs:
+            if lab != "grpo":
+                for s in self.seeds:
+                    self.go("group-size", lab, s, None, "test")
+
+
 def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: Path, work: Path, quick: bool,
                  params_file: Path = PARAMS_FILE, log: Log = print, variants: Sequence[str] | None = None) -> None:
     """Reference runs, the frozen target, then the protocol's runs (each skipped when its file exists).
@@ -416,7 +468,12 @@ def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: 
     drv = _Driver(store, regime_name, seeds, work=work, quick=quick, params_file=params_file, log=log)
     labels = select(protocol, regime_name, quick, variants)
     refs = [("reference", "grpo", s, None, "test") for s in seeds]
-    if protocol != "tuned":
+    if protocol == "group-size":
+        drv.total = len(refs) + len(labels) * len(GRID_SEEDS) + (len(labels) - ("grpo" in labels)) * len(seeds)
+        for item in refs:
+            drv.go(*item)
+        drv.group_size(labels)
+    elif protocol != "tuned":
         todo = refs + ([(protocol, lab, s, None, "test") for lab in labels for s in seeds]
                        if protocol != "reference" else [])
         drv.total = len(todo)

@@ -56,6 +56,10 @@ class Variant:
     headline: tuple[str, ...] = ()
 
 
+# the group-size protocol's grid: uniform GRPO at each k with B = ROLLOUTS_PER_UPDATE // k (k = 8 is params.yaml's,
+# B = 32: the reference runs), declared before its runs; the best k of a warm start is chosen on the validation split
+K_GRID = (2, 4, 8, 16)
+ROLLOUTS_PER_UPDATE = 256
 _PROBES = {"probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}
 _EB_ALL = {"equal-batch": ALL, "matched-updates-small": ALL}
 
@@ -66,7 +70,8 @@ _EB_ALL = {"equal-batch": ALL, "matched-updates-small": ALL}
 # refuses new runs there): they run on the rollout-grid regimes only.
 VARIANTS: dict[str, Variant] = {v.label: v for v in (
     Variant("grpo", "grpo", {}, "B prompts x k, train on all",
-            runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL},
+            runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL,
+                  "group-size": ROLLOUT_GRID},
             headline=("reference", "matched-updates")),
     Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)",
             runs={**_EB_ALL, "tuned": ALL}, headline=("equal-batch",)),
@@ -117,6 +122,16 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",)),
     Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone",
             runs={"equal-rollouts": ROLLOUT_GRID}),
+    # AR3PO's reuse without its first-pass stop: one stage of 4 rollouts per prompt, B = 64 (grpo[k4]'s 256
+    # rollouts per update); with grpo[k2], grpo[k4] and ar3po[no-reuse] it splits AR3PO's saving into small
+    # groups, the stop and reuse (docs/training-study.md, "The group-size grid")
+    Variant("ar3po[no-stop]", "ar3po", {"stage_size": 4, "max_stages": 1}, "AR3PO's reuse on fixed groups of 4",
+            {"batch_size": 64}, runs={"equal-rollouts": ROLLOUT_GRID}),
+    # uniform GRPO at other group sizes, B x k = ROLLOUTS_PER_UPDATE (docs/training-study.md, "The group-size
+    # grid"): a saving against grpo at k = 8 may be the choice of k, not allocation
+    *(Variant(f"grpo[k{k}]", "grpo", {}, f"uniform GRPO at k = {k}, B = {ROLLOUTS_PER_UPDATE // k}",
+              {"k": k, "batch_size": ROLLOUTS_PER_UPDATE // k}, runs={"group-size": ROLLOUT_GRID})
+      for k in K_GRID if k != 8),
     # the length-aware candidate of the worked-answer issue (declared before its runs; regime steps only):
     # tau_low scaled per prompt by its prefix's tokens per rollout over the step's, so a long all-fail prefix is
     # abandoned after k/4 rollouts (under the uniform prior the k/4 probe alone changes no decision)
@@ -149,6 +164,9 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              order=("grpo", "vigor", "pods", "sara[budget]"), shares=(("reference", ("grpo",)),)),
     Protocol("tuned", "grpo", "every allocator at its best point of one grid (GRID), chosen on the validation split",
              order=("grpo", "dapo", "greso", "sara", "sara[carry]", "sara+dps", "vigor", "pods", "sara[budget]")),
+    Protocol("group-size", "grpo", f"uniform GRPO at k in {K_GRID}, B x k = {ROLLOUTS_PER_UPDATE} rollouts per "
+             "update; the best k chosen on the validation split (its grpo runs are the reference runs)",
+             order=tuple(f"grpo[k{k}]" if k != 8 else "grpo" for k in K_GRID), shares=(("reference", ("grpo",)),)),
     # equal effective groups per update against uniform GRPO at the same lr and schedule (matched_sizes): grpo with
     # a prompt batch whose expected effective groups equal the equal-batch allocators' B, compared with the
     # regime's equal-batch cells; and the converse, the equal-batch variants at B = GRPO-B's effective groups per
@@ -329,7 +347,7 @@ STEPS_CRITERIA = {"min_generate_share": 0.65, "min_fail_pass_length_ratio": 1.5}
 
 EVAL_GRID = 1536  # rollouts between evaluations of every rollout-grid regime (6 GRPO steps at B=32, k=8)
 STEP_GRID_PROTOCOLS = ("equal-batch", "equal-rollouts", "tuned")
-ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small")
+ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small", "group-size")
 WS_SEP = "-ws"  # "<regime>-ws<J>": the regime from warm start seed J (warmstart.seed = J)
 
 
@@ -524,4 +542,6 @@ def expected_runs(protocol: str, regime_name: str, seeds: int = 5) -> int:
     n = len(labs) * seeds
     if protocol == "tuned":
         n += len(labs) * len(GRID) * len(GRID_SEEDS)
+    if protocol == "group-size":
+        return n + len(labs) * len(GRID_SEEDS)  # every k's validation runs; k = 8's test runs are the reference
     return n + (0 if protocol in ("reference", "equal-rollouts") else seeds)

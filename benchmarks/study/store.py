@@ -6,6 +6,7 @@ Under the results root ``out`` (benchmarks/results by default)::
     study/<regime>/matched.json                 the frozen prompt batches of the matched-updates protocols
     study/<regime>/preregistration.json         the regime's criteria on its reference runs, written once
     study/<regime>/tuned/choice.json            each tuned allocator's grid point, chosen on the validation split
+    study/<regime>/group-size/choice.json       the best uniform k, chosen on the validation split
     study/<regime>/<protocol>/<slug>[-b<B>-lr<lr>][-val]/s<seed>.json   one run (a .lock beside it while it trains)
 
 A cell is the test-split runs of one (regime, protocol, variant), with the runs of another protocol it shares
@@ -58,8 +59,9 @@ class RunStore:
     def preregistration_path(self, regime: str) -> Path:
         return self.root / regime / "preregistration.json"
 
-    def choice_path(self, regime: str) -> Path:
-        return self.root / regime / "tuned" / "choice.json"
+    def choice_path(self, regime: str, protocol: str = "tuned") -> Path:
+        """The choices made on the validation split: tuned's grid points, group-size's best k."""
+        return self.root / regime / protocol / "choice.json"
 
     # ----- frozen files ---------------------------------------------------------------------------------
     def _frozen_file(self, path: Path) -> dict[str, Any] | None:
@@ -135,6 +137,11 @@ class RunStore:
     def grid_runs(self, regime: str, label: str, grid: tuple[int, float]) -> list[Run]:
         """The validation runs of one tuned grid point, read now."""
         cell = self.run_file(regime, "tuned", label, 0, grid, "validation").parent
+        return [json.loads(p.read_text()) for p in sorted(cell.glob("s*.json"))]
+
+    def validation_runs(self, regime: str, protocol: str, label: str) -> list[Run]:
+        """The validation runs of one (protocol, variant) off the tuned grid, read now."""
+        cell = self.run_file(regime, protocol, label, 0, None, "validation").parent
         return [json.loads(p.read_text()) for p in sorted(cell.glob("s*.json"))]
 
     def validation_locks(self, regime: str, label: str) -> list[Path]:

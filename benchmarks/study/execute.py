@@ -24,7 +24,6 @@ import numpy as np
 
 from benchmarks.study import data as D
 from benchmarks.study.plan import (
-    GRID_SEEDS,
     PARAMS_FILE,
     ROOT,
     VARIANTS,
@@ -437,14 +436,14 @@ class _Driver:
         """Every k's validation runs, the best k's choice, then the test runs of the k other than 8 (k = 8's are
         the reference runs)."""
         for lab in labs:
-            for s in GRID_SEEDS:
+            for s in grid_seeds(self.quick):
                 self.go("group-size", lab, s, None, "validation")
         while locks := self.store.held(self.store.run_file(self.regime, "group-size", lab, s, None, "validation")
-                                       for lab in labs for s in GRID_SEEDS):
+                                       for lab in labs for s in grid_seeds(self.quick)):
             self.log(f"[{self.regime}/group-size] waiting for {len(locks)} validation run(s) of another study process")
             time.sleep(15)
         missing = [lab for lab in labels("group-size", self.regime)
-                   if len(self.store.validation_runs(self.regime, "group-size", lab)) < len(GRID_SEEDS)]
+                   if len(self.store.validation_runs(self.regime, "group-size", lab)) < len(grid_seeds(self.quick))]
         if missing:  # a choice among some k only would not be the best k: it waits for the rest
             self.log(f"[{self.regime}/group-size] no choice yet: validation runs missing for {missing}")
         else:
@@ -469,7 +468,7 @@ def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: 
     labels = select(protocol, regime_name, quick, variants)
     refs = [("reference", "grpo", s, None, "test") for s in seeds]
     if protocol == "group-size":
-        drv.total = len(refs) + len(labels) * len(GRID_SEEDS) + (len(labels) - ("grpo" in labels)) * len(seeds)
+        drv.total = len(refs) + len(labels) * len(grid_seeds(quick)) + (len(labels) - ("grpo" in labels)) * len(seeds)
         for item in refs:
             drv.go(*item)
         drv.group_size(labels)

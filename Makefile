@@ -16,11 +16,12 @@ export MPLBACKEND := Agg
 
 .PHONY: install test run verify serve bench docs clean vllm-cpu-env
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# the CPU build first: a bare torch requirement would pull a multi-GB CUDA build
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	# the CPU build first: a bare torch requirement would pull a multi-GB CUDA build; transformers pinned too, since
+	# every saved policy's config.json records its version, so another release changes every trained stage's hash
+	$(BIN)/python -m pip install --quiet torch==2.13.0 transformers==5.25.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,trl,pipeline]'
 	touch $(STAMP)
 

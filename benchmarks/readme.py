@@ -26,7 +26,10 @@ from benchmarks.study.plan import COMPARISONS, PROTOCOLS, REGIMES, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 # the documents whose marked sections sync() fills, paths relative to ROOT
-DOCS = ("README.md", "docs/results.md")
+DOCS = ("README.md", "docs/results.md", "docs/training-study.md")
+# the documents that quote no measured figure outside their generated sections (docs/training-study.md declares
+# the study's plan in figures: grids, budgets, seeds)
+MEASURED_DOCS = ("README.md", "docs/results.md")
 
 
 # the cells training_headline.md shows (every cell is in benchmarks/results/study/training_study.md): those whose
@@ -73,7 +76,18 @@ FRONT = tuple((c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.front)
 FRONT_ROWS = 6
 
 
-def evidence_headline(rows: list[dict]) -> str:
+def _vs_best(r: dict | None) -> str:
+    """A row's saving against the best uniform k (benchmarks/group_size.py), or why there is none."""
+    if r is None:
+        return "not run yet"
+    v = r["vs_best"]
+    if v["pooled_saving"] is None:
+        return "never reaches"
+    n = v["warm_starts"]
+    return f"{pct(v['pooled_saving'])} [{pct(v['pooled_lo'])}, {pct(v['pooled_hi'])}] ({n} warm start{'s' * (n != 1)})"
+
+
+def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
     """The README's opening table (readme/evidence_headline.md): per headline regime and front comparison that has
     run, the pooled saving in fitted rollouts to target [95% CI] across warm starts, the stratified p and the warm
     starts where it holds (the rows of warmstarts/training_warmstarts.json), then a bulleted legend."""
@@ -84,14 +98,16 @@ def evidence_headline(rows: list[dict]) -> str:
     shown = [by_key[(g, *c)] for g in README_REGIMES for c in FRONT if (g, *c) in by_key]
     if not shown:
         return ""
-    out = ["| regime | allocator | baseline | protocol | fewer rollouts to target [95% CI] | p | holds in |",
-           "|---|---|---|---|---|---|---|"]
+    best = {(b["family"], b["protocol"], b["ours"]): b for b in best_k}
+    out = ["| regime | allocator | baseline | protocol | fewer rollouts to target [95% CI] | p | holds in | "
+           "vs best uniform GRPO [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     for r in shown:
         saving = "never reaches" if r["pooled_saving"] is None else \
             f"{pct(r['pooled_saving'])}" + (f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]" if "pooled_lo" in r
                                             else "")
         out.append(f"| {r['family']} | {r['ours']} | {r['baseline']} | {r['protocol']} | {saving} | "
-                   f"{p_value(r['p_value_stratified'])} | {r['holds_in']} of {r['warm_starts']} warm starts |")
+                   f"{p_value(r['p_value_stratified'])} | {r['holds_in']} of {r['warm_starts']} warm starts | "
+                   f"{_vs_best(best.get((r['family'], r['protocol'], r['ours'])))} |")
     protocols = sorted({r["protocol"] for r in shown}, key=list(PROTOCOLS).index)
     out += ["",
             "- **regime**: the task, read over its warm starts (each its own starting policy, uniform GRPO reference "
@@ -104,6 +120,9 @@ def evidence_headline(rows: list[dict]) -> str:
             "Interval: bootstrap over runs within each warm start.",
             "- **p**: one-sided rank test stratified by warm start, misses ranked last.",
             "- **holds in**: the warm starts whose own saving is above zero.",
+            "- **vs best uniform GRPO**: the same saving against uniform GRPO at the group size k its warm start "
+            "chose on the validation split (k in 2, 4, 8, 16 at 256 rollouts per update), pooled over the warm "
+            "starts that ran the grid ([group_size.md](benchmarks/results/group_size/group_size.md)).",
             "- Every other comparison, the costs in tokens and seconds, the targets and the simulated allocation "
             "benchmark: [docs/results.md](docs/results.md)."]
     return "\n".join(out) + "\n"
@@ -139,10 +158,15 @@ def allocation_headline(targets: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_headlines(results: Path, protocols: list[dict] | None = None, comparisons: list[dict] | None = None) -> None:
+def write_headlines(results: Path, protocols: list[dict] | None = None, comparisons: list[dict] | None = None,
+                    best_k: list[dict] | None = None) -> None:
     """Derive the headline tables from the benchmarks' JSON files under the results root ``results`` (when they
     exist) into its readme/; ``protocols``: the study's cell records in memory (else its training_protocols.json);
-    ``comparisons``: the warm-start comparison rows in memory (else warmstarts/training_warmstarts.json's)."""
+    ``comparisons``: the warm-start comparison rows in memory (else warmstarts/training_warmstarts.json's);
+    ``best_k``: the rows against the best uniform k (else group_size/group_size.json's)."""
+    grid = results / "group_size" / "group_size.json"
+    if best_k is None and grid.is_file():
+        best_k = json.loads(grid.read_text())["comparisons"]
     cells = results / "study" / "training_protocols.json"
     targets = results / "allocation" / "allocation_targets.json"
     warm = results / "warmstarts" / "training_warmstarts.json"
@@ -153,7 +177,8 @@ def write_headlines(results: Path, protocols: list[dict] | None = None, comparis
     if comparisons is None and warm.is_file():
         comparisons = json.loads(warm.read_text())["rollouts"]
     if comparisons is not None:
-        (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons))
+        (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons,
+                                                                                             best_k or []))
     if targets.is_file() and not _quick_run(targets):
         (output_dir(results, "readme") / "allocation_headline.md").write_text(
             allocation_headline(json.loads(targets.read_text())))

@@ -187,7 +187,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
      "benchmarks.training"),
     ("benchmarks.study.tables", "benchmarks.study.execute", "benchmarks.floor", "benchmarks.study_targets",
      "benchmarks.record_policies", "benchmarks.advisor_validation"),
-    ("benchmarks.warmstarts", "benchmarks.study.round_price", "benchmarks.regimes"),
+    ("benchmarks.warmstarts", "benchmarks.group_size", "benchmarks.study.round_price", "benchmarks.regimes"),
     ("benchmarks.study.summarize",),
     ("benchmarks.study.cli",),
     ("benchmarks.study.__main__",),

@@ -150,7 +150,9 @@ def cost_of(run: Mapping[str, Any], target: float, axis: str, ours: bool, fit: b
 
 def _sav(x: np.ndarray, y: np.ndarray) -> float:
     mx, my = float(np.median(x)), float(np.median(y))
-    return -math.inf if not math.isfinite(mx) else 1.0 - mx / my
+    if not math.isfinite(mx):
+        return -math.inf
+    return 1.0 - mx / my if my > 0 else math.nan  # a baseline at its target from the start: no saving to read
 
 
 def _savings(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -284,7 +286,7 @@ def compare(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base
         per.append({"regime": regime, "warm_start": base_regime(regime)[1] or 0,
                     "preregistration_met": preregistered(store, regime), "target": t, **s})
         base_median = float(np.median([cost_of(r, t, axis, False) for r in b]))
-        ratios += [cost_of(r, t, axis, True) / base_median for r in a]
+        ratios += [cost_of(r, t, axis, True) / base_median if base_median > 0 else math.nan for r in a]
         fa += [reach_x(r, t, axis) for r in a]
         fb += [reach_x(r, t, axis) for r in b]
         sa += [regime] * len(a)
@@ -318,9 +320,10 @@ def pooled_costs(store: Cells, regimes: Sequence[str], protocol: str, ours: str,
 
     idx = resample(np.random.default_rng(seed), [len(x) for pair in costs for x in pair], boot)
     draws = [(a[ia], b[ib]) for (a, b), ia, ib in zip(costs, idx[::2], idx[1::2])]  # (resamples, runs, axes)
-    ratios = np.concatenate([a / np.median(b, axis=1)[:, None, :] for a, b in draws], axis=1)
-    boots = 1.0 - np.median(ratios, axis=1)
-    value = pooled(costs)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a baseline at its target from the start: no saving
+        ratios = np.concatenate([a / np.median(b, axis=1)[:, None, :] for a, b in draws], axis=1)
+        boots = 1.0 - np.median(ratios, axis=1)
+        value = pooled(costs)
 
     def ci(x: np.ndarray) -> tuple[float | None, float | None]:
         lo, hi = percentile_interval(np.sort(x))

@@ -85,9 +85,10 @@ class RunStore:
     def preregistration(self, regime: str) -> dict[str, Any] | None:
         return self._frozen_file(self.preregistration_path(regime))
 
-    def choice(self, regime: str) -> dict[str, Any]:
-        """The tuned choices recorded so far ({label: choice}); re-read each time (choices are added)."""
-        p = self.choice_path(regime)
+    def choice(self, regime: str, protocol: str = "tuned") -> dict[str, Any]:
+        """The choices recorded so far (tuned: {label: choice}; group-size: the best k); re-read each time (tuned's
+        choices are added one allocator at a time)."""
+        p = self.choice_path(regime, protocol)
         return json.loads(p.read_text()) if p.exists() else {}
 
     def freeze(self, path: Path, value: dict[str, Any], **dumps: Any) -> dict[str, Any]:

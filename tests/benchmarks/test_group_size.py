@@ -108,3 +108,48 @@ def test_the_driver_runs_validation_then_chooses_only_with_every_k_then_tests(tm
     for p in gs.glob("grpo_k2/s*.json"):
         r = json.loads(p.read_text())
         assert r["k"] == 2 and r["batch_size"] == 128 and r["split"] == "test"
+
+
+def _test_cell(store: RunStore, protocol: str, label: str, accs: list[float], seeds: int = 3) -> None:
+    for seed in range(seeds):
+        path = store.run_file("pool", protocol, label, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bump = [a + 0.01 * seed * (i > 0) for i, a in enumerate(accs)]
+        path.write_text(json.dumps({"regime": "pool", "protocol": protocol, "variant": label, "seed": seed,
+                                    "split": "test", "curve": _curve(bump), "ledger": {"rollouts": 1000 * len(accs)},
+                                    "grid": None, "eval_size": 2000, "allocator_params": {}}))
+
+
+def test_an_allocator_is_read_against_k8_and_against_the_chosen_k(tmp_path: Path) -> None:
+    """ar3po beats k = 8 but not k = 4, the k chosen on validation: the row says both, and the README's opening
+    table carries the second beside the first."""
+    from benchmarks import group_size, readme
+
+    store = _store(tmp_path)
+    for seed in plan.GRID_SEEDS:
+        for lab, accs in (("grpo[k2]", [0.3, 0.4, 0.6]), ("grpo[k4]", [0.3, 0.6, 0.6]), ("grpo", [0.3, 0.4, 0.6]),
+                          ("grpo[k16]", [0.3, 0.35, 0.4])):
+            _write(store, lab, seed, accs, "validation")
+    execute.record_group_size(store, "pool")
+    _test_cell(store, "reference", "grpo", [0.3, 0.35, 0.45, 0.55])
+    for lab, accs in (("grpo[k2]", [0.3, 0.4, 0.5, 0.6]), ("grpo[k4]", [0.3, 0.6, 0.6, 0.6]),
+                      ("grpo[k16]", [0.3, 0.3, 0.35, 0.4])):
+        _test_cell(store, "group-size", lab, accs)
+    _test_cell(store, "equal-rollouts", "ar3po", [0.3, 0.45, 0.55, 0.6])
+    res = group_size.measure(RunStore(tmp_path), bases=("pool",))
+    (grid,) = res["grids"]
+    assert [c["k"] for c in grid["cells"]] == [2, 4, 8, 16] and grid["chosen"] == "grpo[k4]"
+    assert grid["best_on_test"] == "grpo[k4]" and grid["cells"][3]["reached_fit"] == 0
+    ar3po = next(r for r in res["comparisons"] if r["ours"] == "ar3po")
+    assert ar3po["front"] and ar3po["vs_k8"]["pooled_saving"] > 0.2 and ar3po["vs_best"]["pooled_saving"] < 0
+    assert ar3po["vs_best"]["per_warm_start"][0]["regime"] == "pool"
+    k4 = next(r for r in res["comparisons"] if r["ours"] == "grpo[k4]")
+    assert k4["vs_best"]["pooled_saving"] == pytest.approx(0.0)
+    group_size.write(res, tmp_path)
+    md = (tmp_path / "group_size" / "group_size.md").read_text()
+    assert "| pool | ar3po | equal-rollouts | pool |" in md and (tmp_path / "group_size" / "group_size.png").exists()
+    row = {"family": "pool", "protocol": "equal-rollouts", "ours": "ar3po", "baseline": "grpo", **ar3po["vs_k8"]}
+    table = readme.evidence_headline([row], res["comparisons"])
+    line = next(ln for ln in table.splitlines() if ln.startswith("| pool | ar3po |"))
+    assert line.endswith(f"| {readme._vs_best(ar3po)} |") and "(1 warm start)" in line and "-" in line.split("|")[-2]
+    assert readme.evidence_headline([row], []).splitlines()[2].endswith("| not run yet |")

@@ -25,6 +25,7 @@ import numpy as np
 from benchmarks.study import data as D
 from benchmarks.study.plan import (
     PARAMS_FILE,
+    PROTOCOLS,
     ROOT,
     VARIANTS,
     WS_SEP,
@@ -473,7 +474,8 @@ def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: 
             drv.go(*item)
         drv.group_size(labels)
     elif protocol != "tuned":
-        todo = refs + ([(protocol, lab, s, None, "test") for lab in labels for s in seeds]
+        first = PROTOCOLS[protocol].first_seed
+        todo = refs + ([(protocol, lab, first + s, None, "test") for lab in labels for s in seeds]
                        if protocol != "reference" else [])
         drv.total = len(todo)
         for item in todo:

@@ -132,6 +132,10 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     *(Variant(f"grpo[k{k}]", "grpo", {}, f"uniform GRPO at k = {k}, B = {ROLLOUTS_PER_UPDATE // k}",
               {"k": k, "batch_size": ROLLOUTS_PER_UPDATE // k}, runs={"group-size": ROLLOUT_GRID})
       for k in K_GRID if k != 8),
+    # the A/A null control (docs/training-study.md, "Null controls"): the reference configuration itself on seeds
+    # disjoint from the reference runs', read against them through the same pooling and tests
+    Variant("grpo[aa]", "grpo", {}, "uniform GRPO, the reference runs' configuration, on seeds 5-9",
+            runs={"null-aa": ROLLOUT_GRID}),
     # the length-aware candidate of the worked-answer issue (declared before its runs; regime steps only):
     # tau_low scaled per prompt by its prefix's tokens per rollout over the step's, so a long all-fail prefix is
     # abandoned after k/4 rollouts (under the uniform prior the k/4 probe alone changes no decision)
@@ -145,7 +149,8 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
 class Protocol:
     """A protocol of the study: ``baseline``, the variant its cells are rank-tested against; ``shares``: (protocol,
     labels or None for the variants of ``shares_variants_of``) whose runs this protocol's cells hold too;
-    ``order``: the run order of its variants (the rest follow in table order); ``note``: what it fixes."""
+    ``order``: the run order of its variants (the rest follow in table order); ``note``: what it fixes;
+    ``first_seed``: its runs' seeds start here (the reference runs' stay 0, 1, ...)."""
 
     name: str
     baseline: str
@@ -153,6 +158,7 @@ class Protocol:
     order: tuple[str, ...] = ()
     shares: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
     shares_variants_of: str = ""
+    first_seed: int = 0
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
@@ -167,6 +173,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("group-size", "grpo", f"uniform GRPO at k in {K_GRID}, B x k = {ROLLOUTS_PER_UPDATE} rollouts per "
              "update; the best k chosen on the validation split (its grpo runs are the reference runs)",
              order=tuple(f"grpo[k{k}]" if k != 8 else "grpo" for k in K_GRID), shares=(("reference", ("grpo",)),)),
+    Protocol("null-aa", "grpo", "uniform GRPO against itself on disjoint seeds (5-9 against the reference runs' "
+             "0-4): a null control", shares=(("reference", ("grpo",)),), first_seed=5),
     # equal effective groups per update against uniform GRPO at the same lr and schedule (matched_sizes): grpo with
     # a prompt batch whose expected effective groups equal the equal-batch allocators' B, compared with the
     # regime's equal-batch cells; and the converse, the equal-batch variants at B = GRPO-B's effective groups per
@@ -362,7 +370,8 @@ STEPS_CRITERIA = {"min_generate_share": 0.65, "min_fail_pass_length_ratio": 1.5}
 
 EVAL_GRID = 1536  # rollouts between evaluations of every rollout-grid regime (6 GRPO steps at B=32, k=8)
 STEP_GRID_PROTOCOLS = ("equal-batch", "equal-rollouts", "tuned")
-ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small", "group-size")
+ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small", "group-size",
+                          "null-aa")
 WS_SEP = "-ws"  # "<regime>-ws<J>": the regime from warm start seed J (warmstart.seed = J)
 
 

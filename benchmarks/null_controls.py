@@ -1,0 +1,143 @@
+"""The study's null controls: what the instrument reports when allocation is held equal.
+
+    python -m benchmarks.null_controls       # (also run by `python -m benchmarks.study --summarize-only`)
+
+Each control is read through the same pooling and tests as the headline rows (benchmarks/warmstarts.py), per family
+of warm starts (docs/training-study.md, "Null controls", declared before their runs):
+
+- **A/A**: uniform GRPO (``grpo[aa]``, the reference configuration on seeds 5-9) against the reference runs (seeds
+  0-4) in fitted rollouts to target. Passes when its pooled interval covers zero and its point estimate lies within
+  10%.
+- **A/A false positives**: the ten runs of each warm start re-split at random into two sets of five (``SPLITS``
+  seeded draws, the same split drawn for every warm start of a family at once), each split read as a comparison:
+  the share whose stratified p lies below 0.05 (the stated level) and the share whose 95% interval lies wholly
+  above zero (a claimed saving; 2.5% expected).
+- **DAPO against matched GRPO** in updates to target: DAPO picks its groups as GRPO does, so at matched effective
+  groups per update (the matched-updates protocol) its saving in updates should be about zero; beside it the same
+  cells in rollouts.
+
+Writes benchmarks/results/null_controls/null_controls.json and null_controls.md (docs/results.md pastes it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from benchmarks.common import RESULTS, output_dir
+from benchmarks.study.formats import p_value, pct
+from benchmarks.study.plan import COMPARISON_FAMILIES
+from benchmarks.study.stats import compare, pooled_costs
+from benchmarks.study.store import RunStore, as_store
+
+AA = ("null-aa", "grpo[aa]", "grpo")
+DAPO = ("matched-updates", "dapo", "grpo")
+SPLITS = 200  # random re-splits of the A/A runs per family
+LEVEL = 0.05
+TOLERANCE = 0.10  # the A/A point estimate's allowed distance from zero
+
+
+def _row(store: Any, regimes: Sequence[str], protocol: str, ours: str, base: str, axis: str = "cum_rollouts",
+         boot: int = 2000) -> dict[str, Any] | None:
+    row = compare(store, regimes, protocol, ours, base, axis=axis)
+    if row is None:
+        return None
+    ci = pooled_costs(store, regimes, protocol, ours, base, (axis,), boot=boot)[axis]
+    return {**row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]}
+
+
+class Split:
+    """A view of the A/A cells with each warm start's runs of both sides re-split: ``ours[regime]`` indexes the
+    pooled runs taken as grpo[aa], the rest are the reference side."""
+
+    def __init__(self, store: RunStore, pooled: Mapping[str, list[dict]], ours: Mapping[str, np.ndarray]) -> None:
+        self.store, self.pooled, self.ours = store, pooled, ours
+
+    def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+        runs, mine = self.pooled[regime], set(self.ours[regime].tolist())
+        return [r for i, r in enumerate(runs) if (i in mine) == (label == AA[1])]
+
+    def target_value(self, regime: str) -> float | None:
+        return self.store.target_value(regime)
+
+    def preregistration(self, regime: str) -> dict[str, Any] | None:
+        return self.store.preregistration(regime)
+
+
+def false_positives(store: RunStore, regimes: Sequence[str], splits: int = SPLITS, seed: int = 0) -> dict[str, Any]:
+    """The A/A runs of ``regimes`` re-split ``splits`` times: the share of splits with p < LEVEL and with the
+    interval wholly above zero."""
+    pooled = {r: store.cell(r, *AA[:2]) + store.cell(r, AA[0], AA[2]) for r in regimes}
+    pooled = {r: runs for r, runs in pooled.items() if store.cell(r, *AA[:2])}
+    rng = np.random.default_rng(seed)
+    low_p = above = 0
+    for _ in range(splits):
+        ours = {r: rng.permutation(len(runs))[: len(runs) // 2] for r, runs in pooled.items()}
+        row = _row(Split(store, pooled, ours), list(pooled), *AA, boot=500)
+        low_p += row["p_value_stratified"] is not None and row["p_value_stratified"] < LEVEL
+        above += row["pooled_lo"] is not None and row["pooled_lo"] > 0
+    return {"splits": splits, "warm_starts": len(pooled), "runs": sum(map(len, pooled.values())),
+            "p_below_level": low_p / splits, "interval_above_zero": above / splits, "level": LEVEL}
+
+
+def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, splits: int = SPLITS) -> list[dict]:
+    """Per family: the A/A row, its false positives, and DAPO against matched GRPO in updates and rollouts."""
+    store = as_store(out)
+    rows = []
+    for base in bases:
+        regimes = store.family(base)
+        aa = _row(store, regimes, *AA)
+        rows.append({"family": base, "aa": aa,
+                     "aa_passes": None if aa is None or aa["pooled_saving"] is None else
+                     bool(aa["pooled_lo"] is not None and aa["pooled_hi"] is not None and aa["pooled_lo"] <= 0
+                          <= aa["pooled_hi"] and abs(aa["pooled_saving"]) <= TOLERANCE),
+                     "aa_false_positives": false_positives(store, regimes, splits) if aa is not None else None,
+                     "dapo_updates": _row(store, regimes, *DAPO, axis="updates"),
+                     "dapo_rollouts": _row(store, regimes, *DAPO)})
+    return rows
+
+
+def _cell(r: Mapping[str, Any] | None) -> str:
+    if r is None:
+        return "not run yet"
+    ci = "" if r["pooled_lo"] is None and r["pooled_hi"] is None else f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]"
+    return (f"{pct(r['pooled_saving'])}{ci}, p {p_value(r['p_value_stratified'])}, {r['ours_runs']} vs "
+            f"{r['base_runs']} runs, {r['warm_starts']} warm starts")
+
+
+def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    out = ["Savings in fitted rollouts (or updates) to each warm start's own target, pooled over its family's warm "
+           "starts as the headline rows are (95% bootstrap interval, one-sided rank test stratified by warm start). "
+           f"A/A passes when its interval covers zero and its point estimate is within {pct(TOLERANCE)}; its false "
+           f"positives re-split each warm start's ten runs {SPLITS} times (expected: {pct(LEVEL)} with p < "
+           f"{LEVEL:g}, 2.5% with the interval above zero).", "",
+           "| regime | A/A: grpo[aa] vs grpo | passes | A/A splits with p < 0.05 | A/A splits with interval above 0 "
+           "| dapo vs matched grpo, updates | dapo vs matched grpo, rollouts |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fp = r["aa_false_positives"]
+        passes = "-" if r["aa_passes"] is None else "yes" if r["aa_passes"] else "**no**"
+        out.append(f"| {r['family']} | {_cell(r['aa'])} | {passes} | {'-' if fp is None else pct(fp['p_below_level'])} "
+                   f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_cell(r['dapo_updates'])} | "
+                   f"{_cell(r['dapo_rollouts'])} |")
+    return "\n".join(out) + "\n"
+
+
+def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
+    dest = output_dir(results, "null_controls")
+    (dest / "null_controls.json").write_text(json.dumps(list(rows), indent=1) + "\n")
+    (dest / "null_controls.md").write_text(markdown(rows))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    rows = measure(RunStore(RESULTS))
+    write(rows, RESULTS)
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

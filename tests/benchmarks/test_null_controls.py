@@ -1,0 +1,73 @@
+"""The null controls (benchmarks/null_controls.py): A/A on disjoint seeds, its false positives by re-splitting, and
+DAPO against matched GRPO in updates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import null_controls
+from benchmarks.study import cli, plan
+from benchmarks.study.store import RunStore
+
+
+def _write(store: RunStore, regime: str, protocol: str, label: str, seed: int, speed: float) -> None:
+    """A run whose accuracy rises ``speed`` per 1,000 rollouts (and per 5 updates) from 0.3."""
+    curve = [{"step": i, "updates": 5 * i, "cum_rollouts": 1000 * i, "cum_tokens": 4000 * i, "cum_trained_tokens": 0,
+              "seconds": 0.5 * i, "greedy_acc": min(0.3 + speed * i, 0.9)} for i in range(12)]
+    path = store.run_file(regime, protocol, label, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"regime": regime, "protocol": protocol, "variant": label, "seed": seed,
+                                "split": "test", "curve": curve, "ledger": {"rollouts": 11000}, "grid": None,
+                                "eval_size": 2000, "allocator_params": {}}))
+
+
+def _family(tmp_path: Path, aa_speed: float) -> RunStore:
+    store = RunStore(tmp_path)
+    for regime in ("pool", "pool-ws1"):
+        store.freeze(store.target_path(regime), {"regime": regime, "target": 0.5})
+        for s in range(5):
+            _write(store, regime, "reference", "grpo", s, 0.04 + 0.004 * s)
+            _write(store, regime, "null-aa", "grpo[aa]", 5 + s, aa_speed + 0.004 * s)
+            _write(store, regime, "equal-batch", "dapo", s, 0.04 + 0.004 * s)
+            _write(store, regime, "matched-updates", "grpo", s, 0.04 + 0.004 * ((s + 2) % 5))
+    return store
+
+
+def test_an_a_a_from_the_same_runs_passes_and_its_false_positives_are_counted(tmp_path: Path) -> None:
+    (row,) = null_controls.measure(_family(tmp_path, 0.042), bases=("pool",), splits=20)
+    aa = row["aa"]
+    assert aa["ours"] == "grpo[aa]" and aa["baseline"] == "grpo" and aa["warm_starts"] == 2
+    assert aa["ours_runs"] == aa["base_runs"] == 10
+    assert row["aa_passes"] is True and abs(aa["pooled_saving"]) <= null_controls.TOLERANCE
+    fp = row["aa_false_positives"]
+    assert fp["splits"] == 20 and fp["runs"] == 20 and fp["warm_starts"] == 2
+    for share in (fp["p_below_level"], fp["interval_above_zero"]):  # shares of the 20 splits, far below half
+        assert round(share * 20) == share * 20 and share < 0.5
+    # DAPO's cells equal matched GRPO's (the same speeds, other seeds): about zero in updates and rollouts
+    assert abs(row["dapo_updates"]["pooled_saving"]) < 0.05 and row["dapo_updates"]["axis"] == "updates"
+    md = null_controls.markdown([row])
+    assert "| pool | " in md and "| yes |" in md
+
+
+def test_an_a_a_that_separates_fails(tmp_path: Path) -> None:
+    (row,) = null_controls.measure(_family(tmp_path, 0.08), bases=("pool",), splits=10)
+    assert row["aa"]["pooled_saving"] > 0.3 and row["aa_passes"] is False
+    assert "| **no** |" in null_controls.markdown([row])
+
+
+def test_a_family_without_a_a_runs_says_so(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    store.freeze(store.target_path("pool"), {"regime": "pool", "target": 0.5})
+    (row,) = null_controls.measure(store, bases=("pool",))
+    assert row["aa"] is None and row["aa_passes"] is None and row["aa_false_positives"] is None
+    assert "not run yet" in null_controls.markdown([row])
+
+
+def test_the_a_a_runs_take_seeds_disjoint_from_the_reference_runs(tmp_path: Path) -> None:
+    assert plan.PROTOCOLS["null-aa"].first_seed == 5 and plan.labels("null-aa", "pool") == ("grpo[aa]",)
+    out = tmp_path / "out"
+    assert cli.main(["--quick", "--regime", "pool", "--protocol", "null-aa", "--out", str(out)]) == 0
+    study = out / "study" / "pool"
+    assert sorted(p.name for p in (study / "null-aa" / "grpo_aa").glob("s*.json")) == ["s5.json", "s6.json"]
+    assert sorted(p.name for p in (study / "reference" / "grpo").glob("s*.json")) == ["s0.json", "s1.json"]

@@ -352,3 +352,15 @@ def family_saving(store: Cells, regimes: Sequence[str], protocol: str, ours: str
             "ours_seeds": row["ours_runs"], "base_seeds": row["base_runs"],
             "ours_reached": sum(p["ours_reached"] for p in per), "base_reached": sum(p["base_reached"] for p in per),
             "warm_starts": row["warm_starts"], "holds_in": row["holds_in"], "regimes": [p["regime"] for p in per]}
+
+
+def holm(ps: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values, in the order given (None: untested, not counted in the
+    family): the i-th smallest of m is multiplied by m - i + 1, capped at 1 and never below the one before it."""
+    order = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: ps[i])
+    out: list[float | None] = [None] * len(ps)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * float(ps[i])))
+        out[i] = running
+    return out

@@ -45,6 +45,10 @@ def test_a_saving_in_one_warm_start_only_says_so_and_the_stratified_test_sees_it
     assert 0.0 < r["p_value_stratified"] < 0.05
     md = "\n".join(W.table(rows))
     assert "pool-ws1 (pre-reg. missed)" in md and "| 1/2 |" in md
+    # one readme row in the family: Holm leaves its p as it is; the summary prints it and each warm start's own p
+    assert r["p_holm"] == pytest.approx(r["p_value_stratified"]) and r["holm_family"] == 1
+    own = ", ".join(f"{p['p_value']:.3f}" for p in r["per_warm_start"])
+    assert f"| 1/2 (p {own}) |" in W.summary_md(rows)
 
 
 def test_a_warm_start_without_both_cells_is_left_out(tmp_path):
@@ -131,3 +135,11 @@ def test_a_warm_start_whose_runs_used_other_allocator_settings_is_left_out_and_n
     assert row["warm_starts"] == 1 and row["left_out_other_settings"] == ["pool"]
     assert row["pooled_saving"] == pytest.approx(-1.0)  # warm start 1 only: 200 against 100 rollouts
     assert "3 vs 3 (1; pool left out: other allocator settings)" in W.summary_md([row])
+
+
+def test_holm_adjusts_a_family_step_down_and_leaves_untested_rows_out() -> None:
+    from benchmarks.study.stats import holm
+
+    assert holm([0.01, 0.04, None, 0.03, 0.5]) == pytest.approx([0.04, 0.09, None, 0.09, 0.5])
+    assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9]) and holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == [] and holm([None]) == [None]

@@ -26,8 +26,12 @@ against DAPO) with its interval.
 Warm starts whose pre-registration (benchmarks/results/study/<regime>/preregistration.json) misses its criteria
 are reported and marked, not dropped: the criteria were fixed before any allocator ran.
 
+Beside the reach, the statistics that survive a flat curve: accuracy at 25/50/75/100% of the budget and the area under
+the curve, each ours - baseline over seed pairs (``measure_budget``).
+
 Writes ``training_warmstarts.json``, ``training_warmstarts.md``, ``training_summary.md`` (docs/results.md's table of
-the headline rows) and ``training_costs.md`` (docs/results.md's table of the worked-answer costs) in
+the headline rows), ``training_costs.md`` (docs/results.md's table of the worked-answer costs) and
+``training_fixed_budget.md`` (docs/results.md's table of the fixed-budget statistics) in
 benchmarks/results/warmstarts/.
 """
 
@@ -41,7 +45,7 @@ from typing import Any, Mapping, Sequence
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import p_eq, p_value, pct, points
 from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
-from benchmarks.study.stats import compare, holm, pooled_costs
+from benchmarks.study.stats import BUDGET_FRACTIONS, compare, holm, paired_budget, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 
 
@@ -95,6 +99,41 @@ def holds(r: Mapping[str, Any]) -> str:
     """``holds in`` with each warm start's own one-sided p: ``2/3 (p 0.010, 0.155, 0.155)``."""
     return f"{r['holds_in']}/{r['warm_starts']} (p " + ", ".join(p_value(p["p_value"]) for p in r["per_warm_start"]) \
         + ")"
+
+
+def measure_budget(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) -> list[dict[str, Any]]:
+    """Each COMPARISONS row over each base's family in the statistics that survive a flat curve (paired_budget):
+    accuracy at 25/50/75/100% of the budget and the area under the curve, ours - baseline per seed pair."""
+    store = as_store(out)
+    rows = []
+    for base in bases:
+        regimes = store.family(base)
+        for c in COMPARISONS:
+            if (d := paired_budget(store, regimes, c.protocol, c.ours, c.baseline)) is not None:
+                rows.append({"family": base, "protocol": c.protocol, "ours": c.ours, "baseline": c.baseline, **d})
+    return rows
+
+
+def budget_md(rows: Sequence[Mapping[str, Any]]) -> str:
+    """docs/results.md's table of accuracy at fixed budgets and area under the curve, against each baseline."""
+    if not rows:
+        return ""
+    names = [f"{f:g}" for f in BUDGET_FRACTIONS]
+
+    def cell(v: Mapping[str, Any]) -> str:
+        return "-" if v["mean"] is None else f"{points(v['mean'])} [{points(v['lo'])}, {points(v['hi'])}]"
+
+    out = ["Held-out accuracy of the allocator minus its baseline's, in points, at fixed fractions of the regime's "
+           "rollout budget (each run's isotonic fit) and averaged over the whole budget (area under the curve): the "
+           "mean over the (warm start, seed) pairs both cells ran, 95% bootstrap interval resampling pairs within "
+           "each warm start. These read a flat curve where a reach to target cannot.", "",
+           "| regime | protocol | allocator vs baseline | pairs (warm starts) | "
+           + " | ".join(f"at {pct(float(n))} of budget" for n in names) + " | area under the curve |",
+           "|---|---|---|---|" + "---|" * (len(names) + 1)]
+    for r in rows:
+        out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['pairs']} "
+                   f"({r['warm_starts']}) | " + " | ".join(cell(r[n]) for n in names) + f" | {cell(r['auc'])} |")
+    return "\n".join(out) + "\n"
 
 
 def _left_out(r: Mapping[str, Any]) -> str:
@@ -201,12 +240,15 @@ def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
     return "\n".join(out) + "\n"
 
 
-def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapping[str, Any]] = ()) -> None:
+def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapping[str, Any]] = (),
+          budget: Sequence[Mapping[str, Any]] = ()) -> None:
     """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/ (the worked-answer family's cost
-    rows under "costs"), and training_costs.md, docs/results.md's table of them."""
+    rows under "costs", the fixed-budget rows under "budget"), training_costs.md and training_fixed_budget.md,
+    docs/results.md's tables of them."""
     dest = output_dir(results, "warmstarts")
-    (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "costs": list(costs)},
-                                                              indent=1) + "\n")
+    (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "costs": list(costs),
+                                                               "budget": list(budget)}, indent=1) + "\n")
+    (dest / "training_fixed_budget.md").write_text(budget_md(budget))
     head = ["# Headline comparisons across warm starts", "",
             "Written by `python -m benchmarks.warmstarts` from the study's run files; the module docstring gives "
             "the rules. Each warm start has its own policy, reference runs and target; a saving is fitted rollouts "
@@ -231,7 +273,7 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
 def main(argv: Sequence[str] | None = None) -> int:
     store = RunStore(RESULTS)
     rows, costs = measure(store), measure_costs(store)
-    write(rows, RESULTS, costs)
+    write(rows, RESULTS, costs, measure_budget(store))
     print("\n".join(table(rows)))
     print(costs_md(costs))
     return 0

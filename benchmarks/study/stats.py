@@ -20,7 +20,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from benchmarks.study.plan import BUDGETS, FRACTIONS, base_regime
+from benchmarks.study.plan import BUDGETS, FRACTIONS, REGIMES, base_regime
 from rlvr_core.stats import (
     accuracy_at,
     accuracy_se,
@@ -363,4 +363,48 @@ def holm(ps: Sequence[float | None]) -> list[float | None]:
     for rank, i in enumerate(order):
         running = max(running, min(1.0, (len(order) - rank) * float(ps[i])))
         out[i] = running
+    return out
+
+
+BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # accuracy at these fractions of a regime's rollout budget
+
+
+def _budget_stats(curve: Sequence[Mapping[str, float]], budget: float) -> list[float | None]:
+    """A run's isotonic accuracy at each BUDGET_FRACTIONS of ``budget``, then its area under the curve to it."""
+    return [accuracy_at(curve, f * budget) for f in BUDGET_FRACTIONS] + [area_under_curve(curve, budget)]
+
+
+def paired_budget(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str, *, boot: int = 2000,
+                  seed: int = 0) -> dict[str, Any] | None:
+    """Statistics that survive a flat curve: accuracy at fixed fractions of the regime's budget and the area under
+    the curve to it, each as ours - base over the (warm start, seed) pairs both cells ran, with the mean difference
+    and a 95% bootstrap interval resampling pairs within each warm start. None where no pair exists."""
+    names = [f"{f:g}" for f in BUDGET_FRACTIONS] + ["auc"]
+    rows, strata = [], []
+    for regime, _t, a, b in matched_cells(store, regimes, protocol, ours, base)[0]:
+        budget = REGIMES[base_regime(regime, REGIMES)[0]].budget
+        by_seed = {r["seed"]: r for r in b}
+        for r in a:
+            if r["seed"] in by_seed:
+                x, y = _budget_stats(r["curve"], budget), _budget_stats(by_seed[r["seed"]]["curve"], budget)
+                rows.append([math.nan if u is None or v is None else u - v for u, v in zip(x, y)])
+                strata.append(regime)
+    if not rows:
+        return None
+    d = np.asarray(rows, float)
+    rng = np.random.default_rng(seed)
+    groups = [np.flatnonzero(np.asarray(strata) == s) for s in dict.fromkeys(strata)]
+    draws = np.stack([np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups]) for _ in range(boot)])
+    out: dict[str, Any] = {"pairs": len(rows), "warm_starts": len(groups)}
+    for j, name in enumerate(names):
+        col = d[:, j]
+        ok = np.isfinite(col)
+        if not ok.any():
+            out[name] = {"mean": None, "lo": None, "hi": None, "pairs": 0}
+            continue
+        with np.errstate(invalid="ignore"):
+            means = np.nanmean(np.where(ok[draws], col[draws], np.nan), axis=1)
+        lo, hi = np.nanpercentile(means, [2.5, 97.5])
+        out[name] = {"mean": float(col[ok].mean()), "lo": finite_or_none(lo), "hi": finite_or_none(hi),
+                     "pairs": int(ok.sum())}
     return out

@@ -100,7 +100,7 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     targets = study_targets.measure(store, results, floor=fl)
     study_targets.write(targets, results)
     comparisons = warmstarts.measure(store)
-    warmstarts.write(comparisons, results, warmstarts.measure_costs(store))
+    warmstarts.write(comparisons, results, warmstarts.measure_costs(store), warmstarts.measure_budget(store))
     best_k = group_size.measure(store)
     group_size.write(best_k, results)
     null_controls.write(null_controls.measure(store), results)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import warmstarts as W
+from benchmarks.study.store import RunStore
 from tests.benchmarks.test_study_targets import run, write_cell
 
 
@@ -143,3 +144,26 @@ def test_holm_adjusts_a_family_step_down_and_leaves_untested_rows_out() -> None:
     assert holm([0.01, 0.04, None, 0.03, 0.5]) == pytest.approx([0.04, 0.09, None, 0.09, 0.5])
     assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9]) and holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])
     assert holm([]) == [] and holm([None]) == [None]
+
+
+def test_fixed_budget_statistics_pair_runs_by_seed_within_each_warm_start(tmp_path):
+    """Accuracy at 25/50/75/100% of the budget and the area under the curve, ours - baseline per seed pair: a
+    cell whose every run sits 2 points above its baseline's reads +2.0 at every fraction, with no spread."""
+    from benchmarks.study.stats import paired_budget
+
+    for name in ("pool", "pool-ws1"):
+        regime(tmp_path, name, 0.5)
+        base = [{"seed": s, "eval_size": 2000, "allocator_params": {},
+                 "curve": [{"cum_rollouts": x, "greedy_acc": 0.2 + 0.01 * s + 0.1 * x / 40000, "updates": 0,
+                            "seconds": 0, "cum_tokens": 0, "cum_trained_tokens": 0} for x in range(0, 40001, 4000)]}
+                for s in range(3)]
+        ours = [{**r, "curve": [{**c, "greedy_acc": c["greedy_acc"] + 0.02} for c in r["curve"]]} for r in base]
+        write_cell(tmp_path, name, "equal-batch", "sara", "sara", ours)
+        write_cell(tmp_path, name, "equal-batch", "dapo", "dapo", base)
+    d = paired_budget(RunStore(tmp_path), ["pool", "pool-ws1"], "equal-batch", "sara", "dapo")
+    assert d["pairs"] == 6 and d["warm_starts"] == 2
+    for name in ("0.25", "0.5", "0.75", "1", "auc"):
+        assert d[name]["mean"] == pytest.approx(0.02) and d[name]["lo"] == pytest.approx(0.02)
+        assert d[name]["hi"] == pytest.approx(0.02) and d[name]["pairs"] == 6
+    (row,) = W.measure_budget(tmp_path, bases=("pool",))
+    assert row["ours"] == "sara" and "| +2.0 [+2.0, +2.0] |" in W.budget_md([row])

@@ -2,6 +2,7 @@
 
     nice python -m benchmarks.record_policies default     # params.yaml's: the warmstart stage of `make run`
     nice python -m benchmarks.record_policies hard easy   # the study's regimes (benchmarks/study/plan.py)
+    nice python -m benchmarks.record_policies hard-ws3    # a warm start of one (pool-ws3 shares its policy)
 
 Each policy is built as its users build it (``warm_start`` on the prepared train split, on one torch thread),
 recorded with the sha256 of every file (rlvr_core.models.recorded) and the warm start's metrics, which the
@@ -38,6 +39,16 @@ def params_of(name: str) -> tuple[Params, list[dict[str, Any]]]:
     return params, D.splits(D.dataset(params))[1]
 
 
+def regime_name(name: str) -> str:
+    """``name`` if it is ``default``, a study regime or a warm start of one (``hard-ws3``); else argparse's error."""
+    if name != "default":
+        try:
+            P.base_regime(name)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
 def build(name: str) -> dict[str, Any]:
     """Build ``name``'s warm start and record it; returns its manifest entry."""
     from rlvr_core.evaluation import evaluate_policy
@@ -65,6 +76,7 @@ def build(name: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="+", choices=["default", *P.REGIMES])
+    ap.add_argument("names", nargs="+", type=regime_name, metavar="NAME",
+                    help=f"default, a regime ({', '.join(P.REGIMES)}) or a warm start of one (<regime>{P.WS_SEP}<J>)")
     for n in ap.parse_args().names:
         build(n)

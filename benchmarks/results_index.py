@@ -55,6 +55,8 @@ WRITERS: tuple[Writer, ...] = (
     Writer("study_targets/*", "python -m benchmarks.study_targets", "study_targets", SUMMARY),
     Writer("warmstarts/*", "python -m benchmarks.warmstarts", "warmstarts", SUMMARY),
     Writer("floor/*", "python -m benchmarks.floor", "floor", SUMMARY),
+    Writer("group_size/*", "python -m benchmarks.group_size", "group_size", SUMMARY),
+    Writer("null_controls/*", "python -m benchmarks.null_controls", "null_controls", SUMMARY),
     Writer("readme/*", "python -m benchmarks.readme", "readme",
            "from warmstarts/training_warmstarts.json, study/training_protocols.json and "
            "allocation/allocation_targets.json; pasted into README.md and docs/results.md"),

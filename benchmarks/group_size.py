@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 from benchmarks.common import RESULTS, output_dir, save_figure
 from benchmarks.study.formats import interval, p_value, pct
 from benchmarks.study.plan import BEST_K, BEST_K_COMPARISONS, COMPARISON_FAMILIES, VARIANTS, budget_of, labels
-from benchmarks.study.stats import cell_rows, compare, pooled_costs
+from benchmarks.study.stats import cell_rows, compare, conditioning, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 
 GRID = "group-size"
@@ -84,10 +84,11 @@ def grid_rows(store: RunStore, regime: str) -> dict[str, Any] | None:
         return math.inf if m is None else m
 
     pre = store.preregistration(regime) or {}
+    cond = pre.get("conditioning") or conditioning(store.cell(regime, "reference", "grpo"), target["target"])
     return {"regime": regime, "target": target["target"], "cells": ks, "chosen": choice.get("best"),
             "chosen_k": choice.get("k"), "validation": choice.get("candidates", {}),
             "best_on_test": min(ks, key=key)["label"] if ks else None,
-            "zero_variance_share_k8": pre.get("zero_variance_share"),
+            "zero_variance_share_k8": pre.get("zero_variance_share"), "conditioning": cond,
             "start_accuracy": ks[0]["start_accuracy"] if ks else None}
 
 
@@ -121,13 +122,22 @@ def saving(r: Mapping[str, Any] | None) -> str:
             f"{r['warm_starts']})")
 
 
+def conditioned(c: Mapping[str, Any]) -> str:
+    """``yes (0.21, 4.3, 12)`` or ``**no** (0.05, 1.8, 14)``: the warm start's conditioning figures."""
+    word = "yes" if c["conditioned"] else "**no**"
+    return (f"{word} ({c['slope_points_per_1k']:.2f}, {c['headroom_points']:.1f}, "
+            f"{c['evals_before_target']:.0f})")
+
+
 def grid_table(grids: Sequence[Mapping[str, Any]]) -> list[str]:
-    out = ["| warm start | zero-variance share at k = 8 | start acc | k | runs | reached | fitted rollouts to target "
-           "[interval] | final acc | chosen on validation | best on test |", "|---" * 10 + "|"]
+    out = ["| warm start | conditioned (slope, headroom, evaluations before) | zero-variance share at k = 8 | "
+           "start acc | k | runs | reached | fitted rollouts to target [interval] | final acc | chosen on validation | "
+           "best on test |", "|---" * 11 + "|"]
     for g in grids:
         zv = "-" if g["zero_variance_share_k8"] is None else f"{g['zero_variance_share_k8']:.2f}"
+        cond = conditioned(g["conditioning"])
         for c in g["cells"]:
-            out.append(f"| {g['regime']} | {zv} | {g['start_accuracy']:.3f} | {c['k']} | {c['seeds']} | "
+            out.append(f"| {g['regime']} | {cond} | {zv} | {g['start_accuracy']:.3f} | {c['k']} | {c['seeds']} | "
                        f"{c['reached_fit']}/{c['seeds']} | {interval(c['fit_rollouts_to_target'])} | "
                        f"{c['final_accuracy']:.3f} | {'yes' if c['label'] == g['chosen'] else ''} | "
                        f"{'yes' if c['label'] == g['best_on_test'] else ''} |")

@@ -40,7 +40,7 @@ from benchmarks.study.plan import (
     sizing,
     step_grid,
 )
-from benchmarks.study.stats import median_or_none, reach
+from benchmarks.study.stats import conditioning, median_or_none, reach
 from benchmarks.study.store import RunStore
 from rlvr_core.stats import TARGET_FRACTION, gain_target, median_ci, median_interval
 from rlvr_core.types import step_updated
@@ -293,6 +293,7 @@ def preregister(store: RunStore, regime_name: str, data: Mapping[str, Any], quic
            "runs": per_run, "median_fit_rollouts_to_target": med_x, "median_evals_below_target": med_below,
            "meets": bool(zv >= c["min_zero_variance_share"] and med_below >= c["min_evals_below_target"]
                          and med_x is not None and med_x >= c["min_rise_rollouts"]), "set_at": _now()}
+    pre["conditioning"] = conditioning(refs, t["target"])  # reported beside the criteria, declared after them
     if (extra := regime(regime_name).extra_criteria) is not None:
         pre["extra"] = cost_structure(refs, data, params, extra, quick)
         pre["meets"] = bool(pre["meets"] and pre["extra"]["meets"])

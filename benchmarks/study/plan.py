@@ -363,6 +363,13 @@ STEPS: Overrides = {"prepare": {"task": "arithmetic-steps"},
 # The hard regime's criteria, fixed before any candidate ran (benchmarks/regimes.py, docs/training-study.md).
 CRITERIA = {"min_zero_variance_share": 0.5, "min_evals_below_target": 10, "min_rise_rollouts": 20000,
             "target_fraction": 0.8}
+# Conditioning (the measurement issue, 36), declared before the warm starts built after it and checked on uniform
+# GRPO alone (benchmarks.study.stats.conditioning): the reference runs' slope at their median fitted reach (a line
+# through their raw evaluations within CONDITIONING_WINDOW evaluations either side), their median headroom above
+# the target at the end of the budget and their median evaluations before the reach. A warm start that misses is
+# reported and named, not dropped.
+CONDITIONING = {"min_slope_points_per_1k": 0.1, "min_headroom_points": 1.0, "min_evals_before_target": 10}
+CONDITIONING_WINDOW = 3
 # ``steps`` must also have the cost structure of real RLVR: generation at least 65% of a GRPO step's training
 # wall-clock (median over the reference runs of generate_s / (generate + verify + allocate + update)), and at the
 # start of RL failing completions at least 1.5x as long as passing ones in median tokens (data.start_lengths).

@@ -20,13 +20,22 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from benchmarks.study.plan import BUDGETS, FRACTIONS, REGIMES, base_regime
+from benchmarks.study.plan import (
+    BUDGETS,
+    CONDITIONING,
+    CONDITIONING_WINDOW,
+    EVAL_GRID,
+    FRACTIONS,
+    REGIMES,
+    base_regime,
+)
 from rlvr_core.stats import (
     accuracy_at,
     accuracy_se,
     area_under_curve,
     first_reach,
     fitted_reach,
+    isotonic,
     median_ci,
     median_interval,
     rank_test,
@@ -408,3 +417,40 @@ def paired_budget(store: Cells, regimes: Sequence[str], protocol: str, ours: str
         out[name] = {"mean": float(col[ok].mean()), "lo": finite_or_none(lo), "hi": finite_or_none(hi),
                      "pairs": int(ok.sum())}
     return out
+
+
+def conditioning(refs: Sequence[Mapping[str, Any]], target: float) -> dict[str, Any]:
+    """How well a warm start's target is conditioned, on its uniform GRPO reference runs (plan.CONDITIONING):
+
+    - slope: the least-squares slope, in points per 1,000 rollouts, through every reference run's raw evaluations
+      within CONDITIONING_WINDOW evaluations of the rollout grid either side of the runs' median fitted reach (a
+      line through the raw points, so an isotonic fit's steps do not steepen it; 0 when the median run never
+      reaches: the curve does not rise to the target);
+    - headroom: the median over runs of the isotonic fit's accuracy at the end minus the target, in points;
+    - evaluations before the target: the median over runs of the evaluations before the fitted reach (a run that
+      never reaches: all of them).
+
+    Returns the three figures, whether each meets its criterion, and ``conditioned`` (all three)."""
+    reaches, heads, before, points = [], [], [], []
+    for r in refs:
+        fit = isotonic([c["greedy_acc"] for c in r["curve"]])
+        x = reach(r["curve"], target, fit=True)["cum_rollouts"]
+        reaches.append(x if math.isfinite(x) else math.inf)
+        heads.append(float(fit[-1] - target) * 100)
+        before.append(int(sum(1 for c in r["curve"][1:] if not c["cum_rollouts"] >= x)))
+        points += [(c["cum_rollouts"], c["greedy_acc"]) for c in r["curve"]]
+    m = float(np.median(reaches)) if reaches else math.inf
+    slope = 0.0
+    if math.isfinite(m):
+        near = np.asarray([p for p in points if abs(p[0] - m) <= CONDITIONING_WINDOW * EVAL_GRID], float)
+        if len(near) >= 2 and np.ptp(near[:, 0]) > 0:
+            slope = float(np.polyfit(near[:, 0], near[:, 1], 1)[0] * 1000 * 100)
+    fig = {"slope_points_per_1k": slope, "headroom_points": median_or_none(heads),
+           "evals_before_target": median_or_none(before)}
+    meets = {"slope": slope >= CONDITIONING["min_slope_points_per_1k"],
+             "headroom": fig["headroom_points"] is not None
+             and fig["headroom_points"] >= CONDITIONING["min_headroom_points"],
+             "evals": fig["evals_before_target"] is not None
+             and fig["evals_before_target"] >= CONDITIONING["min_evals_before_target"]}
+    return {"criteria": dict(CONDITIONING), "median_fit_reach": None if not math.isfinite(m) else m, **fig,
+            "meets": meets, "conditioned": all(meets.values())}

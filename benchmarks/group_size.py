@@ -12,8 +12,9 @@ plan.K_GRID with B x k = 256 rollouts per update, its k = 8 cell the reference r
   pre-registration) and the start accuracy.
 
 Then each comparison of ``plan.BEST_K_COMPARISONS`` twice, with warmstarts' pooled saving, interval and stratified
-rank test: against uniform GRPO at k = 8 and against ``plan.BEST_K``, the test cell of each warm start's chosen k.
-Rows with a protocol other than group-size keep their own cell of ours and replace only the baseline.
+rank test, over the same warm starts (those with a chosen k): against uniform GRPO at k = 8 (the reference runs)
+and against ``plan.BEST_K``, the test cell of each warm start's chosen k. Rows with a protocol other than
+group-size keep their own cell of ours and replace only the baseline.
 
 Writes benchmarks/results/group_size/: group_size.json, group_size.md (every table), group_size_headline.md
 (docs/training-study.md's AR3PO decomposition) and group_size.png (fitted reach against k, per warm start).
@@ -99,6 +100,7 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) ->
     for base in bases:
         regimes = store.family(base)
         grids += [g for r in regimes if (g := grid_rows(store, r)) is not None]
+        regimes = [r for r in regimes if BestK(store, GRID).chosen(r)]  # both sides read the same warm starts
         for c in BEST_K_COMPARISONS:
             view = BestK(store, c.protocol)
             pair = {}
@@ -145,8 +147,9 @@ def grid_table(grids: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    out = ["| regime | allocator | protocol | warm starts | vs uniform GRPO at k = 8: fewer rollouts [95% CI] (p, "
-           "holds in) | vs the best uniform k: fewer rollouts [95% CI] (p, holds in) |", "|---|---|---|---|---|---|"]
+    out = ["| regime | allocator | protocol | warm starts | vs uniform GRPO at k = 8 (the reference runs): fewer "
+           "rollouts [95% CI] (p, holds in) | vs the best uniform k: fewer rollouts [95% CI] (p, holds in) |",
+           "|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['family']} | {r['ours']} | {r['protocol']} | "
                    f"{', '.join(p['regime'] for p in r['vs_best']['per_warm_start'])} | {saving(r['vs_k8'])} | "

@@ -184,7 +184,7 @@ def write_headlines(results: Path, protocols: list[dict] | None = None, comparis
     if protocols is not None:
         (output_dir(results, "readme") / "training_headline.md").write_text(training_headline(protocols))
     if comparisons is None and warm.is_file():
-        comparisons = json.loads(warm.read_text())["rollouts"]
+        comparisons = json.loads(warm.read_text())["headline"]
     if comparisons is not None:
         (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons,
                                                                                              best_k or []))

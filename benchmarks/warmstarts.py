@@ -45,7 +45,7 @@ from typing import Any, Mapping, Sequence
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import p_eq, p_value, pct, points
 from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
-from benchmarks.study.stats import BUDGET_FRACTIONS, compare, holm, paired_budget, pooled_costs
+from benchmarks.study.stats import BUDGET_FRACTIONS, compare, conditioning, holm, paired_budget, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 
 
@@ -73,17 +73,32 @@ def measure_costs(out: Path | RunStore, base: str = COST_FAMILY) -> list[dict[st
     return rows
 
 
-def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) -> list[dict[str, Any]]:
+def is_conditioned(store: RunStore, regime: str) -> bool:
+    """Whether a warm start's target is conditioned (stats.conditioning on its reference runs; its
+    pre-registration's record where it has one)."""
+    pre = store.preregistration(regime) or {}
+    cond = pre.get("conditioning") or conditioning(store.cell(regime, "reference", "grpo"),
+                                                   store.target_value(regime))
+    return bool(cond["conditioned"])
+
+
+def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, *,
+            conditioned: bool = False) -> list[dict[str, Any]]:
     """Each COMPARISONS row over each base's family, with the pooled saving's 95% bootstrap interval (runs resampled
-    within each warm start)."""
+    within each warm start); ``conditioned``: over the family's conditioned warm starts only (the headline rows),
+    naming the others that ran both cells in ``left_out_unconditioned``."""
     store = as_store(out)
     rows = []
     for base in bases:
-        regimes = store.family(base)
+        family = store.family(base)
+        regimes = [r for r in family if is_conditioned(store, r)] if conditioned else family
         for c in COMPARISONS:
             if (row := compare(store, regimes, c.protocol, c.ours, c.baseline)) is not None:
                 ci = pooled_costs(store, regimes, c.protocol, c.ours, c.baseline, ("cum_rollouts",))["cum_rollouts"]
-                rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]})
+                gone = [r for r in family if r not in regimes and store.cell(r, c.protocol, c.ours)
+                        and store.cell(r, c.protocol, c.baseline)]
+                rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"],
+                             "left_out_unconditioned": gone})
     headline = [r for r in rows if _headline(r)]  # the family Holm's correction runs over: every readme row
     for r, p in zip(headline, holm([r["p_value_stratified"] for r in headline])):
         r.update(p_holm=p, holm_family=sum(h["p_value_stratified"] is not None for h in headline))
@@ -137,8 +152,9 @@ def budget_md(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _left_out(r: Mapping[str, Any]) -> str:
-    gone = r.get("left_out_other_settings") or []
-    return "" if not gone else f"; {', '.join(gone)} left out: other allocator settings"
+    gone, flat = r.get("left_out_other_settings") or [], r.get("left_out_unconditioned") or []
+    return ("" if not gone else f"; {', '.join(gone)} left out: other allocator settings") + \
+        ("" if not flat else f"; {', '.join(flat)} left out: not conditioned")
 
 
 def _ci(r: Mapping[str, Any]) -> str:
@@ -241,13 +257,16 @@ def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
 
 
 def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapping[str, Any]] = (),
-          budget: Sequence[Mapping[str, Any]] = ()) -> None:
-    """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/ (the worked-answer family's cost
-    rows under "costs", the fixed-budget rows under "budget"), training_costs.md and training_fixed_budget.md,
-    docs/results.md's tables of them."""
+          budget: Sequence[Mapping[str, Any]] = (), headline: Sequence[Mapping[str, Any]] | None = None) -> None:
+    """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/ (every warm start's rows; the
+    worked-answer family's cost rows under "costs", the fixed-budget rows under "budget", the rows over conditioned
+    warm starts under "headline"), training_summary.md (from ``headline``, default ``rows``), training_costs.md and
+    training_fixed_budget.md, docs/results.md's tables of them."""
+    headline = rows if headline is None else headline
     dest = output_dir(results, "warmstarts")
-    (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "costs": list(costs),
-                                                               "budget": list(budget)}, indent=1) + "\n")
+    (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "headline": list(headline),
+                                                               "costs": list(costs), "budget": list(budget)},
+                                                              indent=1) + "\n")
     (dest / "training_fixed_budget.md").write_text(budget_md(budget))
     head = ["# Headline comparisons across warm starts", "",
             "Written by `python -m benchmarks.warmstarts` from the study's run files; the module docstring gives "
@@ -267,13 +286,13 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
             body += ["", line]
     (dest / "training_warmstarts.md").write_text("\n".join(body) + "\n")
     (dest / "training_costs.md").write_text(costs_md(costs))
-    (dest / "training_summary.md").write_text(summary_md(rows))
+    (dest / "training_summary.md").write_text(summary_md(headline))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     store = RunStore(RESULTS)
     rows, costs = measure(store), measure_costs(store)
-    write(rows, RESULTS, costs, measure_budget(store))
+    write(rows, RESULTS, costs, measure_budget(store), measure(store, conditioned=True))
     print("\n".join(table(rows)))
     print(costs_md(costs))
     return 0

@@ -99,8 +99,9 @@ def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
     fl = floor.write(results, store=store)
     targets = study_targets.measure(store, results, floor=fl)
     study_targets.write(targets, results)
-    comparisons = warmstarts.measure(store)
-    warmstarts.write(comparisons, results, warmstarts.measure_costs(store), warmstarts.measure_budget(store))
+    comparisons = warmstarts.measure(store, conditioned=True)  # the headline rows: conditioned warm starts only
+    warmstarts.write(warmstarts.measure(store), results, warmstarts.measure_costs(store),
+                     warmstarts.measure_budget(store), headline=comparisons)
     best_k = group_size.measure(store)
     group_size.write(best_k, results)
     null_controls.write(null_controls.measure(store), results)

@@ -126,9 +126,11 @@ def test_every_table_prints_a_bound_that_falls_on_a_run_that_never_reached_as_ne
     ratio = {"kind": "ratio", "value": 1.6, "lo": 1.25, "hi": None, "allocator": "sara", "ours_seeds": 5}
     assert study_targets.fmt(ratio).startswith("1.60x [1.25, never] (sara, 5 seeds")
     row = {"family": "pool", "protocol": "equal-batch", "ours": "sara", "baseline": "dapo", "warm_starts": 1,
-           "ours_runs": 5, "base_runs": 5, "per_warm_start": [{"ours_reached": 4, "base_reached": 5}],
-           "pooled_saving": 0.13, "pooled_lo": None, "pooled_hi": 0.34, "p_value_stratified": 0.0004, "holds_in": 1}
-    assert "| 13% [never, 34%] | < 0.001 | 1/1 |" in warmstarts.summary_md([row])
+           "ours_runs": 5, "base_runs": 5,
+           "per_warm_start": [{"ours_reached": 4, "base_reached": 5, "p_value": 0.0004}],
+           "pooled_saving": 0.13, "pooled_lo": None, "pooled_hi": 0.34, "p_value_stratified": 0.0004, "holds_in": 1,
+           "p_holm": 0.0004}
+    assert "| 13% [never, 34%] | < 0.001 | < 0.001 | 1/1 (p < 0.001) |" in warmstarts.summary_md([row])
     cell = {"regime": "hard", "protocol": "equal-batch", "allocator": "sara", "seeds": 5, "reached_fit": 2,
             "reached": 2, "fit_rollouts_to_target": {"median": None, "lo": 1500.0, "hi": None}, "p_value": 0.0004,
             "rollouts_to_target": {"median": 900.0, "lo": 800.0, "hi": None}}

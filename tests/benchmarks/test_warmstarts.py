@@ -167,3 +167,42 @@ def test_fixed_budget_statistics_pair_runs_by_seed_within_each_warm_start(tmp_pa
         assert d[name]["hi"] == pytest.approx(0.02) and d[name]["pairs"] == 6
     (row,) = W.measure_budget(tmp_path, bases=("pool",))
     assert row["ours"] == "sara" and "| +2.0 [+2.0, +2.0] |" in W.budget_md([row])
+
+
+def _ref(seed: int, speed: float, n: int = 27) -> dict:
+    """A reference run on the rollout grid whose accuracy rises ``speed`` points per 1,000 rollouts from 0.20."""
+    from benchmarks.study.plan import EVAL_GRID
+
+    return {"seed": seed, "eval_size": 2000, "allocator_params": {},
+            "curve": [{"cum_rollouts": i * EVAL_GRID, "greedy_acc": 0.20 + speed * i * EVAL_GRID / 1e5,
+                       "updates": 6 * i, "seconds": i, "cum_tokens": 0, "cum_trained_tokens": 0} for i in range(n)]}
+
+
+def test_conditioning_reads_slope_headroom_and_evaluations_before_the_target() -> None:
+    from benchmarks.study.stats import conditioning
+
+    # 0.2 points per 1k rollouts, target at 0.26: reached at 30k rollouts (evaluation 19.5), 1.9 points headroom
+    steep = conditioning([_ref(s, 0.2) for s in range(5)], 0.26)
+    assert steep["slope_points_per_1k"] == pytest.approx(0.2, rel=1e-6) and steep["evals_before_target"] == 19
+    assert steep["headroom_points"] == pytest.approx(100 * (0.20 + 0.2 * 26 * 1536 / 1e5 - 0.26))
+    assert steep["conditioned"] is True
+    flat = conditioning([_ref(s, 0.05, n=40) for s in range(5)], 0.215)  # 0.05 per 1k: too flat, though it reaches
+    assert flat["meets"] == {"slope": False, "headroom": True, "evals": True} and not flat["conditioned"]
+    early = conditioning([_ref(s, 2.0) for s in range(5)], 0.25)  # reached after 1-2 evaluations
+    assert early["meets"]["evals"] is False and early["evals_before_target"] == 1
+    never = conditioning([_ref(s, 0.01) for s in range(5)], 0.5)
+    assert never["slope_points_per_1k"] == 0.0 and never["median_fit_reach"] is None and not never["conditioned"]
+
+
+def test_headline_rows_pool_conditioned_warm_starts_and_name_the_others(tmp_path):
+    regime(tmp_path, "pool", 0.26)
+    regime(tmp_path, "pool-ws1", 0.26)
+    for name, speed in (("pool", 0.2), ("pool-ws1", 0.05)):  # pool-ws1's GRPO never gets near: not conditioned
+        write_cell(tmp_path, name, "reference", "grpo", "grpo", [_ref(s, speed) for s in range(3)])
+        write_cell(tmp_path, name, "equal-rollouts", "sara_budget", "sara[budget]", [_ref(s, 0.3) for s in range(3)])
+    everyone = W.measure(tmp_path, bases=("pool",))
+    (head,) = [r for r in W.measure(tmp_path, bases=("pool",), conditioned=True) if r["ours"] == "sara[budget]"]
+    (full,) = [r for r in everyone if r["ours"] == "sara[budget]"]
+    assert full["warm_starts"] == 2 and full["left_out_unconditioned"] == []
+    assert head["warm_starts"] == 1 and head["left_out_unconditioned"] == ["pool-ws1"]
+    assert "pool-ws1 left out: not conditioned" in W.summary_md([head])

@@ -12,7 +12,8 @@ plan.K_GRID with B x k = 256 rollouts per update, its k = 8 cell the reference r
   pre-registration) and the start accuracy.
 
 Then each comparison of ``plan.BEST_K_COMPARISONS`` twice, with warmstarts' pooled saving, interval and stratified
-rank test, over the same warm starts (those with a chosen k): against uniform GRPO at k = 8 (the reference runs)
+rank test, over the same warm starts (those with a chosen k whose target is conditioned, as the headline rows'; the
+others are named): against uniform GRPO at k = 8 (the reference runs)
 and against ``plan.BEST_K``, the test cell of each warm start's chosen k. Rows with a protocol other than
 group-size keep their own cell of ours and replace only the baseline.
 
@@ -33,6 +34,7 @@ from benchmarks.study.formats import interval, p_value, pct
 from benchmarks.study.plan import BEST_K, BEST_K_COMPARISONS, COMPARISON_FAMILIES, VARIANTS, budget_of, labels
 from benchmarks.study.stats import cell_rows, compare, conditioning, pooled_costs
 from benchmarks.study.store import RunStore, as_store
+from benchmarks.warmstarts import is_conditioned
 
 GRID = "group-size"
 
@@ -100,7 +102,9 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) ->
     for base in bases:
         regimes = store.family(base)
         grids += [g for r in regimes if (g := grid_rows(store, r)) is not None]
-        regimes = [r for r in regimes if BestK(store, GRID).chosen(r)]  # both sides read the same warm starts
+        chosen = [r for r in regimes if BestK(store, GRID).chosen(r)]  # both sides read the same warm starts
+        regimes = [r for r in chosen if is_conditioned(store, r)]  # as the headline rows: conditioned ones only
+        gone = [r for r in chosen if r not in regimes]
         for c in BEST_K_COMPARISONS:
             view = BestK(store, c.protocol)
             pair = {}
@@ -111,7 +115,7 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) ->
                     pair[baseline] = {**row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]}
             if BEST_K in pair:
                 rows.append({"family": base, "protocol": c.protocol, "ours": c.ours, "front": c.front,
-                             "vs_k8": pair.get("grpo"), "vs_best": pair[BEST_K]})
+                             "vs_k8": pair.get("grpo"), "vs_best": pair[BEST_K], "left_out_unconditioned": gone})
     return {"grids": grids, "comparisons": rows}
 
 
@@ -151,8 +155,10 @@ def comparison_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
            "rollouts [95% CI] (p, holds in) | vs the best uniform k: fewer rollouts [95% CI] (p, holds in) |",
            "|---|---|---|---|---|---|"]
     for r in rows:
+        gone = r.get("left_out_unconditioned") or []
+        note = "" if not gone else f" ({', '.join(gone)} left out: not conditioned)"
         out.append(f"| {r['family']} | {r['ours']} | {r['protocol']} | "
-                   f"{', '.join(p['regime'] for p in r['vs_best']['per_warm_start'])} | {saving(r['vs_k8'])} | "
+                   f"{', '.join(p['regime'] for p in r['vs_best']['per_warm_start'])}{note} | {saving(r['vs_k8'])} | "
                    f"{saving(r['vs_best'])} |")
     return out
 

@@ -136,6 +136,10 @@ def test_an_allocator_is_read_against_k8_and_against_the_chosen_k(tmp_path: Path
                       ("grpo[k16]", [0.3, 0.3, 0.35, 0.4])):
         _test_cell(store, "group-size", lab, accs)
     _test_cell(store, "equal-rollouts", "ar3po", [0.3, 0.45, 0.55, 0.6])
+    # a warm start whose target is not conditioned is shown in the grid but left out of the pooled rows
+    assert group_size.measure(RunStore(tmp_path), bases=("pool",))["comparisons"] == []
+    store.freeze(store.preregistration_path("pool"), {"conditioning": {
+        "conditioned": True, "slope_points_per_1k": 0.3, "headroom_points": 2.0, "evals_before_target": 12}})
     res = group_size.measure(RunStore(tmp_path), bases=("pool",))
     (grid,) = res["grids"]
     assert [c["k"] for c in grid["cells"]] == [2, 4, 8, 16] and grid["chosen"] == "grpo[k4]"

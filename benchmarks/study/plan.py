@@ -132,6 +132,10 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     *(Variant(f"grpo[k{k}]", "grpo", {}, f"uniform GRPO at k = {k}, B = {ROLLOUTS_PER_UPDATE // k}",
               {"k": k, "batch_size": ROLLOUTS_PER_UPDATE // k}, runs={"group-size": ROLLOUT_GRID})
       for k in K_GRID if k != 8),
+    # uniform GRPO at AR3PO's rollouts per update (161-177 measured on hard and pool; 22 x 8 = 176), so AR3PO is
+    # also read at about its own update count (docs/training-study.md, "The group-size grid")
+    Variant("grpo[b22]", "grpo", {}, "uniform GRPO at B = 22: 176 rollouts per update, about AR3PO's",
+            {"batch_size": 22}, runs={"equal-rollouts": ROLLOUT_GRID}),
     # the A/A null control (docs/training-study.md, "Null controls"): the reference configuration itself on seeds
     # disjoint from the reference runs', read against them through the same pooling and tests
     Variant("grpo[aa]", "grpo", {}, "uniform GRPO, the reference runs' configuration, on seeds 5-9",
@@ -233,6 +237,7 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "pilot-commit", "dapo", readme=True),
     Comparison("equal-batch", "reinforce-ada", "dapo", readme=True),
     Comparison("equal-rollouts", "ar3po", "grpo", readme=True, front=True),
+    Comparison("equal-rollouts", "ar3po", "grpo[b22]"),
 )
 COMPARISON_FAMILIES = ("hard", "pool")
 # uniform GRPO at the k its warm start chose on the validation split (the group-size protocol): the baseline of

@@ -181,16 +181,18 @@ def default_pool(df: Any) -> int:
 
 
 def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int = 5, steps: int = 60,
-           pool: int | None = None, allocators: list[str] | None = None, limits: Limits | None = None) -> Advice:
+           pool: int | None = None, allocators: list[str] | None = None, limits: Limits | None = None,
+           reward_columns: list[str] | None = None) -> Advice:
     """Advise on the log at ``path``: phases, every registered allocator replayed with ``seeds`` seeds for
     ``steps`` steps at group size ``k`` and ``batch`` prompts, and a recommendation (module docstring). The log
-    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``). A log that cannot
+    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``; ``reward_columns``:
+    a TRL completion log's reward columns). A log that cannot
     support the estimates (``rlvr_core.advise.support``) is not replayed: its advice holds the warnings, the
     phases with their population figures None, no allocator and no recommendation."""
     if k < 2 or batch < 1 or seeds < 1 or steps < 1 or (pool is not None and pool < 1):
         raise ValueError(f"need k >= 2, batch >= 1, seeds >= 1, steps >= 1, pool >= 1 (or None); got {k}, {batch}, "
                          f"{seeds}, {steps}, {pool}")
-    df = load_log(path, limits)
+    df = load_log(path, limits, reward_columns)
     support = check_support(df)
     names, skipped = registered_allocators(k, batch)
     names = [n for n in names if allocators is None or n in allocators]

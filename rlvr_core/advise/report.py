@@ -194,8 +194,9 @@ def default_out(log: Path) -> Path:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="rlvr-alloc advise", description="Will rollout allocation pay on my run? "
                                  "Replays every registered allocator on a run's own rollout log (docs/advisor.md).")
-    ap.add_argument("log", type=Path, help="rollouts.parquet, a RolloutLogCallback log, or a .csv/.jsonl of "
-                    "(step, prompt_id, reward[, tokens]) rows, one per completion")
+    ap.add_argument("log", type=Path, help="rollouts.parquet, a RolloutLogCallback log, a .csv/.jsonl of "
+                    "(step, prompt_id, reward[, tokens]) rows, one per completion, or a TRL completion log "
+                    "(<output_dir>/completions/ of GRPOConfig(log_completions=True), or one of its files)")
     ap.add_argument("--k", type=int, default=8, help="group size (rollouts per prompt), default 8")
     ap.add_argument("--batch", type=int, default=32, help="prompts per step, default 32")
     ap.add_argument("--seeds", type=int, default=5, help="replay seeds behind each interval, default 5")
@@ -203,6 +204,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pool", type=int, default=None, metavar="N",
                     help="force a recurring pool of N prompts: 'what if my prompts recurred' (default: a stream of "
                     "fresh prompts if no prompt of the log recurs, else the largest prompt id + 1)")
+    ap.add_argument("--reward-column", action="append", default=None, metavar="NAME", dest="reward_columns",
+                    help="a TRL completion log's reward column (repeat for several, summed; default: every numeric "
+                    "column but step, advantage and tokens)")
     ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: "
                     "advice/<LOG's folder>-<LOG's stem>/ under the current directory)")
     ap.add_argument("--max-rows", type=_rows, default=DEFAULT_MAX_ROWS, metavar="N",
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits(args.max_rows, args.max_bytes, args.max_line_bytes)
     try:
         adv = advise(args.log, k=args.k, batch=args.batch, seeds=args.seeds, steps=args.steps, pool=args.pool,
-                     limits=limits)
+                     limits=limits, reward_columns=args.reward_columns)
     except (LogError, FileNotFoundError, ValueError) as e:
         print(f"rlvr-alloc advise: error: {e}", file=sys.stderr)
         return 2

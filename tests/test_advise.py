@@ -119,11 +119,14 @@ def test_advice_on_a_hard_population_covers_every_allocator_and_its_phases(tmp_p
 
 
 def test_the_replay_is_the_allocation_benchmarks_replay():
+    """Given the benchmark's pool (its replay scenario's 20,000 prompts), the advisor's replay is the benchmark's;
+    by default it replays fresh prompts, as none of the log's 5,024 prompts recurs (test_advise_recurrence.py)."""
     from benchmarks.allocation import VARIANTS, run_one
 
-    adv = advise(ROOT / "benchmarks" / "replay" / "hard_grpo_s0.parquet", k=8, batch=32, seeds=2, steps=8,
-                 allocators=["grpo", "sara"])
-    assert adv.pool == 20000 and adv.steps == 157
+    log = ROOT / "benchmarks" / "replay" / "hard_grpo_s0.parquet"
+    adv = advise(log, k=8, batch=32, seeds=2, steps=8, pool=20000, allocators=["grpo", "sara"])
+    assert adv.pool == 20000 and adv.steps == 157 and adv.replay == "pool"
+    assert (adv.recurrence.prompts, adv.recurrence.recurring) == (5024, 0)
     for a in adv.allocators:
         variant = next(v for v in VARIANTS if v.label == a.name)
         bench = [run_one(variant, "replay", 8, s, 8, 32)["rollouts_per_effective_group"] for s in (0, 1)]

@@ -23,6 +23,7 @@ from rlvr_core.advise.model import (
     token_model,
     whole_run_floor,
 )
+from rlvr_core.advise.recurrence import Recurrence, measure
 from rlvr_core.advise.support import Support, check_support
 from rlvr_core.rollout.simulated import ReplayLog
 
@@ -53,6 +54,8 @@ class AllocatorAdvice:
     saving_vs_grpo: tuple[float, float, float] | None
     saving_vs_dapo: tuple[float, float, float] | None
     validated_error: float | None = None  # mean |predicted - measured| / measured on the training study, if known
+    replayed_prompts: float = 0.0  # mean over seeds: prompts the replay drew from its prompt stream
+    replayed_recurring_prompts: float = 0.0  # mean over seeds: of those, prompts drawn in 2+ steps
 
 
 @dataclass
@@ -66,7 +69,7 @@ class Advice:
     batch: int
     seeds: int
     sim_steps: int
-    pool: int
+    pool: int | None  # the recurring pool's size; None for a stream of fresh prompts (replay == "fresh")
     token_model: tuple[float, float] | None
     phases: list[PhaseStats]
     floor_ratio_to_k: float | None  # None where the log cannot support it (warnings)
@@ -76,6 +79,9 @@ class Advice:
     recommendation: str = ""
     validation: str = ""
     warnings: list[str] = field(default_factory=list)  # what the log cannot support (rlvr_core.advise.support)
+    recurrence: Recurrence | None = None  # the log's prompts across its steps (rlvr_core.advise.recurrence)
+    replay: str = "pool"  # "fresh": no replayed prompt recurs (a log whose prompts never recur); "pool": recurring
+    replay_note: str = ""  # how the replay treats recurrence, in a sentence (the report prints it)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +107,9 @@ def summarise(runs: dict[str, list[SimRun]], with_tokens: bool, errors: dict[str
         rpeg = interval(np.asarray([r.rollouts_per_effective_group for r in rs]))
         tpeg = interval(np.asarray([r.tokens_per_effective_group for r in rs])) if with_tokens else None
         out.append(AllocatorAdvice(name, rpeg, tpeg, _paired_saving(runs, name, "grpo"),
-                                   _paired_saving(runs, name, "dapo"), errors.get(name)))
+                                   _paired_saving(runs, name, "dapo"), errors.get(name),
+                                   float(np.mean([r.extra.get("prompts", 0.0) for r in rs])),
+                                   float(np.mean([r.extra.get("recurring_prompts", 0.0) for r in rs]))))
     return out
 
 
@@ -173,23 +181,28 @@ def default_pool(df: Any) -> int:
 
 
 def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int = 5, steps: int = 60,
-           pool: int | None = None, allocators: list[str] | None = None, limits: Limits | None = None) -> Advice:
+           pool: int | None = None, allocators: list[str] | None = None, limits: Limits | None = None,
+           reward_columns: list[str] | None = None) -> Advice:
     """Advise on the log at ``path``: phases, every registered allocator replayed with ``seeds`` seeds for
     ``steps`` steps at group size ``k`` and ``batch`` prompts, and a recommendation (module docstring). The log
-    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``). A log that cannot
+    is read within ``limits`` (default ``Limits()``; a log past them is refused, ``load_log``; ``reward_columns``:
+    a TRL completion log's reward columns). A log that cannot
     support the estimates (``rlvr_core.advise.support``) is not replayed: its advice holds the warnings, the
     phases with their population figures None, no allocator and no recommendation."""
-    if k < 2 or batch < 1 or seeds < 1 or steps < 1:
-        raise ValueError(f"need k >= 2, batch >= 1, seeds >= 1, steps >= 1; got {k}, {batch}, {seeds}, {steps}")
-    df = load_log(path, limits)
+    if k < 2 or batch < 1 or seeds < 1 or steps < 1 or (pool is not None and pool < 1):
+        raise ValueError(f"need k >= 2, batch >= 1, seeds >= 1, steps >= 1, pool >= 1 (or None); got {k}, {batch}, "
+                         f"{seeds}, {steps}, {pool}")
+    df = load_log(path, limits, reward_columns)
     support = check_support(df)
     names, skipped = registered_allocators(k, batch)
     names = [n for n in names if allocators is None or n in allocators]
-    pool = int(pool or default_pool(df))
+    rec = measure(df)
+    mode, pool, note = replay_mode(rec, pool, df, steps, batch)
     tokens = token_model(df)
     val = load_validation()
     adv = Advice(str(path), len(df), len(np.unique(df["step"].to_numpy())), k, batch, seeds, steps, pool, tokens,
-                 [], None, FLOOR_CLASS, [], skipped, validation=validation_sentence(val), warnings=support.warnings)
+                 [], None, FLOOR_CLASS, [], skipped, validation=validation_sentence(val), warnings=support.warnings,
+                 recurrence=rec, replay=mode, replay_note=note)
     if not support.supported:
         adv.phases = phase_stats(None, df, k)
         adv.recommendation = unsupported_recommendation(support)
@@ -206,6 +219,25 @@ def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int =
     adv.allocators = summarise(runs, tokens is not None, (val or {}).get("per_allocator_error", {}))
     adv.recommendation = recommend(adv.allocators, floor.rollouts_per_effective_group, seeds)
     return adv
+
+
+def replay_mode(rec: Recurrence, pool: int | None, df: Any, steps: int, batch: int) -> tuple[str, int | None, str]:
+    """(mode, pool, note): a forced ``pool`` (``--pool N``) and a log whose prompts recur replay a recurring pool
+    (forced, else ``default_pool``); a log whose prompts never recur replays a stream of fresh prompts."""
+    if pool is not None:
+        return "pool", int(pool), (f"recurring pool of {int(pool)} prompts, forced by --pool (the log's prompts "
+                                   f"{'recur' if rec.recurring else 'never recur'}): prompts recur in the replay as "
+                                   "often as that pool makes them, and history-based allocators are credited for it")
+    if rec.recurring:
+        n = default_pool(df)
+        return "pool", n, (f"recurring pool of {n} prompts, as the log's prompts recur ({rec.recurring} of "
+                           f"{rec.prompts} logged at 2+ steps)")
+    return "fresh", None, (f"a stream of fresh prompts, as no prompt of the log recurs: every replayed prompt is new "
+                           f"and drawn in one step only, so no allocator is credited for prompt history; the replay "
+                           f"draws {steps} x {batch} prompts or more (screening allocators draw more) where the log "
+                           f"has {rec.prompts} distinct prompts: a replayed prompt's pass rate is a draw of its "
+                           "logged step's population, so the log's prompts supply pass rates, never a second "
+                           "appearance")
 
 
 def unsupported_recommendation(support: Support) -> str:

@@ -1,4 +1,4 @@
-"""Reading a run's rollout log for the advisor (docs/advisor.md): three formats, one per-(step, prompt) frame.
+"""Reading a run's rollout log for the advisor (docs/advisor.md): four formats, one per-(step, prompt) frame.
 
 - ``.parquet``: a per-(step, prompt) log, as ``rlvr_core.training`` writes it (``rollouts.parquet``,
   ``rlvr_core.rollout_log``) and as ``rlvr_core.integrations.trl.RolloutLogCallback`` writes it: columns
@@ -6,6 +6,9 @@
   are summed into one log row, as in the text formats.
 - ``.csv`` / ``.jsonl``: one row per completion, as any trainer can write it: ``step, prompt_id, reward`` and
   optionally ``tokens``. Rows of the same (step, prompt) are summed into one log row.
+- a TRL completion log: ``GRPOConfig(log_completions=True)``'s ``completions/completions_<step>.parquet`` files
+  (a folder of them, one of them, or a ``.jsonl`` of the same columns: ``step, prompt, completion``, a column
+  per reward function, ``advantage``), read by ``rlvr_core.advise.trl_log`` into per-completion rows.
 
 The advisor models pass/fail rewards: a reward must lie in [0, 1] and a reward above 0 counts as a pass (as in
 ``rollouts.parquet``). Every error is a ``LogError`` naming the file, the row (1-based, data rows; a CSV's
@@ -21,14 +24,32 @@ decoded bytes are its bytes) and ``max_line_bytes`` per line of a text log. A lo
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rlvr_core.advise.checks import (  # noqa: F401 - re-exported: the advisor's errors, caps and checks
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_ROWS,
+    MAX_TOKENS_PER_COMPLETION,
+    Limits,
+    LogError,
+    LogTooLarge,
+    _first_bad,
+    _numeric,
+    _out_of_memory,
+    _parquet_decoded_bytes,
+    _read_jsonl,
+    _size_flag,
+    _tokens,
+    _too_large,
+    format_size,
+)
+from rlvr_core.advise.trl_log import is_trl, read_trl, trl_files
 
 AGG_REQUIRED = ("step", "prompt_id", "rollouts", "passes")
 ROW_REQUIRED = ("step", "prompt_id", "reward")
@@ -36,38 +57,7 @@ AGG_OPTIONAL = ("reward_sum", "tokens")
 ROW_OPTIONAL = ("tokens",)
 FORMATS = {".parquet": "per (step, prompt)", ".csv": "per completion", ".jsonl": "per completion"}
 
-# Default caps (docs/advisor.md "Size limits"): 5M rows is a per-completion log of 1,000 steps x 625 prompts x 8
-# rollouts (the whole advice took 97 s and 1.4 GB RSS on such a CSV); 1 GiB of decoded column data (reading a text
-# log peaks at about 2.6x its size, so about 3 GB); 1 MiB per line of a text log (a prompt's text as its key fits).
-DEFAULT_MAX_ROWS = 5_000_000
-DEFAULT_MAX_BYTES = 2**30
-DEFAULT_MAX_LINE_BYTES = 2**20
-# The most tokens one completion may have generated (docs/advisor.md "Inputs"): 10M is past the context window of
-# any model an RL run trains; a count past it (1e30, an overflowed counter, a running total) is a broken log.
-MAX_TOKENS_PER_COMPLETION = 10**7
 _CHUNK = 8 * 2**20  # bytes read at a time when scanning a text log
-
-
-class LogError(ValueError):
-    """A log the advisor cannot use; the message names the file, row and column and the fix."""
-
-
-class LogTooLarge(LogError):
-    """A log past the advisor's size caps (or one that ran out of memory while it was read)."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The most the advisor reads from a log: rows, decoded bytes of the columns it uses, bytes per text line."""
-
-    max_rows: int = DEFAULT_MAX_ROWS
-    max_bytes: int = DEFAULT_MAX_BYTES
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-
-    def __post_init__(self) -> None:
-        for name in ("max_rows", "max_bytes", "max_line_bytes"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
 
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -85,68 +75,6 @@ def parse_size(text: str) -> int:
     if n < 1:
         raise ValueError(f"not a size of at least one byte: {text!r}")
     return n
-
-
-def format_size(n: int) -> str:
-    """``n`` bytes for a message: 1.4 GiB, 512.0 KiB, 37 B."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def _size_flag(n: int) -> str:
-    """A ``--max-bytes`` value that admits ``n`` bytes (rounded up, so that it is never a little short)."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"--max-bytes {math.ceil(n * 10 / scale) / 10:g}{unit}"
-    return f"--max-bytes {n}"
-
-
-def _too_large(path: Path, what: str, cap: str, flag: str) -> LogTooLarge:
-    return LogTooLarge(f"{path}: {what}, past the advisor's cap of {cap}; raise the cap with {flag} "
-                       "(docs/advisor.md, Size limits)")
-
-
-def _out_of_memory(path: Path, e: BaseException, size: str) -> LogTooLarge:
-    return LogTooLarge(f"{path}: ran out of memory while reading the log ({size}; {e.__class__.__name__}): the "
-                       "file may be well formed, but it does not fit in this machine's free memory; free memory or "
-                       "split the log")
-
-
-def _first_bad(path: Path, what: str, bad: np.ndarray, column: str, values: Any, fix: str) -> None:
-    """Raise LogError at the first true entry of ``bad`` (data row numbers are 1-based)."""
-    idx = np.flatnonzero(bad)
-    if len(idx):
-        i = int(idx[0])
-        value = values[i].item() if isinstance(values[i], np.generic) else values[i]
-        line = f" (line {i + 2})" if path.suffix == ".csv" else ""
-        raise LogError(f"{path}: row {i + 1}{line}, column {column!r}: {what} (value {value!r}; {len(idx)} such "
-                       f"row(s)); {fix}")
-
-
-def _numeric(path: Path, df: Any, column: str, *, integer: bool) -> np.ndarray:
-    """A column as float64, refusing non-numbers, non-finite values and (``integer``) fractions."""
-    import pandas as pd
-
-    raw = df[column].to_numpy()
-    vals = pd.to_numeric(df[column], errors="coerce").to_numpy(np.float64)
-    _first_bad(path, "not a finite number", ~np.isfinite(vals), column, raw, "write plain numbers")
-    if integer:
-        _first_bad(path, "not a whole number", vals != np.round(vals), column, raw, "write integers")
-    return vals
-
-
-def _tokens(path: Path, df: Any, rollouts: np.ndarray) -> np.ndarray:
-    """The tokens column as int64, refusing a count no completion can have: not a finite whole number, negative, or
-    more than ``MAX_TOKENS_PER_COMPLETION`` per rollout of the row."""
-    tok = _numeric(path, df, "tokens", integer=True)
-    raw = df["tokens"].to_numpy()
-    _first_bad(path, "negative token count", tok < 0, "tokens", raw, "count generated tokens, 0 or more")
-    cap = np.minimum(MAX_TOKENS_PER_COMPLETION * rollouts, 2.0**53)  # 2**53: the last integer float64 holds exactly
-    _first_bad(path, f"more than {MAX_TOKENS_PER_COMPLETION:,} tokens per completion", tok > cap, "tokens", raw,
-               "log generated tokens (a count per completion, or per row's rollouts), not bytes or a running total")
-    return tok.astype(np.int64)
 
 
 def _scan_text(path: Path, limits: Limits) -> int:
@@ -188,58 +116,6 @@ def _read_csv(path: Path, limits: Limits) -> tuple[Any, list[str]]:
         raise _too_large(path, f"more than {limits.max_rows:,} rows ({lines - 1:,} lines after the header)",
                          f"{limits.max_rows:,} rows", "--max-rows N")
     return df, header
-
-
-def _read_jsonl(path: Path, limits: Limits) -> tuple[Any, list[str]]:
-    """A JSONL file of per-completion rows, streamed line by line (no line past the line cap is read whole), as a
-    DataFrame of the columns the advisor uses, with every key that occurs."""
-    import pandas as pd
-
-    want = ROW_REQUIRED + ROW_OPTIONAL
-    cols: dict[str, list[Any]] = {c: [] for c in want}
-    keys: dict[str, None] = {}
-    rows, cap = 0, limits.max_line_bytes
-    with open(path, "rb") as f:
-        n = 0
-        while line := f.readline(cap + 1):
-            n += 1
-            body = line.rstrip(b"\r\n")
-            if len(body) > cap:
-                raise _too_large(path, f"line {n} is more than {format_size(cap)} long",
-                                 f"{format_size(cap)} per line", "--max-line-bytes SIZE")
-            if not body.strip():
-                continue
-            try:
-                rec = json.loads(body)
-            except json.JSONDecodeError as e:
-                raise LogError(f"{path}: row {n}: not a JSON object ({e.msg}); write one object per line") from e
-            if not isinstance(rec, dict):
-                raise LogError(f"{path}: row {n}: not a JSON object; write one object per line")
-            rows += 1
-            if rows > limits.max_rows:
-                raise _too_large(path, f"more than {limits.max_rows:,} rows", f"{limits.max_rows:,} rows",
-                                 "--max-rows N")
-            keys.update(dict.fromkeys(rec))
-            for c in want:
-                cols[c].append(rec.get(c))
-    return pd.DataFrame({c: cols[c] for c in keys if c in cols}), list(keys)
-
-
-def _parquet_decoded_bytes(meta: Any, columns: set[str]) -> int:
-    """Bytes the advisor's columns take once decoded, from the footer alone: a fixed-width value as 8 bytes (or
-    its uncompressed size where larger), a string as its uncompressed bytes plus a 4-byte dictionary index (it is
-    read as a dictionary, so repeated strings are not copied)."""
-    total = 0
-    for g in range(meta.num_row_groups):
-        rg = meta.row_group(g)
-        for c in range(rg.num_columns):
-            col = rg.column(c)
-            if col.path_in_schema.split(".")[0] not in columns:
-                continue
-            size, n = int(col.total_uncompressed_size), int(col.num_values)
-            fixed = col.physical_type not in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY")
-            total += max(size, 8 * n) if fixed else size + 4 * n
-    return total
 
 
 def _read_parquet(path: Path, limits: Limits) -> tuple[Any, list[str]]:
@@ -290,6 +166,10 @@ def _require_columns(path: Path, columns: list[str], required: tuple[str, ...], 
         where = "header (line 1)" if path.suffix == ".csv" else "every row"
         raise LogError(f"{path}: {where}: missing column(s) {missing}; a log {kind} needs {list(required)} "
                        f"(has {columns}); see docs/advisor.md")
+
+
+def _read_rows_jsonl(path: Path, limits: Limits) -> tuple[Any, list[str]]:
+    return _read_jsonl(path, limits, ROW_REQUIRED + ROW_OPTIONAL)
 
 
 def _prompt_codes(df: Any) -> np.ndarray:
@@ -357,9 +237,13 @@ def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
     return _sum_groups(out)
 
 
-def load_log(path: str | os.PathLike, limits: Limits | None = None) -> Any:
+def load_log(path: str | os.PathLike, limits: Limits | None = None,
+             reward_columns: list[str] | tuple[str, ...] | None = None) -> Any:
     """The log at ``path`` as a DataFrame with one row per (step, prompt), sorted: ``step, prompt_id, rollouts,
-    passes`` (int64), ``reward_sum`` and ``tokens`` where the log has them. Only those columns are read.
+    passes`` (int64), ``reward_sum`` and ``tokens`` where the log has them. Only those columns are read. A TRL
+    completion log (a ``.parquet`` or ``.jsonl`` with ``prompt`` and ``completion`` columns, or a folder of them:
+    ``rlvr_core.advise.trl_log``) is read too; ``reward_columns`` names its reward columns (default: every numeric
+    column but step, advantage and tokens); ``attrs["unscorable"]`` counts its completions dropped as unscorable.
 
     Raises:
         FileNotFoundError when there is no file; LogTooLarge for a log past ``limits`` (default ``Limits()``),
@@ -369,16 +253,69 @@ def load_log(path: str | os.PathLike, limits: Limits | None = None) -> Any:
     """
     path = Path(path)
     limits = limits or Limits()
-    if not path.is_file():
+    if path.is_dir():
+        df = _load_trl(path, trl_files(path), limits, reward_columns)
+    elif not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    else:
+        df = _load_file(path, limits, reward_columns)
+    steps = np.unique(df["step"].to_numpy())
+    if len(steps) < 2:
+        raise LogError(f"{path}: column 'step': every row is from step {int(steps[0])}; the advisor replays how "
+                       "the pass rates move over a run and needs at least two steps")
+    out = df.sort_values(["step", "prompt_id"], kind="stable").reset_index(drop=True)
+    out.attrs["unscorable"] = int(df.attrs.get("unscorable", 0))
+    return out
+
+
+def _load_trl(path: Path, files: list[Path], limits: Limits, reward_columns: Any) -> Any:
+    """TRL completion logs -> one row per (step, prompt), as a per-completion log is (``_aggregate``)."""
+    try:
+        rows = read_trl(files, limits, reward_columns)
+    except LogError:
+        raise
+    except MemoryError as e:
+        raise _out_of_memory(path, e, f"{len(files)} file(s)") from e
+    except Exception as e:  # noqa: BLE001 - any reader failure means a file is not a usable log
+        raise LogError(f"{path}: not a readable TRL completion log ({e.__class__.__name__}: {e})") from e
+    if not len(rows):
+        raise LogError(f"{path}: the log is empty (no scorable completion); record at least two training steps")
+    df = _aggregate(path, rows, list(rows.columns))
+    df.attrs["unscorable"] = rows.attrs.get("unscorable", 0)
+    return df
+
+
+def _columns_of(path: Path, limits: Limits) -> list[str]:
+    """A parquet file's column names (its footer), or the keys of a JSONL file's first object (none on error)."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            with pq.ParquetFile(path) as pf:
+                return list(pf.schema_arrow.names)
+        with open(path, "rb") as f:
+            while line := f.readline(limits.max_line_bytes + 1):
+                if line.strip():
+                    rec = json.loads(line)
+                    return list(rec) if isinstance(rec, dict) else []
+    except Exception:  # noqa: BLE001 - the format's own reader reports what is wrong
+        return []
+    return []
+
+
+def _load_file(path: Path, limits: Limits, reward_columns: Any) -> Any:
+    """One log file -> one row per (step, prompt)."""
     if path.suffix not in FORMATS:
-        raise LogError(f"{path}: unknown format {path.suffix!r}; give a .parquet rollout log or a .csv / .jsonl "
-                       "file of (step, prompt_id, reward[, tokens]) rows, one per completion")
+        raise LogError(f"{path}: unknown format {path.suffix!r}; give a .parquet rollout log, a .csv / .jsonl "
+                       "file of (step, prompt_id, reward[, tokens]) rows, one per completion, or a TRL completion "
+                       "log (.parquet / .jsonl, or its folder)")
+    if path.suffix != ".csv" and is_trl(_columns_of(path, limits)):
+        return _load_trl(path, [path], limits, reward_columns)
     on_disk = path.stat().st_size
     if path.suffix != ".parquet" and on_disk > limits.max_bytes:  # a text log's decoded bytes are its bytes
         raise _too_large(path, f"{format_size(on_disk)}", f"{format_size(limits.max_bytes)} decoded",
                          _size_flag(on_disk))
-    reader = {".parquet": _read_parquet, ".csv": _read_csv, ".jsonl": _read_jsonl}[path.suffix]
+    reader = {".parquet": _read_parquet, ".csv": _read_csv, ".jsonl": _read_rows_jsonl}[path.suffix]
     try:
         raw, columns = reader(path, limits)
     except LogError:
@@ -390,12 +327,9 @@ def load_log(path: str | os.PathLike, limits: Limits | None = None) -> Any:
     if not len(raw):
         raise LogError(f"{path}: the log is empty (no rows); record at least two training steps")
     try:
-        df = (_check_aggregated(path, raw, columns) if path.suffix == ".parquet"
-              else _aggregate(path, raw, columns))
+        return (_check_aggregated(path, raw, columns) if path.suffix == ".parquet"
+                else _aggregate(path, raw, columns))
     except MemoryError as e:
         raise _out_of_memory(path, e, f"{len(raw):,} rows") from e
-    steps = np.unique(df["step"].to_numpy())
-    if len(steps) < 2:
-        raise LogError(f"{path}: column 'step': every row is from step {int(steps[0])}; the advisor replays how "
-                       "the pass rates move over a run and needs at least two steps")
-    return df.sort_values(["step", "prompt_id"], kind="stable").reset_index(drop=True)
+
+

@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator, run_allocation_step
+from rlvr_core.advise.recurrence import CountingSource, FreshSource, GrowingEngine
+from rlvr_core.allocation import ALLOCATORS, make_allocator, run_allocation_step
 from rlvr_core.allocation.floor import screening_floor
 from rlvr_core.beta_moments import fit_beta_moments
 from rlvr_core.errors import ConfigError
-from rlvr_core.rollout.simulated import ReplayLog, Scenario, SimulatedEngine
+from rlvr_core.rollout.simulated import ReplayLog, Scenario
 
 PHASES = ("early", "middle", "late")
 FLOOR_CLASS = ("screening floor: bounds every allocator that decides from a prompt's own rewards (grpo, dapo, "
@@ -118,22 +119,26 @@ class SimRun:
         return self.tokens / self.effective_groups if self.effective_groups else math.inf
 
 
-def simulate(path: Path, name: str, *, k: int, batch: int, seed: int, steps: int, pool: int,
+def simulate(path: Path, name: str, *, k: int, batch: int, seed: int, steps: int, pool: int | None,
              tokens: tuple[float, float] | None, params: dict[str, Any] | None = None) -> SimRun:
     """Replay ``steps`` allocation steps of allocator ``name`` (default parameters, or ``params``) on the log at
-    ``path``."""
+    ``path``: over a recurring pool of ``pool`` prompts, or (``pool`` None) over a stream of fresh prompts, each
+    drawn in one step only (``rlvr_core.advise.recurrence``). ``extra`` holds ``prompts`` (prompts drawn from the
+    stream) and ``recurring_prompts`` (those drawn in more than one step)."""
     mean, ratio = tokens if tokens is not None else (200.0, 1.6)
-    engine = SimulatedEngine(Scenario("replay", pool, replay=str(path)), seed=seed, horizon=steps,
-                             mean_tokens=mean, fail_length_ratio=ratio)
-    source = PromptSource(engine.pool_size, seed=seed)
+    engine = GrowingEngine(Scenario("replay", pool or steps * batch, replay=str(path)), seed=seed, horizon=steps,
+                           mean_tokens=mean, fail_length_ratio=ratio)
+    source = CountingSource(engine.pool_size, seed=seed) if pool else FreshSource(seed=seed)
     alloc = make_allocator(name, k=k, batch_size=batch, seed=seed, **(params or {}))
     tot = {"rollouts": 0.0, "tokens": 0.0, "effective_groups": 0.0}
-    for _ in range(steps):
+    for t in range(steps):
+        source.step = t
         _, st = run_allocation_step(alloc, engine, source)
         engine.update_weights()
         for key in tot:
             tot[key] += float(getattr(st, key))
-    return SimRun(name, seed, tot["rollouts"], tot["tokens"], tot["effective_groups"], steps)
+    return SimRun(name, seed, tot["rollouts"], tot["tokens"], tot["effective_groups"], steps,
+                  {"prompts": float(source.drawn_ids), "recurring_prompts": float(len(source.recurring))})
 
 
 def registered_allocators(k: int, batch: int) -> tuple[list[str], dict[str, str]]:

@@ -81,6 +81,26 @@ def allocator_table(adv: Advice) -> list[str]:
     return lines
 
 
+def recurrence_line(adv: Advice) -> str:
+    """The log's recurrence in a sentence."""
+    r = adv.recurrence
+    if r is None:
+        return ""
+    gap = f", {r.mean_gap:.1f} steps apart on average" if r.mean_gap is not None else ""
+    return (f"Recurrence: {r.recurring} of {r.prompts} distinct prompts ({r.share:.1%}) were logged at more than "
+            f"one step{gap}.")
+
+
+def replayed_prompts(adv: Advice) -> str:
+    """What the replay drew: prompts per seed, and the most that recurred under any allocator."""
+    if not adv.allocators:
+        return ""
+    drawn = max(a.replayed_prompts for a in adv.allocators)
+    rec = max(a.replayed_recurring_prompts for a in adv.allocators)
+    return (f"The replay drew at most {drawn:,.0f} prompts per seed, {rec:,.1f} of them in more than one step (mean "
+            "over seeds, the most under any allocator). ")
+
+
 def render(adv: Advice) -> str:
     """The report as markdown (what is printed and written to advice.md)."""
     tok = ("no tokens column: token figures n/a" if adv.token_model is None else
@@ -88,12 +108,13 @@ def render(adv: Advice) -> str:
            "for a fail")
     replayed = bool(adv.allocators)
     replay = (f"Replay: k = {adv.k}, batch = {adv.batch} prompts, {adv.sim_steps} simulated steps over the logged "
-              f"run, {adv.seeds} replay seeds, pool of {adv.pool} prompts; {tok}. Intervals: 95% t-intervals over "
-              "the replay seeds." if replayed else "Not replayed: the log cannot support it (the warning above).")
+              f"run, {adv.seeds} replay seeds, {adv.replay_note}; {tok}. {replayed_prompts(adv)}Intervals: 95% "
+              "t-intervals over the replay seeds." if replayed else
+              "Not replayed: the log cannot support it (the warning above).")
     whole = f"{adv.floor_ratio_to_k:.2f} k" if adv.floor_ratio_to_k is not None else "n/a"
     out = [f"# Allocation advice for {adv.log}", ""] + [f"**Warning.** {w}." for w in adv.warnings]
     out += ["", f"**Recommendation.** {adv.recommendation}.", "", f"Validation: {adv.validation}.", "",
-            f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. {replay}", "",
+            f"Log: {adv.rows} (step, prompt) rows over {adv.steps} steps. {recurrence_line(adv)} {replay}", "",
             "## The run's pass-rate population, by phase", ""] + phase_table(adv)
     out += ["", f"Floor class: {adv.floor_class}. Whole run: {whole}.", "",
             "## Every registered allocator replayed on this log", ""]
@@ -173,13 +194,19 @@ def default_out(log: Path) -> Path:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="rlvr-alloc advise", description="Will rollout allocation pay on my run? "
                                  "Replays every registered allocator on a run's own rollout log (docs/advisor.md).")
-    ap.add_argument("log", type=Path, help="rollouts.parquet, a RolloutLogCallback log, or a .csv/.jsonl of "
-                    "(step, prompt_id, reward[, tokens]) rows, one per completion")
+    ap.add_argument("log", type=Path, help="rollouts.parquet, a RolloutLogCallback log, a .csv/.jsonl of "
+                    "(step, prompt_id, reward[, tokens]) rows, one per completion, or a TRL completion log "
+                    "(<output_dir>/completions/ of GRPOConfig(log_completions=True), or one of its files)")
     ap.add_argument("--k", type=int, default=8, help="group size (rollouts per prompt), default 8")
     ap.add_argument("--batch", type=int, default=32, help="prompts per step, default 32")
     ap.add_argument("--seeds", type=int, default=5, help="replay seeds behind each interval, default 5")
     ap.add_argument("--steps", type=int, default=60, help="simulated steps over the logged run, default 60")
-    ap.add_argument("--pool", type=int, default=None, help="simulated prompt pool (default: largest prompt id + 1)")
+    ap.add_argument("--pool", type=int, default=None, metavar="N",
+                    help="force a recurring pool of N prompts: 'what if my prompts recurred' (default: a stream of "
+                    "fresh prompts if no prompt of the log recurs, else the largest prompt id + 1)")
+    ap.add_argument("--reward-column", action="append", default=None, metavar="NAME", dest="reward_columns",
+                    help="a TRL completion log's reward column (repeat for several, summed; default: every numeric "
+                    "column but step, advantage and tokens)")
     ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: "
                     "advice/<LOG's folder>-<LOG's stem>/ under the current directory)")
     ap.add_argument("--max-rows", type=_rows, default=DEFAULT_MAX_ROWS, metavar="N",
@@ -197,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits(args.max_rows, args.max_bytes, args.max_line_bytes)
     try:
         adv = advise(args.log, k=args.k, batch=args.batch, seeds=args.seeds, steps=args.steps, pool=args.pool,
-                     limits=limits)
+                     limits=limits, reward_columns=args.reward_columns)
     except (LogError, FileNotFoundError, ValueError) as e:
         print(f"rlvr-alloc advise: error: {e}", file=sys.stderr)
         return 2

@@ -83,4 +83,8 @@ def check_support(df: Any) -> Support:
     """What the per-(step, prompt) log ``df`` (``load_log``) lets the advisor estimate (module docstring)."""
     found = [r for r in (_one_rollout(df), _no_mixed(df)) if r]
     notes = [] if found else [r for r in (_single_rollout_steps(df),) if r]
+    dropped = int(df.attrs.get("unscorable", 0))
+    if dropped:
+        notes.append(f"{dropped:,} completion(s) of the TRL log had every reward NaN (unscorable: TRL leaves them out "
+                     "of their group's baseline) and were left out")
     return Support([long for _, long in found], [short for short, _ in found], notes)

@@ -1,0 +1,205 @@
+"""TRL's completion logs as advisor input (docs/advisor.md, "TRL completion logs").
+
+``GRPOTrainer(args=GRPOConfig(log_completions=True, ...))`` (TRL 1.16, ``GRPOTrainer.log``) writes, at every
+logging step, ``<output_dir>/completions/completions_<global step, 5 digits>.parquet``: one row per completion of
+the latest generation batch, with the columns ``step`` (the global step), ``prompt`` and ``completion`` (text, or
+a conversation: a list of ``{"role", "content"}`` messages), one column per reward function, named after it (its
+raw, unweighted reward; NaN where the function returned None), any column logged with ``log_extra`` and
+``advantage``. The advisor reads such a file, a folder of them, or a ``.jsonl`` of the same columns (one object
+per line):
+
+- ``prompt`` -> ``prompt_id``: the prompt's text (a conversation as its canonical JSON), numbered later;
+- reward: the chosen reward columns (``reward_columns``; by default every column holding numbers that is none
+  of ``step, advantage, tokens``; a text-only column is not), summed over the columns as TRL sums them with its
+  default weights of 1, a NaN counting as 0 (``nansum``). A completion whose every reward is NaN is unscorable
+  (TRL leaves it out of its group's baseline, advantage 0): it is dropped, and counted in
+  ``df.attrs["unscorable"]``;
+- tokens: a ``tokens`` column where there is one (e.g. ``log_extra("tokens", ...)``), else an estimate from the
+  completion's length: ceil(characters / 4) of its text (of its messages' contents for a conversation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlvr_core.advise.checks import (
+    Limits,
+    LogError,
+    _first_bad,
+    _numeric,
+    _parquet_decoded_bytes,
+    _read_jsonl,
+    _tokens,
+    _too_large,
+    format_size,
+)
+
+NOT_REWARD = ("step", "prompt", "completion", "advantage", "tokens", "image")
+CHARS_PER_TOKEN = 4  # the token estimate of a completion without a tokens column: ceil(characters / 4)
+
+
+def is_trl(columns: Sequence[str]) -> bool:
+    """Whether a log with these columns is a TRL completion log (prompt and completion, no prompt_id)."""
+    return "prompt" in columns and "completion" in columns and "prompt_id" not in columns
+
+
+def trl_files(folder: Path) -> list[Path]:
+    """The logs of a folder: TRL's ``completions_*.parquet`` if any, else every ``.parquet`` and ``.jsonl``."""
+    files = sorted(folder.glob("completions_*.parquet")) or sorted(
+        p for p in folder.iterdir() if p.suffix in (".parquet", ".jsonl") and p.is_file())
+    if not files:
+        raise LogError(f"{folder}: a folder with no completions_*.parquet (TRL's completion logs) nor any .parquet "
+                       "or .jsonl file; give GRPOTrainer's <output_dir>/completions folder or one log file")
+    return files
+
+
+def _plain(x: Any) -> Any:
+    """A value read from parquet (numpy arrays of dicts) as plain Python, for JSON."""
+    if isinstance(x, np.ndarray):
+        return [_plain(v) for v in x.tolist()]
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _message_text(x: Any) -> str:
+    """A completion's text: the string, or its messages' contents joined (image blocks count nothing)."""
+    if isinstance(x, str):
+        return x
+    parts = []
+    for m in x:
+        c = m.get("content") if isinstance(m, dict) else m
+        if isinstance(c, list):
+            c = "".join(str(b.get("text", "")) for b in c if isinstance(b, dict))
+        parts.append("" if c is None else str(c))
+    return "".join(parts)
+
+
+def _texts(path: Path, df: Any, column: str) -> list[Any]:
+    """A prompt or completion column as plain values, refusing a row that is neither text nor a conversation."""
+    vals = [_plain(v) for v in df[column].tolist()]
+    bad = np.asarray([not (isinstance(v, str) or (isinstance(v, list) and all(isinstance(m, (dict, str))
+                                                                             for m in v))) for v in vals], bool)
+    shown = np.empty(len(vals), dtype=object)
+    shown[:] = vals
+    _first_bad(path, "neither text nor a conversation (a list of messages)", bad, column, shown,
+               "log the prompt and completion as TRL's log_completions writes them")
+    return vals
+
+
+def _numeric_column(col: Any) -> bool:
+    """Whether a column holds numbers (a reward column, where any other value is an error), not only text (a
+    ``log_extra`` column such as a data source's name)."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(col.dtype):
+        return False
+    if pd.api.types.is_numeric_dtype(col.dtype):
+        return True
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in col.tolist())
+
+
+def _reward(path: Path, df: Any, columns: list[str], chosen: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(reward per row, scorable mask): the reward columns summed with NaN as 0; a row with every reward NaN is
+    unscorable."""
+    import pandas as pd
+
+    names = list(chosen) if chosen else [c for c in columns if c not in NOT_REWARD and _numeric_column(df[c])]
+    missing = [c for c in names if c not in columns]
+    if missing or not names:
+        what = (f"no reward column {missing}" if missing else
+                "no reward column (a numeric column other than step, advantage and tokens)")
+        raise LogError(f"{path}: every row: {what} (has {columns}); TRL writes one column per reward function, "
+                       "name them with --reward-column NAME (docs/advisor.md, TRL completion logs)")
+    vals = []
+    for c in names:
+        raw = df[c].to_numpy(dtype=object)
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
+        given = np.asarray([x is not None and not (isinstance(x, float) and math.isnan(x)) for x in raw], bool)
+        _first_bad(path, "not a number", given & np.isnan(v), c, raw,
+                   "a reward column holds numbers (NaN where the reward function returned None); choose the reward "
+                   "columns with --reward-column NAME")
+        _first_bad(path, "not a finite number", np.isinf(v), c, raw, "write finite rewards")
+        vals.append(v)
+    stack = np.column_stack(vals)
+    scorable = ~np.all(np.isnan(stack), axis=1)
+    total = np.nansum(stack, axis=1)
+    label = names[0] if len(names) == 1 else f"sum of {names}"
+    _first_bad(path, f"reward ({label}) outside [0, 1]", scorable & ((total < 0) | (total > 1)), names[0],
+               df[names[0]].to_numpy(), "the advisor models pass/fail rewards in [0, 1] (a reward above 0 is a pass); "
+               "choose the pass/fail reward function's column with --reward-column NAME")
+    return total, scorable
+
+
+def completion_rows(path: Path, df: Any, columns: list[str], reward_columns: Sequence[str] | None) -> Any:
+    """One TRL log's rows as per-completion rows ``step, prompt_id (text), reward, tokens``, checked row by row."""
+    import pandas as pd
+
+    missing = [c for c in ("step", "prompt", "completion") if c not in columns]
+    if missing:
+        raise LogError(f"{path}: every row: missing column(s) {missing}; a TRL completion log has step, prompt, "
+                       f"completion and one column per reward function (has {columns})")
+    step = _numeric(path, df, "step", integer=True).astype(np.int64)
+    prompts = [p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in _texts(path, df, "prompt")]
+    reward, ok = _reward(path, df, columns, reward_columns)
+    if "tokens" in columns:
+        tokens = _tokens(path, df, np.ones(len(df)))
+    else:
+        tokens = np.asarray([math.ceil(len(_message_text(c)) / CHARS_PER_TOKEN)
+                             for c in _texts(path, df, "completion")], np.int64)
+    out = pd.DataFrame({"step": step, "prompt_id": prompts, "reward": reward, "tokens": tokens})
+    return out[ok].reset_index(drop=True), int((~ok).sum())
+
+
+def _read_one(path: Path, limits: Limits, before: int) -> tuple[Any, list[str], int]:
+    """A TRL log file (every column but ``image``), with its decoded bytes; its size, with the ``before`` bytes
+    of the files before it, is checked against the caps before it is decoded."""
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".jsonl":
+        size = path.stat().st_size
+        if before + size > limits.max_bytes:
+            raise _too_large(path, f"{format_size(before + size)} with the files before it",
+                             f"{format_size(limits.max_bytes)} decoded", "--max-bytes SIZE")
+        return (*_read_jsonl(path, limits, want=None), size)
+    with pq.ParquetFile(path) as pf:
+        meta, names = pf.metadata, [n for n in pf.schema_arrow.names if not n.startswith("__index_level_")]
+        use = [n for n in names if n != "image"]
+        rows, decoded = int(meta.num_rows), _parquet_decoded_bytes(meta, set(use))
+        if rows > limits.max_rows or before + decoded > limits.max_bytes:
+            raise _too_large(path, f"{rows:,} rows, {format_size(decoded)} decoded ({format_size(before)} before "
+                             "it)", f"{limits.max_rows:,} rows and {format_size(limits.max_bytes)} decoded",
+                             "--max-rows N / --max-bytes SIZE")
+        return pf.read(columns=use).to_pandas(), use, decoded
+
+
+def read_trl(files: list[Path], limits: Limits, reward_columns: Sequence[str] | None) -> Any:
+    """TRL completion logs (one file, or a folder's files) as per-completion rows of every file, the caps applied
+    to the files together; ``attrs["unscorable"]``: completions dropped as unscorable."""
+    import pandas as pd
+
+    parts, rows, decoded, dropped = [], 0, 0, 0
+    for f in files:
+        raw, columns, size = _read_one(f, limits, decoded)
+        rows, decoded = rows + len(raw), decoded + size
+        if rows > limits.max_rows:
+            raise _too_large(f, f"more than {limits.max_rows:,} rows with the files before it",
+                             f"{limits.max_rows:,} rows", "--max-rows N")
+        if not len(raw):
+            continue
+        if not is_trl(columns):
+            raise LogError(f"{f}: every row: not a TRL completion log (columns {columns}); a folder of logs holds "
+                           "TRL completion logs only (step, prompt, completion, reward columns)")
+        part, n = completion_rows(f, raw, columns, reward_columns)
+        parts.append(part)
+        dropped += n
+    df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    df.attrs["unscorable"] = dropped
+    return df

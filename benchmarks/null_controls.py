@@ -106,7 +106,7 @@ def _cell(r: Mapping[str, Any] | None) -> str:
         return "not run yet"
     ci = "" if r["pooled_lo"] is None and r["pooled_hi"] is None else f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]"
     return (f"{pct(r['pooled_saving'])}{ci}, p {p_value(r['p_value_stratified'])}, {r['ours_runs']} vs "
-            f"{r['base_runs']} runs, {r['warm_starts']} warm starts")
+            f"{r['base_runs']} runs, {r['warm_starts']} warm start{'s' * (r['warm_starts'] != 1)}")
 
 
 def markdown(rows: Sequence[Mapping[str, Any]]) -> str:

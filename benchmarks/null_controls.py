@@ -22,6 +22,7 @@ Writes benchmarks/results/null_controls/null_controls.json and null_controls.md 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -84,6 +85,14 @@ def false_positives(store: RunStore, regimes: Sequence[str], splits: int = SPLIT
             "p_below_level": low_p / splits, "interval_above_zero": above / splits, "level": LEVEL}
 
 
+def passes(aa: Mapping[str, Any]) -> bool:
+    """The A/A rule: the pooled interval covers zero (a bound at "never" is unbounded on its side) and the point
+    estimate lies within TOLERANCE of it (an estimate at "never" fails)."""
+    lo = -math.inf if aa["pooled_lo"] is None else aa["pooled_lo"]
+    hi = math.inf if aa["pooled_hi"] is None else aa["pooled_hi"]
+    return aa["pooled_saving"] is not None and lo <= 0 <= hi and abs(aa["pooled_saving"]) <= TOLERANCE
+
+
 def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, splits: int = SPLITS) -> list[dict]:
     """Per family: the A/A row, its false positives, and DAPO against matched GRPO in updates and rollouts."""
     store = as_store(out)
@@ -92,9 +101,7 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
         regimes = store.family(base)
         aa = _row(store, regimes, *AA)
         rows.append({"family": base, "aa": aa,
-                     "aa_passes": None if aa is None or aa["pooled_saving"] is None else
-                     bool(aa["pooled_lo"] is not None and aa["pooled_hi"] is not None and aa["pooled_lo"] <= 0
-                          <= aa["pooled_hi"] and abs(aa["pooled_saving"]) <= TOLERANCE),
+                     "aa_passes": None if aa is None else passes(aa),
                      "aa_false_positives": false_positives(store, regimes, splits) if aa is not None else None,
                      "dapo_updates": _row(store, regimes, *DAPO, axis="updates"),
                      "dapo_rollouts": _row(store, regimes, *DAPO)})

@@ -71,3 +71,11 @@ def test_the_a_a_runs_take_seeds_disjoint_from_the_reference_runs(tmp_path: Path
     study = out / "study" / "pool"
     assert sorted(p.name for p in (study / "null-aa" / "grpo_aa").glob("s*.json")) == ["s5.json", "s6.json"]
     assert sorted(p.name for p in (study / "reference" / "grpo").glob("s*.json")) == ["s0.json", "s1.json"]
+
+
+def test_the_a_a_rule_reads_a_bound_at_never_as_unbounded() -> None:
+    row = {"pooled_saving": -0.08, "pooled_lo": None, "pooled_hi": 0.26}
+    assert null_controls.passes(row) is True
+    assert null_controls.passes({**row, "pooled_saving": None}) is False
+    assert null_controls.passes({**row, "pooled_lo": 0.02, "pooled_saving": 0.08}) is False  # excludes zero
+    assert null_controls.passes({**row, "pooled_saving": -0.15}) is False

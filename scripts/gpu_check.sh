@@ -200,8 +200,8 @@ if device == "cuda":
     torch.cuda.reset_peak_memory_stats()
 t0 = time.perf_counter()
 with torch.autocast(device_type=device, dtype=BF16):
-    res = training.train(cfg, policy_dir=os.path.join(work, "policy"), train_rows=train_rows, test_rows=test_rows,
-                         run_dir=os.path.join(work, "run"), device=device)
+    res = training.check_and_train(cfg, policy_dir=os.path.join(work, "policy"), train_rows=train_rows,
+                                   test_rows=test_rows, run_dir=os.path.join(work, "run"), device=device)
 wall = time.perf_counter() - t0
 training.load_policy = _load_policy
 train_guard.check("training loop")

@@ -72,7 +72,7 @@ def test_the_training_task_retries_only_transient_failures(prefect_here: dict, t
     make, retried = FAILURES[name]
     calls: list[int] = []
     monkeypatch.setattr(tasks.training, "load_split", lambda data_dir, split: [])
-    monkeypatch.setattr(tasks.training, "train", _failing(calls, make))
+    monkeypatch.setattr(tasks.training, "check_and_train", _failing(calls, make))
     task = tasks.training.run_training.with_options(retry_delay_seconds=0)
     with pytest.raises(type(make())):
         _in_a_flow(lambda: task(TrainConfig(), "policy", "data", "arithmetic", str(tmp_path / "run"), None,

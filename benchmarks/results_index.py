@@ -75,6 +75,8 @@ WRITERS: tuple[Writer, ...] = (
            "by hand for the record (docs/training-study.md)"),
     Writer("regimes/*", "python -m benchmarks.regimes", "regimes"),
     Writer("sandbox/*", "python -m benchmarks.sandbox", "sandbox"),
+    Writer("gpu_check/*", "python -m benchmarks.gpu_check", "gpu_check",
+           "run on a GPU machine (an H200 lent to a session) and copied back from it"),
     Writer("trl_overhead/*", "python -m benchmarks.trl_overhead", "trl_overhead"),
     Writer("archive/README.md", "", "", "written by hand: what replaced each archived result"),
     Writer("archive/training/", "python -m benchmarks.training", "training", "superseded by benchmarks.study"),

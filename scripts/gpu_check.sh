@@ -194,8 +194,9 @@ def guarded_load_policy(folder, *, device="cpu"):
 
 training.load_policy = guarded_load_policy
 steps = args.steps or (20 if not dry else 2)
-cfg = TrainConfig(allocator="sara", steps=steps, batch_size=64 if not dry else 8, k=8, eval_every=0,
-                  eval_size=256 if not dry else 16, eval_samples=8, checkpoint_every=steps, seed=0)
+# no rollout budget: the default max_rollouts (12,000) ends a 64-group SARA run after about 5 steps
+cfg = TrainConfig(allocator="sara", steps=steps, max_rollouts=None, batch_size=64 if not dry else 8, k=8,
+                  eval_every=0, eval_size=256 if not dry else 16, eval_samples=8, checkpoint_every=steps, seed=0)
 if device == "cuda":
     torch.cuda.reset_peak_memory_stats()
 t0 = time.perf_counter()

@@ -182,7 +182,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks", "benchmarks.common", "benchmarks.study", "benchmarks.math_verifier", "benchmarks.record_trl_trace"),
     ("benchmarks.study.plan", "benchmarks.study.formats", "benchmarks.ablation", "benchmarks.advisor_speed",
      "benchmarks.leaderboard", "benchmarks.orchestration", "benchmarks.readme", "benchmarks.cpu_kernels",
-     "benchmarks.results_index", "benchmarks.sandbox", "benchmarks.trl_overhead"),
+     "benchmarks.gpu_check", "benchmarks.results_index", "benchmarks.sandbox", "benchmarks.trl_overhead"),
     ("benchmarks.study.store", "benchmarks.study.data", "benchmarks.study.stats", "benchmarks.allocation",
      "benchmarks.training"),
     ("benchmarks.study.tables", "benchmarks.study.execute", "benchmarks.floor", "benchmarks.study_targets",

@@ -19,7 +19,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from rlvr_core.errors import ConfigError, TrainingStopped, is_disk_full, is_out_of_memory, related_exceptions
+from rlvr_core.errors import (
+    ConfigError,
+    RewardError,
+    TrainingStopped,
+    is_disk_full,
+    is_out_of_memory,
+    related_exceptions,
+)
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.registry import UnknownNameError
 from rlvr_core.rewards.sandbox.limits import SandboxUnavailable
@@ -27,9 +34,10 @@ from rlvr_core.rewards.sandbox.limits import SandboxUnavailable
 log = logging.getLogger(__name__)
 
 # Refusals that come back the same on every try: bad settings, data, checkpoints or policy folders, a run
-# stopped on purpose, a machine without the sandbox, an unknown registry name.
+# stopped on purpose, a machine without the sandbox, an unknown registry name, a reward outside the allocators'
+# contract (the verifier returns the same reward for the same completion).
 DETERMINISTIC: tuple[type[BaseException], ...] = (ConfigError, PolicyLoadError, TrainingStopped, SandboxUnavailable,
-                                                  UnknownNameError)
+                                                  UnknownNameError, RewardError)
 OOM_HINT = "the batch or sequence sizes the error names"
 
 

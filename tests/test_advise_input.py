@@ -62,6 +62,33 @@ def test_impossible_token_counts_in_a_text_log_are_refused_with_file_row_and_col
         load_log(path)
 
 
+def _with_huge_integer(tmp_path: Path, suffix: str, column: str) -> tuple[Path, pd.DataFrame]:
+    df = completions(steps=2, prompts=2)
+    df[column] = df[column].astype(object)
+    df.loc[3, column] = 10**4000  # pd.to_numeric raised OverflowError: int too large to convert to float
+    path = tmp_path / f"log{suffix}"
+    if suffix == ".csv":
+        df.to_csv(path, index=False)
+    else:
+        write_jsonl(df, path)
+    return path, df
+
+
+@pytest.mark.parametrize("column", ["tokens", "reward", "step"])
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_an_integer_past_a_float_is_refused_naming_row_and_column(tmp_path: Path, suffix: str, column: str) -> None:
+    path, _ = _with_huge_integer(tmp_path, suffix, column)
+    with pytest.raises(LogError, match=rf"log\{suffix}: row 4.*column '{column}': not a finite number"):
+        load_log(path)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_prompt_id_past_a_float_is_a_label_like_any_other(tmp_path: Path, suffix: str) -> None:
+    path, df = _with_huge_integer(tmp_path, suffix, "prompt_id")
+    got = load_log(path)  # the ids are factorized as text: one prompt more than the two the other rows name
+    assert int(got["rollouts"].sum()) == len(df) and got.groupby("step")["prompt_id"].nunique().max() == 3
+
+
 @pytest.mark.parametrize("tokens,what", [
     ([80, -1, 30], r"row 2, column 'tokens': negative token count \(value -1"),
     ([80.0, 1e30, 30.0], r"row 2, column 'tokens': more than 10,000,000 tokens per completion \(value 1e\+30"),

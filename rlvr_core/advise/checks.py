@@ -84,12 +84,23 @@ def _first_bad(path: Path, what: str, bad: np.ndarray, column: str, values: Any,
                        f"row(s)); {fix}")
 
 
+def _as_float(value: Any) -> float:
+    """One cell as a float; NaN (refused by the caller, naming row and column) where it is not one."""
+    try:
+        return float(value)
+    except (OverflowError, ValueError, TypeError):
+        return float("nan")
+
+
 def _numeric(path: Path, df: Any, column: str, *, integer: bool) -> np.ndarray:
     """A column as float64, refusing non-numbers, non-finite values and (``integer``) fractions."""
     import pandas as pd
 
     raw = df[column].to_numpy()
-    vals = pd.to_numeric(df[column], errors="coerce").to_numpy(np.float64)
+    try:
+        vals = pd.to_numeric(df[column], errors="coerce").to_numpy(np.float64)
+    except (OverflowError, ValueError, TypeError):  # an integer past float64 (a 4,000-digit number) in the column
+        vals = np.array([_as_float(v) for v in raw], np.float64)
     _first_bad(path, "not a finite number", ~np.isfinite(vals), column, raw, "write plain numbers")
     if integer:
         _first_bad(path, "not a whole number", vals != np.round(vals), column, raw, "write integers")

@@ -180,16 +180,27 @@ def _prompt_codes(df: Any) -> np.ndarray:
 
     ids = df["prompt_id"]
     if isinstance(ids.dtype, pd.CategoricalDtype):
-        cats = pd.to_numeric(pd.Series(ids.cat.categories), errors="coerce").to_numpy(np.float64)
+        cats = _as_numbers(pd.Series(ids.cat.categories))
         codes = ids.cat.codes.to_numpy()
         num = np.where(codes >= 0, cats[codes], np.nan) if len(cats) else np.full(len(codes), np.nan)
         if np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0):
             return num.astype(np.int64)
         return pd.factorize(codes)[0].astype(np.int64)
-    num = pd.to_numeric(ids, errors="coerce").to_numpy(np.float64)
+    num = _as_numbers(ids)
     if np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0):
         return num.astype(np.int64)
     return pd.factorize(ids.astype(str))[0].astype(np.int64)
+
+
+def _as_numbers(ids: Any) -> np.ndarray:
+    """Prompt keys as float64, NaN where one is not a number; all NaN when a key is an integer past a float (a
+    4,000-digit id is a label like any string, so the keys are then factorized as text)."""
+    import pandas as pd
+
+    try:
+        return pd.to_numeric(ids, errors="coerce").to_numpy(np.float64)
+    except (OverflowError, ValueError, TypeError):
+        return np.full(len(ids), np.nan)
 
 
 def _aggregate(path: Path, df: Any, columns: list[str]) -> Any:

@@ -113,6 +113,7 @@ import pickle
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -664,6 +665,8 @@ class RolloutLogCallback(TrainerCallback):
         self.id_column = id_column
         self.log: Any = None
         self._in_step = False
+        self.unscored = 0  # completions the wrapped function returned None or a non-finite reward for (left out)
+        self._warned = False
 
     def _rank_path(self) -> Path:
         rank = int(os.environ.get("RANK", "0"))
@@ -683,6 +686,14 @@ class RolloutLogCallback(TrainerCallback):
                 toks = np.asarray([len(c) for c in completion_ids] if completion_ids is not None
                                   else [len(str(c)) for c in completions], np.int64)
                 keep = np.isfinite(r)
+                if not keep.all():
+                    cb.unscored += int((~keep).sum())
+                    if not cb._warned:
+                        cb._warned = True
+                        warnings.warn(f"RolloutLogCallback: {recorded.__name__} returned None or a non-finite "
+                                      f"reward for {int((~keep).sum())} completion(s) of step "
+                                      f"{int(trainer_state.global_step) + 1}; they are left out of {cb.path} "
+                                      "(counted in .unscored); wrap the pass/fail verifier", stacklevel=2)
                 cb.log.add(int(trainer_state.global_step) + 1, Rollouts(ids[keep], r[keep], toks[keep]))
             return rewards
 

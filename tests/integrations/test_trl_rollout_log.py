@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -73,3 +74,25 @@ def test_a_resumed_run_keeps_the_rows_up_to_its_checkpoint_and_logs_each_step_on
     second = run(str(tmp_path / "out" / "checkpoint-2"))
     assert second["step"].tolist() == [1, 1, 2, 2, 3, 3]
     pd.testing.assert_frame_equal(second[second.step <= 2], first[first.step <= 2])
+
+
+def test_unscored_completions_are_counted_and_warned_about_once(tmp_path):
+    from types import SimpleNamespace
+
+    from rlvr_core.rollout_log import RolloutLog
+
+    log = RolloutLogCallback(tmp_path / "rollouts.parquet")
+    log.log, log._in_step = RolloutLog(log.path, rows=[], upto=0), True
+
+    def verifier(prompts, completions, **kwargs):
+        return [1.0, None, float("nan"), 0.0]
+
+    wrapped = log.wrap(verifier)
+    state = SimpleNamespace(global_step=0)
+    with pytest.warns(UserWarning, match=r"verifier returned None or a non-finite reward for 2 completion\(s\) of "
+                                         r"step 1; they are left out"):
+        assert wrapped(prompts=["a", "a", "b", "b"], completions=["x"] * 4, trainer_state=state)[1] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per run, not once per call
+        wrapped(prompts=["a", "a", "b", "b"], completions=["x"] * 4, trainer_state=state)
+    assert log.unscored == 4

@@ -16,7 +16,7 @@ import torch
 from pipeline.retry import not_retried, retry_if_transient
 from rlvr_core.allocation.loop import EngineError, generate_with_retry
 from rlvr_core.checkpoint import CheckpointError
-from rlvr_core.errors import ConfigError, OutOfMemory, TrainingStopped, is_disk_full, is_out_of_memory
+from rlvr_core.errors import ConfigError, OutOfMemory, RewardError, TrainingStopped, is_disk_full, is_out_of_memory
 from rlvr_core.models.tiny import PolicyLoadError
 from rlvr_core.rollout.base import RolloutEngine
 
@@ -123,7 +123,8 @@ def test_a_full_disk_is_not_retried(make: Any) -> None:
 
 @pytest.mark.parametrize("exc", [ConfigError("train.lr: bad"), CheckpointError("step_3: digest mismatch"),
                                  PolicyLoadError("no config.json"), TrainingStopped("non-finite loss"),
-                                 OutOfMemory("x"), ExceptionGroup("g", [ConnectionError("a"), ConfigError("b")])],
+                                 OutOfMemory("x"), ExceptionGroup("g", [ConnectionError("a"), ConfigError("b")]),
+                                 RewardError("step 3: sara: reward nan", prompt=7, value=float("nan"), row=0)],
                          ids=lambda e: type(e).__name__)
 def test_deterministic_refusals_are_not_retried(exc: BaseException) -> None:
     assert not_retried(exc) is not None

@@ -1,0 +1,87 @@
+"""What the value-based baselines decide (docs/allocators/knapsack-rl.md, vip.md and mopps.md), on small
+hand-computed cases and scripted engines; the generic contract is tests/allocation/test_contract.py's."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
+from rlvr_core.allocation.knapsack_rl import greedy_budgets, group_value, knapsack_budgets
+from rlvr_core.errors import ConfigError
+from tests.allocation.test_published_baselines import ScriptedEngine, group_of
+
+
+def brute_force(value, base: list[int], cap: int, budget: int) -> float:
+    """The best summed value over every way to add ``budget`` rollouts to ``base``, none beyond ``cap``."""
+    best = -math.inf
+    for extra in itertools.product(range(budget + 1), repeat=len(base)):
+        n = [b + e for b, e in zip(base, extra)]
+        if sum(extra) == budget and max(n) <= cap:
+            best = max(best, sum(value(i, m) for i, m in enumerate(n)))
+    return best
+
+
+# ----------------------------------------------------------------------------------------- knapsack-rl
+
+@pytest.mark.parametrize("p,budget,cap", [([0.5, 0.1, 0.8], 9, 12), ([0.05, 0.5, 0.95, 0.3], 8, 5),
+                                          ([0.2, 0.2, 0.6], 12, 16)])
+def test_knapsack_greedy_matches_the_brute_force_optimum(p, budget, cap):
+    base = [2] * len(p)
+    n, left = greedy_budgets(np.array(p), np.array(base), cap, budget)
+    assert left == 0 and n.sum() == sum(base) + budget and n.max() <= cap
+    got = float(group_value(np.array(p), n).sum())
+    assert got == pytest.approx(brute_force(lambda i, m: float(group_value(p[i], m)), base, cap, budget), abs=1e-12)
+
+
+def test_knapsack_value_is_p_mixed_times_p_one_minus_p_squared():
+    # p = 0.5, n = 2: P(mixed) = 1/2, value 1/2 * 1/2 * 1/4
+    assert float(group_value(0.5, 2)) == pytest.approx(1 / 16)
+    assert float(group_value(0.0, 8)) == 0.0 and float(group_value(1.0, 8)) == 0.0
+
+
+def test_knapsack_budgets_follow_the_source_rule():
+    pr = make_allocator("knapsack-rl", k=8, batch_size=4).params
+    # p = 0.5 and 0.1 in (0, 1) start at 2; 0 and 1 at 2; 24 left. Expected costs: log(0.1)/log(0.5) -> 3,
+    # log(0.1)/log(0.9) -> 21: 24, not below what is left, so no fallback; the greedy shares the 24
+    n = knapsack_budgets(np.array([0.5, 0.0, 1.0, 0.1]), np.ones(4, bool), pr)
+    assert n.tolist()[1:3] == [2, 2] and n.sum() == 32
+    ref, _ = greedy_budgets(np.array([0.5, 0.1]), np.array([2, 2]), 128, 24)
+    assert [n[0], n[3]] == ref.tolist()
+    # only p = 0.5 in (0, 1): expected cost 3 of 24 left, so 21 go to the prompt at 0, 3 to the knapsack
+    n = knapsack_budgets(np.array([0.5, 0.0, 1.0, 1.0]), np.ones(4, bool), pr)
+    assert n.tolist() == [5, 23, 2, 2]
+    # without fallback the knapsack gets everything
+    nf = knapsack_budgets(np.array([0.5, 0.0, 1.0, 1.0]), np.ones(4, bool),
+                          make_allocator("knapsack-rl", k=8, batch_size=4, fallback=False).params)
+    assert nf.tolist() == [26, 2, 2, 2]
+    # no estimate yet: k each; nothing in (0, 1): the rest to the prompts at 0, in equal shares
+    assert knapsack_budgets(np.array([0.5, 0.1, 0.0, 1.0]), np.zeros(4, bool), pr).tolist() == [8] * 4
+    assert knapsack_budgets(np.array([0.0, 0.0, 1.0, 1.0]), np.ones(4, bool), pr).tolist() == [14, 14, 2, 2]
+    assert knapsack_budgets(np.array([1.0, 1.0]), np.ones(2, bool), pr).tolist() == [8, 8]
+
+
+def test_knapsack_estimates_from_the_last_appearance_and_spends_b_times_k():
+    """Prompt 0 always passes, 1 alternates, 2 always fails (pool of 3, B = 3): after step 1 (k = 8 each, 8
+    rollouts behind each) prompt 0 is at 1 and 2 at 0 (2 each), prompt 1 at 0.5 (2 + its expected cost 3),
+    and the rest goes to prompt 2."""
+    eng = ScriptedEngine(lambda q, i: {0: 1, 1: i % 2, 2: 0}[q])
+    alloc = make_allocator("knapsack-rl", k=8, batch_size=3)
+    src = PromptSource(3, seed=0)
+    _, st = run_allocation_step(alloc, eng, src)
+    assert eng.seen == {0: 8, 1: 8, 2: 8} and st.rollouts == 24
+    batch, st = run_allocation_step(alloc, eng, src)
+    assert st.rollouts == 24 and st.rounds == 1
+    assert {q: len(group_of(batch, q)) for q in range(3)} == {0: 2, 1: 5, 2: 17}
+    p, valid = alloc.estimates(np.array([0, 1, 2]))
+    assert valid.all() and p.tolist() == [1.0, 6 / 13, 0.0]  # prompt 1: its last 5 < 16: all 13 rollouts
+
+
+@pytest.mark.parametrize("kw,field", [({"min_n": 9}, "min_n"), ({"max_n": 1}, "max_n"), ({"alpha": 1.0}, "alpha"),
+                                      ({"negative_n": 0}, "negative_n"), ({"window": 0}, "window")])
+def test_knapsack_bad_params_are_named(kw, field):
+    with pytest.raises(ConfigError, match=field):
+        make_allocator("knapsack-rl", k=8, **kw)

@@ -19,7 +19,6 @@ outside (0, 1)). With no prompt in (0, 1) the budget goes to the prompts at 0, o
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 
 from rlvr_core.allocation.base import PASS_FAIL, Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import group_mixed_probability
+from rlvr_core.allocation.greedy import greedy_fill
 from rlvr_core.allocation.registry import ALLOCATORS
 from rlvr_core.errors import require
 
@@ -86,24 +86,15 @@ def group_value(p: np.ndarray | float, n: np.ndarray | int) -> np.ndarray:
 def greedy_budgets(p: np.ndarray, base: np.ndarray, cap: int, budget: int) -> tuple[np.ndarray, int]:
     """(rollouts per prompt, budget left): from ``base``, each of ``budget`` rollouts goes to the prompt whose
     next rollout adds the most ``group_value`` (ties to the lower index), no prompt beyond ``cap``. The
-    marginal value falls with n, so this maximises the summed value exactly."""
-    p = np.asarray(p, np.float64)
-    n = np.asarray(base, np.int64).copy()
+    marginal value p (1-p)**2 (p**n (1-p) + (1-p)**n p) falls with n, so this maximises the summed value
+    exactly."""
+    p = np.asarray(p, np.float64).tolist()
 
-    def gain(i: int) -> float:
-        q = float(p[i])
-        return q * (1 - q) ** 2 * (q ** int(n[i]) * (1 - q) + (1 - q) ** int(n[i]) * q)
+    def gain(i: int, n: int) -> float:
+        q = p[i]
+        return q * (1 - q) ** 2 * (q**n * (1 - q) + (1 - q) ** n * q)
 
-    heap = [(-gain(i), i) for i in range(len(n)) if n[i] < cap]
-    heapq.heapify(heap)
-    left = int(budget)
-    while left > 0 and heap:
-        _, i = heapq.heappop(heap)
-        n[i] += 1
-        left -= 1
-        if n[i] < cap:
-            heapq.heappush(heap, (-gain(i), i))
-    return n, left
+    return greedy_fill(gain, base, cap, budget)
 
 
 def _spread(n: np.ndarray, where: np.ndarray, amount: int) -> None:

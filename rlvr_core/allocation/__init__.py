@@ -1,6 +1,7 @@
 """Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
 
-Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada, knapsack-rl.
+Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada, knapsack-rl,
+vip.
 """
 
 # registration
@@ -15,6 +16,7 @@ from rlvr_core.allocation import (  # noqa: F401
     reinforce_ada,
     sara,
     vigor,
+    vip,
 )
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import p_effective

@@ -1,4 +1,4 @@
-"""What the value-based baselines decide (docs/allocators/knapsack-rl.md, vip.md and mopps.md), on small
+"""What the value-based baselines decide (docs/allocators/knapsack-rl.md and vip.md), on small
 hand-computed cases and scripted engines; the generic contract is tests/allocation/test_contract.py's."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.allocation.knapsack_rl import greedy_budgets, group_value, knapsack_budgets
+from rlvr_core.allocation.vip import vip_budgets, vip_objective, vip_terms
 from rlvr_core.errors import ConfigError
 from tests.allocation.test_published_baselines import ScriptedEngine, group_of
 
@@ -85,3 +86,53 @@ def test_knapsack_estimates_from_the_last_appearance_and_spends_b_times_k():
 def test_knapsack_bad_params_are_named(kw, field):
     with pytest.raises(ConfigError, match=field):
         make_allocator("knapsack-rl", k=8, **kw)
+
+
+# ----------------------------------------------------------------------------------------- vip
+
+@pytest.mark.parametrize("p", [[0.5, 0.1, 0.95], [0.3, 0.3, 0.7, 0.02], [0.5, 0.5, 0.5]])
+def test_vip_greedy_matches_the_brute_force_optimum(p):
+    var, lin = np.array(p) * (1 - np.array(p)), 0.05 * np.log(p)  # a larger weight than 4e-4: the term matters
+    budget, n_min, n_max = 8 * len(p), 4, 14
+    n = vip_budgets(var, lin, budget, n_min, n_max)
+    assert n.sum() == budget and n.min() >= n_min and n.max() <= n_max
+    best = -brute_force(lambda i, m: -vip_objective(var[i:i + 1], lin[i:i + 1], np.array([m])),
+                        [n_min] * len(p), n_max, budget - n_min * len(p))
+    assert vip_objective(var, lin, n) == pytest.approx(best, abs=1e-12)
+
+
+def test_vip_spends_b_times_k_within_its_bounds_and_favours_uncertain_and_hard_prompts():
+    a, b = np.array([50.0, 1.0, 99.0, 10.0, 90.0]), np.array([50.0, 99.0, 1.0, 90.0, 10.0])  # p ~ .5 .01 .99 .1 .9
+    n = vip_budgets(*vip_terms(a, b, 0.0), 5 * 8, 4, 32)  # variance alone
+    assert n.sum() == 40 and n.min() >= 4 and n.max() <= 32
+    assert n[0] == n.max() and n[1] == n[2] == 4 and abs(n[3] - n[4]) <= 1  # p(1-p) decides (a tie to the first)
+    n = vip_budgets(*vip_terms(a, b, 4e-4), 5 * 8, 4, 32)  # the source's weight
+    assert n.sum() == 40 and n[2] == 4 and n[3] > n[4]  # the log term moves rollouts towards hard prompts
+    # at p ~ 0.01 it outweighs the variance term: b = 4e-4 log 0.01 ~ -1.8e-3 per rollout, about what the
+    # tenth rollout of the prompt at 0.5 lowers its variance term by (0.25 (10/121 - 9/100) ~ -1.9e-3)
+    assert n[1] > n[0] > n[3]
+
+
+def test_vip_expectations_are_under_the_beta_posterior():
+    var, lin = vip_terms(np.array([1.0]), np.array([1.0]), 1.0)  # uniform: E[p(1-p)] = 1/6, E[log p] = -1
+    assert var[0] == pytest.approx(1 / 6) and lin[0] == pytest.approx(-1.0)
+
+
+def test_vip_allocates_by_its_posterior_in_training():
+    """Prompt 0 alternates, 1 always passes, 2 always fails (B = 3, k = 8): after a few steps prompt 0 holds
+    the most rollouts, every prompt at least n_min, and each step B * k."""
+    eng = ScriptedEngine(lambda q, i: {0: i % 2, 1: 1, 2: 0}[q])
+    alloc = make_allocator("vip", k=8, batch_size=3, prior="carry")
+    src = PromptSource(3, seed=0)
+    for _ in range(4):
+        batch, st = run_allocation_step(alloc, eng, src)
+        assert st.rollouts == 24 and st.rounds == 1
+    sizes = {q: len(group_of(batch, q)) for q in range(3)}
+    assert sizes[0] > max(sizes[1], sizes[2]) and min(sizes.values()) >= 4
+
+
+@pytest.mark.parametrize("kw,field", [({"n_min": 2}, "n_min"), ({"n_min": 9}, "n_min"), ({"n_max": 6}, "n_min"),
+                                      ({"cost_weight": -1.0}, "cost_weight"), ({"prior": "gp"}, "prior")])
+def test_vip_bad_params_are_named(kw, field):
+    with pytest.raises(ConfigError, match=field):
+        make_allocator("vip", k=8, **kw)

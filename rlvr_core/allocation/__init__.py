@@ -1,7 +1,7 @@
 """Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
 
 Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada, knapsack-rl,
-vip.
+vip, mopps.
 """
 
 # registration
@@ -11,6 +11,7 @@ from rlvr_core.allocation import (  # noqa: F401
     greso,
     grpo,
     knapsack_rl,
+    mopps,
     pilot_commit,
     pods,
     reinforce_ada,

@@ -1,4 +1,4 @@
-"""What the value-based baselines decide (docs/allocators/knapsack-rl.md and vip.md), on small
+"""What the value-based baselines decide (docs/allocators/knapsack-rl.md, vip.md and mopps.md), on small
 hand-computed cases and scripted engines; the generic contract is tests/allocation/test_contract.py's."""
 
 from __future__ import annotations
@@ -136,3 +136,48 @@ def test_vip_allocates_by_its_posterior_in_training():
 def test_vip_bad_params_are_named(kw, field):
     with pytest.raises(ConfigError, match=field):
         make_allocator("vip", k=8, **kw)
+
+
+# ----------------------------------------------------------------------------------------- mopps
+
+def test_mopps_picks_the_candidates_whose_draws_are_nearest_the_target():
+    """Posteriors so concentrated that each draw is its mean: of 8 candidates (B = 2, factor 4, a pool of 8)
+    the two nearest 0.5 are kept and the other 6 skipped."""
+    means = {0: 0.05, 1: 0.45, 2: 0.9, 3: 0.6, 4: 0.2, 5: 0.99, 6: 0.7, 7: 0.0}
+    alloc = make_allocator("mopps", k=4, batch_size=2, candidates_factor=4)
+    alloc.alpha = {q: 1e6 * m + 1e-3 for q, m in means.items()}
+    alloc.beta = {q: 1e6 * (1 - m) + 1e-3 for q, m in means.items()}
+    eng = ScriptedEngine(lambda q, i: i % 2)
+    batch, st = run_allocation_step(alloc, eng, PromptSource(8, seed=0))
+    assert sorted(eng.seen) == [1, 3] and st.skipped == 6 and st.rollouts == 8
+    assert batch.group_sizes().tolist() == [4, 4]
+
+
+def test_mopps_target_moves_the_pick():
+    means = {0: 0.1, 1: 0.5, 2: 0.85}
+    alloc = make_allocator("mopps", k=4, batch_size=1, candidates_factor=3, target=0.8)
+    alloc.alpha = {q: 1e6 * m for q, m in means.items()}
+    alloc.beta = {q: 1e6 * (1 - m) for q, m in means.items()}
+    eng = ScriptedEngine(lambda q, i: 0)
+    run_allocation_step(alloc, eng, PromptSource(3, seed=0))
+    assert list(eng.seen) == [2]
+
+
+def test_mopps_posterior_decays_towards_the_prior_per_update():
+    """decay 0.5, prior Beta(1, 1): a prompt with 3 passes of 4 goes to (0.5 + 0.5 + 3, 0.5 + 0.5 + 1) =
+    (4, 2), and after a second step of 4 fails to (2 + 0.5, 1 + 0.5 + 4) = (2.5, 5.5)."""
+    outcomes = iter([1, 1, 1, 0, 0, 0, 0, 0])
+    eng = ScriptedEngine(lambda q, i: next(outcomes))
+    alloc = make_allocator("mopps", k=4, batch_size=1, candidates_factor=1)
+    src = PromptSource([7], seed=0)
+    run_allocation_step(alloc, eng, src)
+    assert (alloc.alpha[7], alloc.beta[7]) == (4.0, 2.0)
+    run_allocation_step(alloc, eng, src)
+    assert (alloc.alpha[7], alloc.beta[7]) == (2.5, 5.5)
+
+
+@pytest.mark.parametrize("kw,field", [({"candidates_factor": 0}, "candidates_factor"), ({"decay": 0.0}, "decay"),
+                                      ({"target": 1.0}, "target"), ({"a0": 0.0}, "a0")])
+def test_mopps_bad_params_are_named(kw, field):
+    with pytest.raises(ConfigError, match=field):
+        make_allocator("mopps", k=8, **kw)

@@ -62,7 +62,7 @@ def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:
 
 # the allocation benchmark's variants (benchmarks/study/plan.py holds their parameters), in its tables' order
 LABELS = ("grpo", "dapo", "sara", "sara[carry]", "sara[budget]", "vigor", "pods", "greso", "sara+dps", "sara[floor]",
-          "pilot-commit", "ar3po", "ar3po[no-reuse]", "reinforce-ada")
+          "pilot-commit", "ar3po", "ar3po[no-reuse]", "reinforce-ada", "knapsack-rl", "vip", "mopps")
 VARIANTS = tuple(ALL_VARIANTS[label] for label in LABELS)
 
 

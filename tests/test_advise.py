@@ -98,6 +98,16 @@ def test_bad_parquet_rows_and_formats_are_refused(tmp_path):
         load_log(tmp_path / "bad.jsonl")
 
 
+def test_the_value_baselines_are_in_the_advisors_table_and_vip_is_skipped_below_its_n_min():
+    """knapsack-rl, vip and mopps (issue 37) are registered, so the advisor replays them; vip needs k >= n_min = 4."""
+    from rlvr_core.advise.model import registered_allocators
+
+    names, skipped = registered_allocators(k=4, batch=8)
+    assert {"knapsack-rl", "vip", "mopps"} <= set(names)
+    names, skipped = registered_allocators(k=2, batch=8)
+    assert "vip" in skipped and "n_min" in skipped["vip"] and {"knapsack-rl", "mopps"} <= set(names)
+
+
 def test_advice_on_a_hard_population_covers_every_allocator_and_its_phases(tmp_path):
     completions(steps=9, prompts=24, beta=(0.3, 2.0)).to_csv(tmp_path / "log.csv", index=False)
     adv = advise(tmp_path / "log.csv", **FAST)

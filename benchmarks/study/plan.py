@@ -117,6 +117,14 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             headline=("equal-batch",)),
     Variant("reinforce-ada[pos]", "reinforce-ada", {"rule": "positive"},
             "rounds of k until a first pass (Reinforce-Ada-pos)"),
+    # the value-based baselines of issue 37, at their sources' defaults (docs/allocators/knapsack-rl.md, vip.md and
+    # mopps.md): in the allocation benchmark; no study cells yet
+    Variant("knapsack-rl", "knapsack-rl", {}, "B x k shared by a knapsack over P(mixed) p(1-p)^2; leftover to p = 0",
+            published=True),
+    Variant("vip", "vip", {}, "B x k shared to minimise the expected gradient variance, n in [4, 32]",
+            published=True),
+    Variant("mopps", "mopps", {}, "the B of 8B candidates whose Thompson draws lie nearest 0.5, k each",
+            published=True),
     # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
             runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",)),

@@ -1,10 +1,24 @@
 """Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
 
-Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada.
+Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada, knapsack-rl,
+vip, mopps.
 """
 
 # registration
-from rlvr_core.allocation import ar3po, dapo, greso, grpo, pilot_commit, pods, reinforce_ada, sara, vigor  # noqa: F401
+from rlvr_core.allocation import (  # noqa: F401
+    ar3po,
+    dapo,
+    greso,
+    grpo,
+    knapsack_rl,
+    mopps,
+    pilot_commit,
+    pods,
+    reinforce_ada,
+    sara,
+    vigor,
+    vip,
+)
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import p_effective
 from rlvr_core.allocation.loop import run_allocation_step

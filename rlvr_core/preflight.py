@@ -45,7 +45,7 @@ import torch
 from rlvr_core.allocation import ALLOCATORS, PromptSource
 from rlvr_core.allocation.base import AllocatorParams, build_params
 from rlvr_core.checkpoint import CheckpointError, check_format, latest_manifest, load_latest, step_folder_name
-from rlvr_core.config import TrainConfig
+from rlvr_core.config import TrainConfig, limits
 from rlvr_core.data.validate import DataError, validate_splits
 from rlvr_core.errors import ConfigError, short_repr
 from rlvr_core.models.integrity import check_policy_files
@@ -268,6 +268,8 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
     resolved = resolve_device(cfg.device if device is None else device)  # cuda on a machine without one fails here
     cls = ALLOCATORS.get(cfg.allocator)  # the name TrainConfig checked
     params = build_params(cls.Params, cfg.allocator, cfg.allocator_kwargs())  # allocator_params are checked here
+    if resolved == "cpu":  # an update's logits in host memory: micro_batch's ceiling needs the policy's vocabulary
+        check_update_memory(cfg, policy_dir, int(cls(params).max_rollouts_per_step))
     digest = data_digest(train_rows)
     if resume and (latest := latest_manifest(Path(run_dir) / "checkpoints")) is not None:
         check_format(*latest)  # CheckpointError for a pickle-format checkpoint
@@ -276,6 +278,21 @@ def preflight(cfg: TrainConfig, task: str, train_rows: Sequence[Mapping[str, Any
         _check_checkpoint_state(cfg, Path(run_dir), cls(params), len(train_rows))
     return CheckedInputs(cfg, task, Path(policy_dir), Path(run_dir), train_rows, test_rows, resolved, cls, params,
                          digest, policy)
+
+
+def check_update_memory(cfg: TrainConfig, policy_dir: str | os.PathLike, step_rollouts: int) -> None:
+    """ConfigError when one forward pass of the update cannot fit the host: its float32 logits alone are
+    min(micro_batch, the step's rollouts) x max_new_tokens x the policy's vocabulary x 4 bytes (a floor: the
+    prompt's positions and the activations come on top). ``train.micro_batch`` is named, with the ceiling."""
+    try:
+        vocab = int(json.loads((Path(policy_dir) / "config.json").read_text()).get("vocab_size") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return  # check_policy_folder has read it; a folder without one is a hub id's snapshot resolved later
+    rows = min(cfg.micro_batch, max(1, step_rollouts))
+    per_row = cfg.max_new_tokens * max(vocab, 1) * 4
+    limits.check_memory("micro_batch", cfg.micro_batch, rows * per_row,
+                        f"an update's forward pass over {rows:,} sequences (float32 logits: {cfg.max_new_tokens:,} "
+                        f"completion tokens x a vocabulary of {vocab:,} each)")
 
 
 # ----------------------------------------------------------------------------- a checkpoint's restored state

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import socket
+import stat
 import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from flows import local_server
 from tests.pipeline.conftest import PROJECT, PY, base_env
 
 pytestmark = pytest.mark.slow
 
 CHILD = """
-import os, sys, urllib.request
+import base64, os, sys, urllib.error, urllib.request
 url = os.environ["PREFECT_API_URL"]
 with urllib.request.urlopen(url + "/health", timeout=10) as r:
     assert r.status == 200
-open(sys.argv[1], "w").write(url + "\\n" + os.environ["PREFECT_HOME"])
+codes = []
+for auth in (os.environ.get("PREFECT_API_AUTH_STRING"), None):  # as handed to the command, then without it
+    req = urllib.request.Request(url + "/deployments/filter", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    if auth:
+        req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        codes.append(str(urllib.request.urlopen(req, timeout=30).status))
+    except urllib.error.HTTPError as e:
+        codes.append(str(e.code))
+open(sys.argv[1], "w").write(url + "\\n" + os.environ["PREFECT_HOME"] + "\\n" + " ".join(codes))
 sys.exit(3)
 """
 
@@ -37,15 +49,32 @@ def test_command_runs_against_the_server_which_is_stopped_after(tmp_path: Path) 
     r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(home), "--", PY, "-c", CHILD, str(out)],
                        cwd=PROJECT, env=base_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert r.returncode == 3, r.stdout + r.stderr  # the command's own exit status
-    url, seen_home = out.read_text().splitlines()
+    url, seen_home, codes = out.read_text().splitlines()
     assert url.startswith("http://127.0.0.1:") and url.endswith("/api")
     assert Path(seen_home) == home.resolve()
     assert (home / "prefect.db").is_file()  # the server's SQLite database lives under --home
+    assert codes == "200 401"  # the command gets the auth string; a client without it is refused
+    secret = (home / local_server.AUTH_FILE).read_text().strip()
+    assert secret not in r.stdout + r.stderr and "WARNING" not in r.stderr
+    # the home holds every run's logs and parameters (prefect.db) and the string: this user's alone
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / local_server.AUTH_FILE).stat().st_mode) == 0o600
     assert "server stopped" in r.stdout
     assert not _answers(url)
     with socket.socket() as s:  # nothing listens on the port any more (SO_REUSEADDR: TIME_WAIT is fine)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0])))
+
+
+def test_no_auth_is_an_opt_out_that_warns(tmp_path: Path) -> None:
+    out = tmp_path / "seen.txt"
+    r = subprocess.run([PY, "-m", "flows.local_server", "--home", str(tmp_path / "home"), "--no-auth", "--", PY,
+                        "-c", CHILD, str(out)], cwd=PROJECT, env=base_env(tmp_path), capture_output=True, text=True,
+                       timeout=1200)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert local_server.NO_AUTH_WARNING in r.stderr and "no auth" in r.stdout
+    assert out.read_text().splitlines()[2] == "200 200"  # any client is served
+    assert not (tmp_path / "home" / local_server.AUTH_FILE).exists()
 
 
 def test_a_server_that_cannot_start_is_reported_and_the_command_never_runs(tmp_path: Path) -> None:

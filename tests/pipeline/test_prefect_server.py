@@ -39,6 +39,12 @@ def test_deployment_run_train_sara(pipeline_env: dict[str, str], tmp_path: Path)
                               "--watch-timeout", "900"], env=env, capture_output=True, text=True, timeout=1080)
         out = run.stdout + run.stderr
         assert run.returncode == 0 and "Completed" in out, out[-3000:] + (tmp_path / "serve.log").read_text()[-3000:]
+        # the same request without the auth string is refused by the server (401), and no run is made
+        bare = {k: v for k, v in env.items() if k != "PREFECT_API_AUTH_STRING"}
+        refused = subprocess.run([prefect, "deployment", "run", "train/sara"], env=bare, capture_output=True,
+                                 text=True, timeout=300)
+        said = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and ("401" in said or "Unauthorized" in said), said[-3000:]
     finally:
         stop(server)
         log.close()

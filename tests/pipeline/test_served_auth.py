@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -43,18 +44,37 @@ def test_requests_without_the_auth_string_are_refused(prefect_server: str, prefe
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
 
 
-def test_another_local_user_can_neither_read_the_string_nor_submit_runs(prefect_server: str,
-                                                                       prefect_home: Path) -> None:
+def test_another_local_user_can_neither_read_the_string_nor_submit_runs(prefect_server: str) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("a second uid needs root and setpriv")
+    # a home the other user can walk into (pytest's own temporary folders are 0700, which would refuse the read
+    # whatever the file's mode): only the string's own 0600 keeps it private; a 0644 file beside it is read
+    home = Path(tempfile.mkdtemp(prefix="rlvr-auth-")) / ".prefect"
+    try:
+        local_server.auth_string(home)
+        for folder in (home.parent, home):
+            folder.chmod(0o755)
+        (home / "public.txt").write_text("anyone")
+        (home / "public.txt").chmod(0o644)
+        seen = _as_other_user(prefect_server, home)
+    finally:
+        shutil.rmtree(home.parent)
+    assert seen["public"] is True, "the other user could not reach the folder: the read check proves nothing"
+    assert seen["read"] == "PermissionError"
+    assert seen["/deployments/filter"] == seen["/flow_runs/"] == seen["/logs/filter"] == 401
+
+
+def _as_other_user(prefect_server: str, home: Path) -> dict:
+    """What uid OTHER_UID gets: reading the auth string and a public file in ``home``, and three API calls."""
     probe = f"""
 import json, urllib.request, urllib.error
 out = {{}}
-try:
-    open({str(prefect_home / local_server.AUTH_FILE)!r}).read()
-    out["read"] = True
-except OSError as e:
-    out["read"] = e.__class__.__name__
+for key, name in (("read", {local_server.AUTH_FILE!r}), ("public", "public.txt")):
+    try:
+        open({str(home)!r} + "/" + name).read()
+        out[key] = True
+    except OSError as e:
+        out[key] = e.__class__.__name__
 body = json.dumps({{"name": "x", "parameters": {{"out_dir": "/root"}}}}).encode()
 for path in ("/deployments/filter", "/flow_runs/", "/logs/filter"):
     req = urllib.request.Request({prefect_server!r} + path, data=body, method="POST",
@@ -68,9 +88,7 @@ print(json.dumps(out))
     r = subprocess.run(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
                         "/usr/bin/python3", "-I", "-c", probe], capture_output=True, text=True, timeout=360)
     assert r.returncode == 0, r.stderr
-    seen = json.loads(r.stdout)
-    assert seen["read"] == "PermissionError"
-    assert seen["/deployments/filter"] == seen["/flow_runs/"] == seen["/logs/filter"] == 401
+    return json.loads(r.stdout)
 
 
 def test_the_auth_string_is_made_once_private_and_refused_when_others_can_read_it(tmp_path: Path) -> None:

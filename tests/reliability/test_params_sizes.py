@@ -188,3 +188,38 @@ def test_every_benchmark_regime_and_variant_fits_a_small_machine(monkeypatch: py
     for v in VARIANTS.values():
         regime_params(regime, {"train": {"allocator": v.allocator, "allocators": [v.allocator],
                                          "allocator_params": {v.allocator: v.params}, **v.train}})
+
+
+
+def test_an_update_whose_logits_cannot_fit_the_host_is_refused(tmp_path: Path, small_host: int) -> None:
+    """micro_batch's ceiling needs the policy's vocabulary, so preflight checks it: min(micro_batch, the step's
+    rollouts) x max_new_tokens x vocabulary x 4 bytes of float32 logits (Qwen2.5's vocabulary here)."""
+    from rlvr_core.preflight import check_update_memory
+
+    (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
+    cfg = TrainConfig(micro_batch=10**9, max_new_tokens=1024)
+    rows = small_host // (1024 * 151936 * 4) + 1  # the fewest sequences whose logits pass the host
+    with pytest.raises(ConfigError, match=rf"^micro_batch = 1000000000: an update's forward pass over {rows:,} "
+                                          r"sequences \(float32 logits: 1,024 completion tokens x a vocabulary of "
+                                          r"151,936 each\) need at least"):
+        check_update_memory(cfg, tmp_path, rows)
+    check_update_memory(cfg, tmp_path, rows - 1)  # a step of fewer rollouts fits: micro_batch is capped by it
+    check_update_memory(TrainConfig(micro_batch=rows - 1, max_new_tokens=1024), tmp_path, 10**6)
+
+
+def test_preflight_checks_the_update_before_the_flow_opens_mlflow(flow_root: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlvr_core.preflight
+    from flows.train import train as train_flow
+
+    seen: list[int] = []
+
+    def refuse(cfg: TrainConfig, policy_dir: Any, step_rollouts: int) -> None:
+        seen.append(step_rollouts)
+        raise ConfigError("micro_batch = 256: refused")
+
+    monkeypatch.setattr(rlvr_core.preflight, "check_update_memory", refuse)
+    with pytest.raises(ConfigError, match="micro_batch = 256: refused"):
+        train_flow.fn()
+    assert seen and seen[0] > 0
+    assert not (flow_root / "mlflow.db").exists(), "an MLflow run was opened before the refusal"

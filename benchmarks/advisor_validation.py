@@ -31,7 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+if __name__ == "__main__":  # a run sets its environment before numpy loads; an import leaves the caller's alone
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 

@@ -38,8 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
+if __name__ == "__main__":  # a run sets its environment before numpy loads; an import leaves the caller's alone
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MPLBACKEND", "Agg")
 
 import numpy as np
 import pandas as pd

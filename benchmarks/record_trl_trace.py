@@ -21,8 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if __name__ == "__main__":  # a run sets its environment before numpy loads; an import leaves the caller's alone
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 OUT = Path(__file__).resolve().parent / "replay" / "trl_tiny_scripted.parquet"
 

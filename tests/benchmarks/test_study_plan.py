@@ -98,16 +98,19 @@ def test_the_plan_s_protocols_and_comparisons_name_only_declared_cells() -> None
 
 
 def test_importing_the_study_sets_no_environment_variable() -> None:
-    """Only a study process sets its environment (benchmarks/study/__main__.py); a module imported by a test, a
-    notebook or another benchmark leaves the caller's environment alone."""
+    """Only a benchmark's own process sets its environment (benchmarks/study/__main__.py, a script's
+    ``if __name__ == "__main__"``); importing any module of benchmarks/ (a test, a notebook, another benchmark) leaves
+    the caller's environment alone."""
     import subprocess
     import sys
 
-    code = ("import os; "
-            "import benchmarks.study.cli, benchmarks.study.summarize, benchmarks.regimes, benchmarks.ablation, "
-            "benchmarks.training, benchmarks.floor, benchmarks.study_targets, benchmarks.warmstarts; "
-            "from benchmarks.study import ENVIRONMENT; print(sorted(k for k in ENVIRONMENT if k in os.environ))")
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ENVIRONMENT}
+    code = ("import importlib, os, pkgutil, torch, torch._inductor.config, transformers, trl, benchmarks; "
+            "from benchmarks.study import ENVIRONMENT; before = dict(os.environ); "  # after what the libraries set
+            "names = [m.name for m in pkgutil.walk_packages(benchmarks.__path__, 'benchmarks.') "
+            "if not m.name.endswith('__main__')]; [importlib.import_module(n) for n in names]; "
+            "assert len(names) > 30, names; "
+            "print(sorted(k for k in {*ENVIRONMENT, *os.environ, *before} if os.environ.get(k) != before.get(k)))")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in {*ENVIRONMENT, "MPLBACKEND", "HF_HUB_OFFLINE"}}
     out = subprocess.run([sys.executable, "-c", code], cwd=plan.ROOT, capture_output=True, text=True, timeout=300,
                          env=env)
     assert out.returncode == 0, out.stderr[-2000:]

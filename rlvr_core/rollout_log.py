@@ -12,6 +12,23 @@ One row per (step, prompt) that received rollouts in that step, every round of t
 - the row's feature columns, where the training rows have them (``FEATURE_COLUMNS``: arithmetic
   ``difficulty`` (digits) and ``op``; hub rows ``difficulty`` (MATH level), ``subject``, ``source``)
 
+and what the allocator decided for it, so that the log is the run's decision log (``DECISION_COLUMNS``; a
+training run fills them through ``decide``, docs/design.md §7.1):
+
+- ``first_round``, ``last_round`` the step's allocation rounds (0-based) in which it first and last got rollouts;
+  ``last_round`` is the round its fate was decided in, its prefix then being (``rollouts``, ``passes``)
+- ``trained_rows`` its rows in the step's training batch that carry a signal: its group is mixed (0: not
+  trained, or in the batch with a group of one reward, whose advantages are all 0); they sum to the step's
+  ``trained_sequences`` (a step without a mixed group makes no update: ``update_skipped``)
+- ``reused_rows`` of those, completions an allocator reused from an earlier step (AR3PO's buffer)
+- ``status``    ``committed`` (in the training batch), ``dropped`` (its group was mixed but left out: a surplus)
+  or ``abandoned`` (sampled, not mixed, left out)
+
+A prompt drawn into a step but given no rollout has no row (every row holds at least one rollout, as the
+advisor and the replay read them); the step's ``skipped_prompts`` in metrics.jsonl counts them. How many times a
+prompt was trained before a step is the count of its earlier ``committed`` rows; a prompt trained on reused rows
+alone (``reused_rows == trained_rows``) has a row only if it also got rollouts that step.
+
 The simulated engine's ``replay`` scenario reads such a file (``rlvr_core.rollout.simulated``).
 
 Consistency with checkpoints: the rows live in memory, a step's rows join the log once its metrics are
@@ -39,10 +56,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr_core.safefs import set_aside, write_atomic
-from rlvr_core.types import Rollouts
+from rlvr_core.types import Rollouts, TrainBatch
 
 FILENAME = "rollouts.parquet"
 COLUMNS: tuple[str, ...] = ("step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens")
+DECISION_COLUMNS: tuple[str, ...] = ("first_round", "last_round", "trained_rows", "reused_rows", "status")
+STATUSES: tuple[str, ...] = ("committed", "dropped", "abandoned")
+# the running sums of a (step, prompt): rollouts, passes, reward_sum, tokens, first_round, last_round, trained_rows,
+# reused_rows, status (an index into STATUSES; -1: no decision recorded)
+_WIDTH = 9
 FEATURE_COLUMNS: tuple[str, ...] = ("difficulty", "digits", "op", "level", "subject", "source")
 
 
@@ -97,8 +119,14 @@ class RolloutLog:
             if isinstance(earlier, list) else []
         self._frames.append(old[old["step"] <= upto])
 
-    def add(self, step: int, rollouts: Rollouts) -> None:
-        """Count one scored round of ``step`` (kept aside until ``end_step(step)``)."""
+    def _row(self, step: int, prompt: int, round_index: int) -> np.ndarray:
+        key = (int(step), int(prompt))
+        if key not in self._running:
+            self._running[key] = np.array([0, 0, 0, 0, round_index, round_index, 0, 0, -1], np.float64)
+        return self._running[key]
+
+    def add(self, step: int, rollouts: Rollouts, round_index: int = 0) -> None:
+        """Count one scored round (the step's ``round_index``-th) of ``step`` (kept aside until ``end_step(step)``)."""
         if not len(rollouts):
             return
         pid, inv = np.unique(rollouts.prompt_id, return_inverse=True)
@@ -106,8 +134,26 @@ class RolloutLog:
         np.add.at(sums, inv, np.column_stack([np.ones(len(rollouts)), rollouts.reward > 0, rollouts.reward,
                                               rollouts.tokens]))
         for q, s in zip(pid.tolist(), sums):
-            key = (int(step), int(q))
-            self._running[key] = self._running.get(key, 0.0) + s
+            row = self._row(step, q, round_index)
+            row[:4] += s
+            row[5] = round_index
+
+    def decide(self, step: int, batch: TrainBatch) -> None:
+        """Record the allocator's decisions of ``step`` from its training batch: each sampled prompt's trained
+        and reused rows and its status (module docstring)."""
+        ro = batch.rollouts
+        if len(ro):
+            reused = np.asarray([isinstance(p, Mapping) and bool(p.get("reused")) for p in ro.payload], bool) \
+                if ro.payload is not None else np.zeros(len(ro), bool)
+            signal = batch.effective[batch.group_id]  # rows of a mixed group: a zero-variance group teaches nothing
+            for q in np.unique(ro.prompt_id).tolist():
+                row = self._running.get((int(step), int(q)))
+                if row is not None:  # trained on reused rows alone: no rollout this step, no row
+                    mine = ro.prompt_id == q
+                    row[6], row[7], row[8] = (mine & signal).sum(), (mine & signal & reused).sum(), 0
+        for (st, _), row in self._running.items():
+            if st == step and row[8] < 0:
+                row[8] = STATUSES.index("dropped" if 0 < row[1] < row[0] else "abandoned")
 
     def end_step(self, step: int) -> None:
         """``step`` finished (its metrics are written): its rows join the log; rows of an unfinished step,
@@ -134,6 +180,10 @@ class RolloutLog:
             new = pd.DataFrame({"step": np.asarray([k[0] for k in keys], np.int64), "prompt_id": ids,
                                 "rollouts": vals[:, 0].astype(np.int64), "passes": vals[:, 1].astype(np.int64),
                                 "reward_sum": vals[:, 2], "tokens": vals[:, 3].astype(np.int64)})
+            if (vals[:, 8] >= 0).any():  # a run that decides (training): the decision columns
+                for j, name in enumerate(DECISION_COLUMNS[:4], start=4):
+                    new[name] = vals[:, j].astype(np.int64)
+                new["status"] = [STATUSES[int(c)] if c >= 0 else None for c in vals[:, 8]]
             for name, col in self.features.items():
                 new[name] = [col[i] for i in ids.tolist()]
         parts = [f for f in self._frames if len(f)] + ([new] if new is not None else [])

@@ -316,11 +316,13 @@ class _Run:
         """The step's allocation loop, every rollout scored; (batch, stats, seconds outside generate/verify)."""
         cfg, t0 = self.cfg, time.perf_counter()
         self.scorer.begin_step()
+        rounds = [0]
 
         def score(rollouts: Rollouts) -> None:
             fault_point("generate", step)
             self.scorer(rollouts)
-            self.rollout_log.add(step, rollouts)
+            self.rollout_log.add(step, rollouts, round_index=rounds[0])
+            rounds[0] += 1
 
         with precision(self.device, cfg.dtype), _stop_on_oom(f"step {step}: generation", "the prompt length, "
                                                               f"train.max_new_tokens (now {cfg.max_new_tokens})"):
@@ -328,6 +330,7 @@ class _Run:
                                                retries=cfg.engine_retries, retry_delay_s=cfg.engine_retry_delay_s,
                                                step=step)
         self.scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
+        self.rollout_log.decide(step, batch)  # the decision log: each prompt's trained rows and status
         ex = stats.extra
         return batch, stats, (time.perf_counter() - t0) - ex["generate_seconds"] - ex["verify_seconds"]
 
@@ -411,6 +414,7 @@ def step_record(step: int, stats: Any, batch: Any, upd: Mapping[str, float], sco
         "generate_s": stats.extra["generate_seconds"], "verify_s": stats.extra["verify_seconds"],
         "allocate_s": allocate_s, "update_s": update_s, "cum_rollouts": cum["rollouts"], "cum_tokens": cum["tokens"],
         "trained_tokens": upd.get("n_tokens", 0.0), "trained_sequences": upd.get("n_sequences", 0.0),
+        "adv_abs_mean": upd.get("adv/adv_abs_mean", 0.0),  # mean |advantage| over the trained rows
         # completions an allocator reused from earlier steps (ar3po): in "tokens", not in "rollouts"
         "reused_rollouts": stats.extra.get("reused_rollouts", 0), "reused_tokens": stats.extra.get("reused_tokens", 0),
     }

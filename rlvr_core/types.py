@@ -153,6 +153,7 @@ class StepRecord(TypedDict, total=False):
     cum_tokens: int
     trained_tokens: float
     trained_sequences: float
+    adv_abs_mean: float  # mean |advantage| over the trained rows
     reused_rollouts: int
     reused_tokens: int
     generate_s: float

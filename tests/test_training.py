@@ -98,6 +98,8 @@ def test_ar3po_reuse_is_counted_apart_and_its_buffer_survives_resume(setup, tmp_
     assert sum(r["reused_rollouts"] for r in steps) > 0
     log = read_log(tmp_path / "full" / "rollouts.parquet")
     assert log["rollouts"].sum() == steps[-1]["cum_rollouts"] == sum(r["rollouts"] for r in steps)
+    assert 0 < log["reused_rows"].sum() <= sum(r["reused_rollouts"] for r in steps)  # the decision log sees reuse
+    assert (log["reused_rows"] <= log["trained_rows"]).all()
     assert log["tokens"].sum() + sum(r["reused_tokens"] for r in steps) == steps[-1]["cum_tokens"]
     for r in steps:
         assert r["trained_sequences"] <= r["rollouts"] + r["reused_rollouts"]
@@ -135,7 +137,8 @@ def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
     res = check_and_train(_cfg(allocator="sara", steps=3, checkpoint_every=2), policy_dir=root / "policy",
                           train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
     log = read_log(tmp_path / "r" / "rollouts.parquet")
-    assert list(log.columns) == ["step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens", "difficulty", "op"]
+    assert list(log.columns) == ["step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens", "first_round",
+                                 "last_round", "trained_rows", "reused_rows", "status", "difficulty", "op"]
     last = res.metrics[-1]
     assert log["rollouts"].sum() == last["cum_rollouts"]
     assert log["tokens"].sum() == last["cum_tokens"]
@@ -155,6 +158,34 @@ def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
                     test_rows=ds["test"], run_dir=tmp_path / "r", resume=False)
     again = read_log(tmp_path / "r" / "rollouts.parquet")
     assert again["step"].unique().tolist() == [1] and again["rollouts"].sum() == 8 * 8
+
+
+@pytest.mark.parametrize("allocator", ["sara", "dapo", "grpo"])
+def test_the_rollout_log_is_the_runs_decision_log(setup, tmp_path, allocator):
+    """Each (step, prompt) row says what the allocator decided (rlvr_core.rollout_log): its rounds, its rows in
+    the training batch and its status; they agree with the step's metrics."""
+    root, ds = setup
+    res = check_and_train(_cfg(allocator=allocator, steps=3, eval_every=0, checkpoint_every=3),
+                          policy_dir=root / "policy", train_rows=ds["train"], test_rows=ds["test"],
+                          run_dir=tmp_path / "r")
+    log = read_log(tmp_path / "r" / "rollouts.parquet")
+    assert set(log["status"]) <= {"committed", "dropped", "abandoned"}
+    for rec in res.metrics[1:]:
+        sub = log[log.step == rec["step"]]
+        trained = sub[sub.status == "committed"]
+        assert len(trained) == rec["groups"]
+        assert trained["trained_rows"].sum() == rec["trained_sequences"]  # rows of mixed groups, the update's
+        assert (trained["trained_rows"] > 0).sum() == rec["effective_groups"]
+        assert (sub[sub.status != "committed"]["trained_rows"] == 0).all()
+        mixed = (sub.passes > 0) & (sub.passes < sub.rollouts)
+        assert (sub[sub.status == "dropped"].index.isin(sub[mixed].index)).all()
+        assert (sub[sub.status == "abandoned"].index.isin(sub[~mixed].index)).all()
+        assert ((0 <= sub.first_round) & (sub.first_round <= sub.last_round) & (sub.last_round < rec["rounds"])).all()
+        assert rec["adv_abs_mean"] > 0 if rec["effective_groups"] else rec["adv_abs_mean"] == 0
+    if allocator == "grpo":  # one round, every drawn prompt trained
+        assert (log.status == "committed").all() and (log.last_round == 0).all()
+    if allocator == "dapo":  # groups that are not mixed are sampled, then left out
+        assert (log.status == "abandoned").any()
 
 
 def test_bad_train_config_is_refused_before_any_rollout():

@@ -127,9 +127,11 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
                    "commit": _commit(), "policy_sha256": data["policy_sha256"],
                    "warm_start": params.warmstart.seed, "train_prompts": len(data["train"]),
                    "target_sha256": hashlib.sha256(tp.read_bytes()).hexdigest() if tp.exists() else None})
-    if protocol == "reference" and (run_dir / "rollouts.parquet").exists():  # the GRPO trace, for replay
-        shutil.copyfile(run_dir / "rollouts.parquet", path.with_suffix(".rollouts.parquet"))
     path.parent.mkdir(parents=True, exist_ok=True)
+    if (run_dir / "rollouts.parquet").exists():  # every run's decision log (a reference run's: the replayed trace)
+        log = path.with_suffix(".rollouts.parquet")
+        shutil.copyfile(run_dir / "rollouts.parquet", log)
+        result["decision_log"] = {"file": log.name, "sha256": hashlib.sha256(log.read_bytes()).hexdigest()}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, default=_json_default) + "\n")
     tmp.replace(path)

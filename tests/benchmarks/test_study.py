@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from benchmarks import regimes
@@ -110,7 +112,11 @@ def test_quick_writes_the_schema(quick):
         assert 0.0 <= r["final_accuracy"] <= 1.0
     for ext in ("csv", "md", "png"):
         assert (quick / "study" / f"training_easy_equal-batch.{ext}").stat().st_size > 0
-    one = json.loads(next((quick / "study" / "easy" / "equal-batch").glob("*/s0.json")).read_text())
+    first = next((quick / "study" / "easy" / "equal-batch").glob("*/s0.json"))
+    one = json.loads(first.read_text())
+    log = first.with_suffix(".rollouts.parquet")  # every run keeps its decision log, its digest in the run file
+    assert one["decision_log"] == {"file": log.name, "sha256": hashlib.sha256(log.read_bytes()).hexdigest()}
+    assert set(pd.read_parquet(log)["status"]) <= {"committed", "dropped", "abandoned"}
     led = one["ledger"]
     for key in ("rollouts", "generated_tokens", "trained_tokens", "generate_s", "verify_s", "allocate_s", "update_s",
                 "eval_s", "flops"):

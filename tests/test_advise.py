@@ -152,14 +152,14 @@ def test_a_newly_registered_allocator_is_replayed_without_naming_it(tmp_path, mo
 
 
 def test_recommendation_says_stay_when_no_saving_interval_is_above_zero():
-    def row(name, rpeg, saving):
-        return AllocatorAdvice(name, rpeg, None, saving, None)
+    def row(name, rptr, saving):
+        return AllocatorAdvice(name, tuple(8 * v for v in rptr), None, saving, None, rollouts_per_trained_row=rptr)
 
-    table = [row("grpo", (20.0, 19.0, 21.0), (0.0, 0.0, 0.0)), row("sara", (19.0, 17.0, 21.0), (0.05, -0.02, 0.12))]
-    assert recommend(table, 10.0, 5).startswith("stay with uniform GRPO")
-    table[1] = row("sara", (16.0, 15.0, 17.0), (0.2, 0.15, 0.25))
-    line = recommend(table, 10.0, 5)
-    assert line.startswith("sara: 20% [15%, 25%] fewer rollouts per effective group than uniform GRPO")
+    table = [row("grpo", (2.5, 2.4, 2.6), (0.0, 0.0, 0.0)), row("sara", (2.4, 2.2, 2.6), (0.05, -0.02, 0.12))]
+    assert recommend(table, 1.25, 5).startswith("stay with uniform GRPO")
+    table[1] = row("sara", (2.0, 1.9, 2.1), (0.2, 0.15, 0.25))
+    line = recommend(table, 1.25, 5)
+    assert line.startswith("sara: 20% [15%, 25%] fewer rollouts per trained row than uniform GRPO")
     assert line.endswith("the floor leaves at most 50% without prompt history")
 
 

@@ -51,11 +51,12 @@ class AllocatorAdvice:
     name: str
     rollouts_per_effective_group: tuple[float, float, float]
     tokens_per_effective_group: tuple[float, float, float] | None
-    saving_vs_grpo: tuple[float, float, float] | None
-    saving_vs_dapo: tuple[float, float, float] | None
+    saving_vs_grpo: tuple[float, float, float] | None  # the proxy: 1 - rollouts per trained row / grpo's, by seed
+    saving_vs_dapo: tuple[float, float, float] | None  # the same against dapo
     validated_error: float | None = None  # mean |predicted - measured| / measured on the training study, if known
     replayed_prompts: float = 0.0  # mean over seeds: prompts the replay drew from its prompt stream
     replayed_recurring_prompts: float = 0.0  # mean over seeds: of those, prompts drawn in 2+ steps
+    rollouts_per_trained_row: tuple[float, float, float] | None = None  # the comparable unit (SimRun's)
 
 
 @dataclass
@@ -88,12 +89,12 @@ class Advice:
 
 
 def _paired_saving(runs: dict[str, list[SimRun]], name: str, ref: str) -> tuple[float, float, float] | None:
-    """1 - rpeg(name) / rpeg(ref), paired by seed (the same replay draws), with its interval; None (n/a) where a
-    seed of either found no effective group (its rollouts per effective group are infinite)."""
+    """1 - rptr(name) / rptr(ref) in rollouts per trained row (the comparable unit, SimRun), paired by seed (the
+    same replay draws), with its interval; None (n/a) where a seed of either trained no row (infinite cost)."""
     if ref not in runs:
         return None
-    mine = {r.seed: r.rollouts_per_effective_group for r in runs[name]}
-    theirs = {r.seed: r.rollouts_per_effective_group for r in runs[ref]}
+    mine = {r.seed: r.rollouts_per_trained_row for r in runs[name]}
+    theirs = {r.seed: r.rollouts_per_trained_row for r in runs[ref]}
     pairs = [(mine[s], theirs[s]) for s in mine if s in theirs]
     if not pairs or not all(math.isfinite(a) and math.isfinite(b) for a, b in pairs):
         return None
@@ -109,7 +110,8 @@ def summarise(runs: dict[str, list[SimRun]], with_tokens: bool, errors: dict[str
         out.append(AllocatorAdvice(name, rpeg, tpeg, _paired_saving(runs, name, "grpo"),
                                    _paired_saving(runs, name, "dapo"), errors.get(name),
                                    float(np.mean([r.extra.get("prompts", 0.0) for r in rs])),
-                                   float(np.mean([r.extra.get("recurring_prompts", 0.0) for r in rs]))))
+                                   float(np.mean([r.extra.get("recurring_prompts", 0.0) for r in rs])),
+                                   interval(np.asarray([r.rollouts_per_trained_row for r in rs]))))
     return out
 
 
@@ -143,24 +145,27 @@ def pct(t: tuple[float, float, float]) -> str:
     return f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
 
 
-def recommend(table: list[AllocatorAdvice], floor_rpeg: float, seeds: int) -> str:
-    """One line: the allocator with the fewest rollouts per effective group, if its saving over uniform GRPO has
-    an interval above zero, with the floor's bound on what screening alone can save."""
+def recommend(table: list[AllocatorAdvice], floor_ratio_to_k: float, seeds: int) -> str:
+    """One line: the allocator with the fewest rollouts per trained row, if its saving over uniform GRPO has an
+    interval above zero, with the floor's bound (per trained row) on what screening alone can save."""
     by_name = {a.name: a for a in table}
     grpo = by_name.get("grpo")
-    others = [a for a in table if a.name != "grpo" and math.isfinite(a.rollouts_per_effective_group[0])]
-    if grpo is None or not others:
+    others = [a for a in table if a.name != "grpo" and a.rollouts_per_trained_row is not None
+              and math.isfinite(a.rollouts_per_trained_row[0])]
+    if grpo is None or len(table) < 2:
         return "no recommendation: uniform GRPO and at least one other allocator are needed for a comparison"
-    if not math.isfinite(grpo.rollouts_per_effective_group[0]):
+    if grpo.rollouts_per_trained_row is None or not math.isfinite(grpo.rollouts_per_trained_row[0]):
         return ("no recommendation: uniform GRPO met no effective group in some replay seed, so there is no "
                 "saving to measure against it")
-    best = min(others, key=lambda a: a.rollouts_per_effective_group[0])
-    floor_saving = max(0.0, 1.0 - floor_rpeg / grpo.rollouts_per_effective_group[0])
-    floor_txt = (f"the floor leaves at most {floor_saving:.0%} without prompt history" if math.isfinite(floor_rpeg)
-                 else "the floor is n/a")
+    if not others:
+        return "no recommendation: no other allocator trained a row in every replay seed"
+    best = min(others, key=lambda a: a.rollouts_per_trained_row[0])
+    floor_saving = max(0.0, 1.0 - floor_ratio_to_k / grpo.rollouts_per_trained_row[0])
+    floor_txt = (f"the floor leaves at most {floor_saving:.0%} without prompt history"
+                 if math.isfinite(floor_ratio_to_k) else "the floor is n/a")
     s = best.saving_vs_grpo
     if s is not None and s[1] > 0:
-        return (f"{best.name}: {pct(s)} fewer rollouts per effective group than uniform GRPO "
+        return (f"{best.name}: {pct(s)} fewer rollouts per trained row than uniform GRPO "
                 f"({seeds} replay seeds); {floor_txt}")
     txt = pct(s) if s is not None else "n/a"
     return (f"stay with uniform GRPO: no allocator saves with an interval above zero on this log (best, "
@@ -217,7 +222,7 @@ def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int =
                     for s in range(seeds)] for n in names}
     adv.floor_ratio_to_k = floor.ratio_to_k
     adv.allocators = summarise(runs, tokens is not None, (val or {}).get("per_allocator_error", {}))
-    adv.recommendation = recommend(adv.allocators, floor.rollouts_per_effective_group, seeds)
+    adv.recommendation = recommend(adv.allocators, floor.ratio_to_k, seeds)
     return adv
 
 

@@ -1,0 +1,66 @@
+"""The calibration of the advisor's proxy to the saving in rollouts to target (rlvr_core.advise.calibration,
+docs/advisor.md "Predicted saving to target"), and the advisor's use of it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rlvr_core.advise.calibration import Calibration, Point, family_key, fit, leave_one_out, note, predicted
+
+
+def points(seed: int = 0, offset: float = 0.8) -> list[Point]:
+    """Cells on measured = -0.1 + 0.5 x proxy with noise 0.05; family "off" sits ``offset`` above the line."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for fam, n in (("a", 8), ("b", 8), ("c", 2), ("off", 3)):
+        for x in rng.uniform(-0.6, 0.4, n):
+            out.append(Point(fam, float(x), -0.1 + 0.5 * x + (offset if fam == "off" else 0.0) + rng.normal(0, 0.05)))
+    return out
+
+
+def test_the_line_is_fitted_and_a_family_off_it_is_set_apart_with_its_offset():
+    cal = fit(points())
+    assert cal.intercept == pytest.approx(-0.1, abs=0.05) and cal.slope == pytest.approx(0.5, abs=0.08)
+    assert cal.cells == 18 and 0.02 < cal.residual_sd < 0.1
+    assert [f for f, v in cal.families.items() if not v["carries_over"]] == ["off"]
+    assert cal.families["off"]["offset"] == pytest.approx(0.8, abs=0.1) and cal.families["off"]["cells"] == 3
+    est, lo, hi = cal.predict("a", 0.2)
+    assert est == pytest.approx(0.0, abs=0.05) and lo < est < hi and hi - lo < 0.4
+    off = cal.predict("off", 0.2)
+    assert off[0] == pytest.approx(0.8, abs=0.1) and off[2] - off[0] > hi - est  # a family's offset: wider
+    assert cal.predict("unseen", 0.2)[0] == pytest.approx(est)  # not in the study: the pooled line
+    wide = cal.predict("a", 0.2, proxy_half=0.2)  # the proxy's own interval widens the prediction
+    assert wide[0] == est and wide[2] - wide[1] > hi - lo
+
+
+def test_the_calibration_round_trips_through_json_and_refuses_too_few_cells():
+    cal = fit(points())
+    back = Calibration.from_json(json.loads(json.dumps(cal.to_json())))
+    assert back == cal
+    assert Calibration.from_json(None) is None and Calibration.from_json({"slope": 1.0}) is None
+    assert fit(points()[:3]) is None
+
+
+def test_leave_one_out_predicts_each_cell_from_the_others():
+    pts = points()
+    loo = leave_one_out(pts)
+    assert len(loo) == len(pts) and all(p is not None for p in loo)
+    err = [p[0] - q.measured for p, q in zip(loo, pts) if q.family != "off"]
+    assert np.median(np.abs(err)) < 0.1
+    covered = [p[1] <= q.measured <= p[2] for p, q in zip(loo, pts)]
+    assert np.mean(covered) >= 0.8
+
+
+def test_notes_and_predictions_name_what_the_calibration_cannot_carry():
+    cal = fit(points())
+    assert note(cal, "off").startswith("proxy does not carry over: 3 study cells measured +8")
+    assert note(cal, "c").startswith("2 study cells") and "too few to tell" in note(cal, "c")
+    assert note(cal, "a") == "" and note(cal, "new").startswith("not in the training study")
+    assert predicted(cal, "grpo", "fresh", (0.3, 0.2, 0.4)) == ((0.0, 0.0, 0.0), "the baseline")
+    assert predicted(None, "a", "fresh", (0.3, 0.2, 0.4))[0] is None
+    assert predicted(cal, "a", "fresh", (float("inf"),) * 3)[0] is None
+    assert family_key("sara+dps", "pool") == "sara+dps on recurring prompts" and family_key("sara", "fresh") == "sara"
+    assert predicted(cal, "a", "fresh", (0.2, 0.2, 0.2))[0] == pytest.approx(cal.predict("a", 0.2))

@@ -151,16 +151,25 @@ def test_a_newly_registered_allocator_is_replayed_without_naming_it(tmp_path, mo
     assert by["grpo-copy"].rollouts_per_effective_group == by["grpo"].rollouts_per_effective_group
 
 
-def test_recommendation_says_stay_when_no_saving_interval_is_above_zero():
-    def row(name, rptr, saving):
-        return AllocatorAdvice(name, tuple(8 * v for v in rptr), None, saving, None, rollouts_per_trained_row=rptr)
+def test_recommendation_is_by_the_predicted_saving_to_target_and_stays_without_a_lower_bound_above_zero():
+    def row(name, saving, predicted):
+        return AllocatorAdvice(name, (20.0, 19.0, 21.0), None, saving, None, rollouts_per_trained_row=(2.5, 2.4, 2.6),
+                               predicted_saving_to_target=predicted)
 
-    table = [row("grpo", (2.5, 2.4, 2.6), (0.0, 0.0, 0.0)), row("sara", (2.4, 2.2, 2.6), (0.05, -0.02, 0.12))]
-    assert recommend(table, 1.25, 5).startswith("stay with uniform GRPO")
-    table[1] = row("sara", (2.0, 1.9, 2.1), (0.2, 0.15, 0.25))
+    grpo = row("grpo", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+    # the largest proxy saving (sara+dps) predicts the least: the recommendation follows the prediction
+    table = [grpo, row("sara+dps", (0.4, 0.3, 0.5), (-0.1, -0.6, 0.4)),
+             row("sara", (0.05, 0.0, 0.1), (0.2, 0.05, 0.35))]
     line = recommend(table, 1.25, 5)
-    assert line.startswith("sara: 20% [15%, 25%] fewer rollouts per trained row than uniform GRPO")
+    assert line.startswith("sara: predicted 20% [5%, 35%] fewer rollouts to the target accuracy than uniform GRPO")
+    assert "proxy: saving 5% [0%, 10%] in rollouts per trained row over 5 replay seeds" in line
     assert line.endswith("the floor leaves at most 50% without prompt history")
+    table[2] = row("sara", (0.05, 0.0, 0.1), (0.2, -0.05, 0.45))
+    line = recommend(table, 1.25, 5)
+    assert line.startswith("stay with uniform GRPO: no allocator's predicted saving in rollouts to target has an "
+                           "interval above zero (best, sara: 20% [-5%, 45%]")
+    table = [grpo, row("sara", (0.3, 0.2, 0.4), None)]  # no calibration: the proxy is named, and not followed
+    assert recommend(table, 1.25, 5).startswith("stay with uniform GRPO: no calibration of the proxy")
 
 
 def test_cli_prints_the_tables_and_writes_md_json_png(tmp_path):

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
+import rlvr_core.advise.core as core
 from rlvr_core.advise.calibration import Calibration, Point, family_key, fit, leave_one_out, note, predicted
 
 
@@ -64,3 +66,61 @@ def test_notes_and_predictions_name_what_the_calibration_cannot_carry():
     assert predicted(cal, "a", "fresh", (float("inf"),) * 3)[0] is None
     assert family_key("sara+dps", "pool") == "sara+dps on recurring prompts" and family_key("sara", "fresh") == "sara"
     assert predicted(cal, "a", "fresh", (0.2, 0.2, 0.2))[0] == pytest.approx(cal.predict("a", 0.2))
+
+
+def fresh_log(path, steps: int = 6, prompts: int = 16, n: int = 4, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t in range(1, steps + 1):
+        s = rng.binomial(n, rng.beta(0.5, 1.0, prompts))
+        rows += [{"step": t, "prompt_id": t * prompts + j, "rollouts": n, "passes": int(s[j])} for j in range(prompts)]
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+def with_calibration(monkeypatch, cal: Calibration) -> None:
+    """The advisor reads ``cal`` as the committed validation's calibration."""
+    monkeypatch.setattr(core, "load_validation", lambda path=core.VALIDATION_FILE: {"calibration": cal.to_json()})
+
+
+def test_the_advice_predicts_the_saving_to_target_beside_the_proxy_and_recommends_by_it(tmp_path, monkeypatch):
+    from rlvr_core.advise.report import render, write
+
+    # measured = 0.3 + 0.1 x proxy, tight; dapo's family sits far off the line, so its proxy does not carry over
+    fams = {"sara": 0.0, "grpo": 0.0, "vigor": 0.0, "pods": 0.0, "dapo": 1.0}
+    cal = fit([Point(f, x, 0.3 + 0.1 * x + off + 0.01 * ((i * 7) % 3 - 1)) for i, (f, off) in
+               enumerate(fams.items()) for x in (-0.3, -0.1, 0.1, 0.3)])
+    assert not cal.families["dapo"]["carries_over"]
+    with_calibration(monkeypatch, cal)
+    adv = core.advise(fresh_log(tmp_path / "log.parquet"), k=4, batch=8, seeds=2, steps=6,
+                      allocators=["grpo", "sara", "dapo", "ar3po"])
+    by = {a.name: a for a in adv.allocators}
+    assert by["grpo"].predicted_saving_to_target == (0.0, 0.0, 0.0)
+    for name in ("sara", "ar3po"):
+        est = by[name].predicted_saving_to_target[0]
+        assert est == pytest.approx(cal.predict(name, by[name].saving_vs_grpo[0])[0])
+    assert by["ar3po"].calibration_note.startswith("not in the training study")
+    assert by["dapo"].calibration_note.startswith("proxy does not carry over")
+    assert by["dapo"].predicted_saving_to_target[0] > 0.3 + 0.1 * by["dapo"].saving_vs_grpo[0] + 0.9  # its offset
+    best = max((a for a in adv.allocators if a.name != "grpo"), key=lambda a: a.predicted_saving_to_target[0])
+    assert best.name == "dapo" and best.predicted_saving_to_target[1] > 0
+    assert adv.recommendation.startswith("dapo: predicted ")
+    write(adv, tmp_path / "out")
+    js = json.loads((tmp_path / "out" / "advice.json").read_text())
+    row = next(a for a in js["allocators"] if a["name"] == "sara")
+    assert len(row["predicted_saving_to_target"]) == 3 and len(row["saving_vs_grpo"]) == 3
+    md = render(adv)
+    assert "| allocator | predicted saving to target vs grpo | proxy: saving per trained row vs grpo |" in md
+    assert "| proxy does not carry over: 4 study cells measured +1" in md  # about +100%
+
+
+def test_without_a_lower_bound_above_zero_the_advice_is_to_stay_with_uniform_grpo(tmp_path, monkeypatch):
+    cal = fit([Point(f, x, -0.2 + 0.5 * x + 0.3 * ((i * 5) % 4 - 1.5)) for i, (f, x) in
+               enumerate((f, x) for f in ("sara", "dapo", "vigor") for x in (-0.4, -0.2, 0.0, 0.2, 0.4))])
+    with_calibration(monkeypatch, cal)
+    adv = core.advise(fresh_log(tmp_path / "log.parquet"), k=4, batch=8, seeds=2, steps=6,
+                      allocators=["grpo", "sara", "sara+dps"])
+    assert all(a.predicted_saving_to_target[1] <= 0 for a in adv.allocators)
+    assert adv.recommendation.startswith("stay with uniform GRPO: no allocator's predicted saving in rollouts to "
+                                         "target has an interval above zero")
+

@@ -69,21 +69,27 @@ def phase_table(adv: Advice) -> list[str]:
     return lines
 
 
+def _rank(a: AllocatorAdvice) -> tuple[float, float]:
+    """Table order: the largest predicted saving to target first, then the largest proxy saving."""
+    def first(t: tuple[float, float, float] | None) -> float:
+        return t[0] if t is not None and math.isfinite(t[0]) else -math.inf
+
+    return -first(a.predicted_saving_to_target), -first(a.saving_vs_grpo)
+
+
 def allocator_table(adv: Advice) -> list[str]:
-    lines = ["| allocator | rollouts / trained row | rollouts / effective group | tokens / effective group | "
-             "saving per trained row vs grpo | vs dapo | validated error |", "|---|---|---|---|---|---|---|"]
-    for a in sorted(adv.allocators, key=_cost):
+    lines = ["| allocator | predicted saving to target vs grpo | proxy: saving per trained row vs grpo | vs dapo | "
+             "rollouts / trained row | rollouts / effective group | tokens / effective group | validated error | "
+             "calibration |", "|---|---|---|---|---|---|---|---|---|"]
+    for a in sorted(adv.allocators, key=_rank):
         err = f"{a.validated_error:.0%}" if a.validated_error is not None else "not validated"
-        lines.append(f"| {a.name} | {_num(a.rollouts_per_trained_row)} | {_num(a.rollouts_per_effective_group, 1)} | "
-                     f"{_num(a.tokens_per_effective_group, 0)} | {pct(a.saving_vs_grpo) if a.saving_vs_grpo else 'n/a'}"
-                     f" | {pct(a.saving_vs_dapo) if a.saving_vs_dapo else 'n/a'} | {err} |")
+        pred = a.predicted_saving_to_target
+        lines.append(f"| {a.name} | {pct(pred) if pred else 'n/a'} | "
+                     f"{pct(a.saving_vs_grpo) if a.saving_vs_grpo else 'n/a'} | "
+                     f"{pct(a.saving_vs_dapo) if a.saving_vs_dapo else 'n/a'} | {_num(a.rollouts_per_trained_row)} | "
+                     f"{_num(a.rollouts_per_effective_group, 1)} | {_num(a.tokens_per_effective_group, 0)} | {err} | "
+                     f"{a.calibration_note or '-'} |")
     return lines
-
-
-def _cost(a: AllocatorAdvice) -> float:
-    """Rollouts per trained row (the comparable unit), infinite where n/a."""
-    t = a.rollouts_per_trained_row
-    return t[0] if t is not None and math.isfinite(t[0]) else math.inf
 
 
 def recurrence_line(adv: Advice) -> str:

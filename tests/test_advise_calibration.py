@@ -124,3 +124,13 @@ def test_without_a_lower_bound_above_zero_the_advice_is_to_stay_with_uniform_grp
     assert adv.recommendation.startswith("stay with uniform GRPO: no allocator's predicted saving in rollouts to "
                                          "target has an interval above zero")
 
+
+def test_the_committed_validation_holds_a_calibration_the_advisor_reads():
+    val = core.load_validation()
+    cal = Calibration.from_json(val.get("calibration"))
+    assert cal is not None and cal.cells >= 10 and val["target_cells"] >= cal.cells
+    assert val["target_median_abs_error"] is not None and 0 <= val["target_interval_coverage"] <= 1
+    rows = [r for r in val["rows"] if r["protocol"] != "reference"]
+    assert len(rows) == val["target_cells"]
+    for r in rows:  # each cell: the proxy, the measured saving to target, its leave-one-out prediction and error
+        assert r["target_error"] == pytest.approx(r["predicted_saving"][0] - r["measured_saving"]["value"])

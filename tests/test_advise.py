@@ -93,8 +93,8 @@ def test_bad_parquet_rows_and_formats_are_refused(tmp_path):
     (tmp_path / "x.txt").write_text("step\n")
     with pytest.raises(LogError, match="unknown format"):
         load_log(tmp_path / "x.txt")
-    (tmp_path / "bad.jsonl").write_text('{"step": 1, "prompt_id": 0, "reward": 1}\n[1, 2]\n')
-    with pytest.raises(LogError, match=r"bad\.jsonl: row 2: not a JSON object"):
+    (tmp_path / "bad.jsonl").write_text('{"step": 1, "prompt_id": 0, "reward": 1}\n\n[1, 2]\n')
+    with pytest.raises(LogError, match=r"bad\.jsonl: row 2 \(line 3\): not a JSON object"):
         load_log(tmp_path / "bad.jsonl")
 
 

@@ -211,7 +211,8 @@ def _aggregate(path: Path, df: Any, columns: list[str]) -> Any:
     step = _numeric(path, df, "step", integer=True)
     reward = _numeric(path, df, "reward", integer=False)
     _first_bad(path, "reward outside [0, 1]", (reward < 0) | (reward > 1), "reward", df["reward"].to_numpy(),
-               "the advisor models pass/fail tasks: scale rewards to [0, 1] (a reward above 0 is a pass)")
+               "the advisor models pass/fail tasks: scale rewards to [0, 1] (a reward above 0 is a pass)",
+               df.attrs.get("lines"))
     cols = {"step": step.astype(np.int64), "prompt_id": _prompt_codes(df), "rollouts": np.ones(len(df), np.int64),
             "passes": (reward > 0).astype(np.int64), "reward_sum": reward}
     if "tokens" in df.columns:
@@ -232,16 +233,17 @@ def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
     _require_columns(path, columns, AGG_REQUIRED, "of one row per (step, prompt)")
     n = _numeric(path, df, "rollouts", integer=True)
     s = _numeric(path, df, "passes", integer=True)
-    _first_bad(path, "fewer than 1 rollout", n < 1, "rollouts", df["rollouts"].to_numpy(), "drop empty rows")
+    lines = df.attrs.get("lines")
+    _first_bad(path, "fewer than 1 rollout", n < 1, "rollouts", df["rollouts"].to_numpy(), "drop empty rows", lines)
     _first_bad(path, "passes outside [0, rollouts]", (s < 0) | (s > n), "passes", df["passes"].to_numpy(),
-               "passes counts the rollouts with reward > 0")
+               "passes counts the rollouts with reward > 0", lines)
     out = pd.DataFrame({"step": _numeric(path, df, "step", integer=True).astype(np.int64),
                         "prompt_id": _prompt_codes(df), "rollouts": n.astype(np.int64), "passes": s.astype(np.int64)})
     if "reward_sum" in df.columns:
         r = _numeric(path, df, "reward_sum", integer=False)
         _first_bad(path, "reward outside [0, 1] (reward_sum outside [0, rollouts])", (r < 0) | (r > n),
                    "reward_sum", df["reward_sum"].to_numpy(),
-                   "the advisor models pass/fail tasks: scale rewards to [0, 1]")
+                   "the advisor models pass/fail tasks: scale rewards to [0, 1]", lines)
         out["reward_sum"] = r
     if "tokens" in df.columns:
         out["tokens"] = _tokens(path, df, n)

@@ -90,7 +90,7 @@ def _texts(path: Path, df: Any, column: str) -> list[Any]:
     shown = np.empty(len(vals), dtype=object)
     shown[:] = vals
     _first_bad(path, "neither text nor a conversation (a list of messages)", bad, column, shown,
-               "log the prompt and completion as TRL's log_completions writes them")
+               "log the prompt and completion as TRL's log_completions writes them", df.attrs.get("lines"))
     return vals
 
 
@@ -118,15 +118,15 @@ def _reward(path: Path, df: Any, columns: list[str], chosen: Sequence[str] | Non
                 "no reward column (a numeric column other than step, advantage and tokens)")
         raise LogError(f"{path}: every row: {what} (has {columns}); TRL writes one column per reward function, "
                        "name them with --reward-column NAME (docs/advisor.md, TRL completion logs)")
-    vals = []
+    vals, lines = [], df.attrs.get("lines")
     for c in names:
         raw = df[c].to_numpy(dtype=object)
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
         given = np.asarray([x is not None and not (isinstance(x, float) and math.isnan(x)) for x in raw], bool)
         _first_bad(path, "not a number", given & np.isnan(v), c, raw,
                    "a reward column holds numbers (NaN where the reward function returned None); choose the reward "
-                   "columns with --reward-column NAME")
-        _first_bad(path, "not a finite number", np.isinf(v), c, raw, "write finite rewards")
+                   "columns with --reward-column NAME", lines)
+        _first_bad(path, "not a finite number", np.isinf(v), c, raw, "write finite rewards", lines)
         vals.append(v)
     stack = np.column_stack(vals)
     scorable = ~np.all(np.isnan(stack), axis=1)
@@ -134,7 +134,7 @@ def _reward(path: Path, df: Any, columns: list[str], chosen: Sequence[str] | Non
     label = names[0] if len(names) == 1 else f"sum of {names}"
     _first_bad(path, f"reward ({label}) outside [0, 1]", scorable & ((total < 0) | (total > 1)), names[0],
                df[names[0]].to_numpy(), "the advisor models pass/fail rewards in [0, 1] (a reward above 0 is a pass); "
-               "choose the pass/fail reward function's column with --reward-column NAME")
+               "choose the pass/fail reward function's column with --reward-column NAME", lines)
     return total, scorable
 
 

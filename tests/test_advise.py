@@ -93,8 +93,8 @@ def test_bad_parquet_rows_and_formats_are_refused(tmp_path):
     (tmp_path / "x.txt").write_text("step\n")
     with pytest.raises(LogError, match="unknown format"):
         load_log(tmp_path / "x.txt")
-    (tmp_path / "bad.jsonl").write_text('{"step": 1, "prompt_id": 0, "reward": 1}\n[1, 2]\n')
-    with pytest.raises(LogError, match=r"bad\.jsonl: row 2: not a JSON object"):
+    (tmp_path / "bad.jsonl").write_text('{"step": 1, "prompt_id": 0, "reward": 1}\n\n[1, 2]\n')
+    with pytest.raises(LogError, match=r"bad\.jsonl: row 2 \(line 3\): not a JSON object"):
         load_log(tmp_path / "bad.jsonl")
 
 
@@ -151,16 +151,25 @@ def test_a_newly_registered_allocator_is_replayed_without_naming_it(tmp_path, mo
     assert by["grpo-copy"].rollouts_per_effective_group == by["grpo"].rollouts_per_effective_group
 
 
-def test_recommendation_says_stay_when_no_saving_interval_is_above_zero():
-    def row(name, rpeg, saving):
-        return AllocatorAdvice(name, rpeg, None, saving, None)
+def test_recommendation_is_by_the_predicted_saving_to_target_and_stays_without_a_lower_bound_above_zero():
+    def row(name, saving, predicted):
+        return AllocatorAdvice(name, (20.0, 19.0, 21.0), None, saving, None, rollouts_per_trained_row=(2.5, 2.4, 2.6),
+                               predicted_saving_to_target=predicted)
 
-    table = [row("grpo", (20.0, 19.0, 21.0), (0.0, 0.0, 0.0)), row("sara", (19.0, 17.0, 21.0), (0.05, -0.02, 0.12))]
-    assert recommend(table, 10.0, 5).startswith("stay with uniform GRPO")
-    table[1] = row("sara", (16.0, 15.0, 17.0), (0.2, 0.15, 0.25))
-    line = recommend(table, 10.0, 5)
-    assert line.startswith("sara: 20% [15%, 25%] fewer rollouts per effective group than uniform GRPO")
+    grpo = row("grpo", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+    # the largest proxy saving (sara+dps) predicts the least: the recommendation follows the prediction
+    table = [grpo, row("sara+dps", (0.4, 0.3, 0.5), (-0.1, -0.6, 0.4)),
+             row("sara", (0.05, 0.0, 0.1), (0.2, 0.05, 0.35))]
+    line = recommend(table, 1.25, 5)
+    assert line.startswith("sara: predicted 20% [5%, 35%] fewer rollouts to the target accuracy than uniform GRPO")
+    assert "proxy: saving 5% [0%, 10%] in rollouts per trained row over 5 replay seeds" in line
     assert line.endswith("the floor leaves at most 50% without prompt history")
+    table[2] = row("sara", (0.05, 0.0, 0.1), (0.2, -0.05, 0.45))
+    line = recommend(table, 1.25, 5)
+    assert line.startswith("stay with uniform GRPO: no allocator's predicted saving in rollouts to target has an "
+                           "interval above zero (best, sara: 20% [-5%, 45%]")
+    table = [grpo, row("sara", (0.3, 0.2, 0.4), None)]  # no calibration: the proxy is named, and not followed
+    assert recommend(table, 1.25, 5).startswith("stay with uniform GRPO: no calibration of the proxy")
 
 
 def test_cli_prints_the_tables_and_writes_md_json_png(tmp_path):

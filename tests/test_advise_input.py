@@ -56,8 +56,9 @@ def test_impossible_token_counts_in_a_text_log_are_refused_with_file_row_and_col
         df.to_csv(path, index=False)
         where = r"row 6 \(line 7\)"
     else:
-        path.write_text("".join(json.dumps(r).replace("Infinity", "1e999") + "\n" for r in df.to_dict("records")))
-        where = "row 6"
+        lines = [json.dumps(r).replace("Infinity", "1e999") + "\n" for r in df.to_dict("records")]
+        path.write_text("".join(lines[:2]) + "\n\n" + "".join(lines[2:]))  # two blank lines: row 6 is line 8
+        where = r"row 6 \(line 8\)"
     with pytest.raises(LogError, match=rf"log\{suffix}: {where}, column 'tokens': {what}"):
         load_log(path)
 

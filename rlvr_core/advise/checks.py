@@ -73,13 +73,16 @@ def _out_of_memory(path: Path, e: BaseException, size: str) -> LogTooLarge:
                        "split the log")
 
 
-def _first_bad(path: Path, what: str, bad: np.ndarray, column: str, values: Any, fix: str) -> None:
-    """Raise LogError at the first true entry of ``bad`` (data row numbers are 1-based)."""
+def _first_bad(path: Path, what: str, bad: np.ndarray, column: str, values: Any, fix: str,
+               lines: Any = None) -> None:
+    """Raise LogError at the first true entry of ``bad`` (data row numbers are 1-based), with its physical line:
+    ``lines`` (a JSONL's, ``_read_jsonl``), else a CSV's row + 1 (the header is line 1)."""
     idx = np.flatnonzero(bad)
     if len(idx):
         i = int(idx[0])
         value = values[i].item() if isinstance(values[i], np.generic) else values[i]
-        line = f" (line {i + 2})" if path.suffix == ".csv" else ""
+        line = (f" (line {int(lines[i])})" if lines is not None else f" (line {i + 2})" if path.suffix == ".csv"
+                else "")
         raise LogError(f"{path}: row {i + 1}{line}, column {column!r}: {what} (value {value!r}; {len(idx)} such "
                        f"row(s)); {fix}")
 
@@ -101,9 +104,10 @@ def _numeric(path: Path, df: Any, column: str, *, integer: bool) -> np.ndarray:
         vals = pd.to_numeric(df[column], errors="coerce").to_numpy(np.float64)
     except (OverflowError, ValueError, TypeError):  # an integer past float64 (a 4,000-digit number) in the column
         vals = np.array([_as_float(v) for v in raw], np.float64)
-    _first_bad(path, "not a finite number", ~np.isfinite(vals), column, raw, "write plain numbers")
+    lines = df.attrs.get("lines")
+    _first_bad(path, "not a finite number", ~np.isfinite(vals), column, raw, "write plain numbers", lines)
     if integer:
-        _first_bad(path, "not a whole number", vals != np.round(vals), column, raw, "write integers")
+        _first_bad(path, "not a whole number", vals != np.round(vals), column, raw, "write integers", lines)
     return vals
 
 
@@ -112,10 +116,12 @@ def _tokens(path: Path, df: Any, rollouts: np.ndarray) -> np.ndarray:
     more than ``MAX_TOKENS_PER_COMPLETION`` per rollout of the row."""
     tok = _numeric(path, df, "tokens", integer=True)
     raw = df["tokens"].to_numpy()
-    _first_bad(path, "negative token count", tok < 0, "tokens", raw, "count generated tokens, 0 or more")
+    lines = df.attrs.get("lines")
+    _first_bad(path, "negative token count", tok < 0, "tokens", raw, "count generated tokens, 0 or more", lines)
     cap = np.minimum(MAX_TOKENS_PER_COMPLETION * rollouts, 2.0**53)  # 2**53: the last integer float64 holds exactly
     _first_bad(path, f"more than {MAX_TOKENS_PER_COMPLETION:,} tokens per completion", tok > cap, "tokens", raw,
-               "log generated tokens (a count per completion, or per row's rollouts), not bytes or a running total")
+               "log generated tokens (a count per completion, or per row's rollouts), not bytes or a running total",
+               lines)
     return tok.astype(np.int64)
 
 
@@ -138,12 +144,13 @@ def _parquet_decoded_bytes(meta: Any, columns: set[str]) -> int:
 
 def _read_jsonl(path: Path, limits: Limits, want: tuple[str, ...] | None) -> tuple[Any, list[str]]:
     """A JSONL file of per-completion rows, streamed line by line (no line past the line cap is read whole), as a
-    DataFrame of the ``want`` columns (None: every key), with every key that occurs."""
+    DataFrame of the ``want`` columns (None: every key), with every key that occurs; ``attrs["lines"]``: each row's
+    physical line (blank lines are skipped), which the row checks name (``_first_bad``)."""
     import pandas as pd
 
     cols: dict[str, list[Any]] = defaultdict(list) if want is None else {c: [] for c in want}
     keys: dict[str, None] = {}
-    rows, cap = 0, limits.max_line_bytes
+    rows, cap, where = 0, limits.max_line_bytes, []
     with open(path, "rb") as f:
         n = 0
         while line := f.readline(cap + 1):
@@ -157,10 +164,12 @@ def _read_jsonl(path: Path, limits: Limits, want: tuple[str, ...] | None) -> tup
             try:
                 rec = json.loads(body)
             except json.JSONDecodeError as e:
-                raise LogError(f"{path}: row {n}: not a JSON object ({e.msg}); write one object per line") from e
+                raise LogError(f"{path}: row {rows + 1} (line {n}): not a JSON object ({e.msg}); write one object "
+                               "per line") from e
             if not isinstance(rec, dict):
-                raise LogError(f"{path}: row {n}: not a JSON object; write one object per line")
+                raise LogError(f"{path}: row {rows + 1} (line {n}): not a JSON object; write one object per line")
             rows += 1
+            where.append(n)
             if rows > limits.max_rows:
                 raise _too_large(path, f"more than {limits.max_rows:,} rows", f"{limits.max_rows:,} rows",
                                  "--max-rows N")
@@ -169,4 +178,6 @@ def _read_jsonl(path: Path, limits: Limits, want: tuple[str, ...] | None) -> tup
             keys.update(dict.fromkeys(rec))
             for c in want if want is not None else keys:
                 cols[c].append(rec.get(c))
-    return pd.DataFrame({c: cols[c] for c in keys if c in cols}), list(keys)
+    df = pd.DataFrame({c: cols[c] for c in keys if c in cols})
+    df.attrs["lines"] = np.asarray(where, np.int64)
+    return df, list(keys)

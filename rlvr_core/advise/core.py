@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_core.advise.calibration import Calibration, predicted
 from rlvr_core.advise.logs import Limits, load_log
 from rlvr_core.advise.model import (
     FLOOR_CLASS,
@@ -51,11 +52,16 @@ class AllocatorAdvice:
     name: str
     rollouts_per_effective_group: tuple[float, float, float]
     tokens_per_effective_group: tuple[float, float, float] | None
-    saving_vs_grpo: tuple[float, float, float] | None
-    saving_vs_dapo: tuple[float, float, float] | None
+    saving_vs_grpo: tuple[float, float, float] | None  # the proxy: 1 - rollouts per trained row / grpo's, by seed
+    saving_vs_dapo: tuple[float, float, float] | None  # the same against dapo
     validated_error: float | None = None  # mean |predicted - measured| / measured on the training study, if known
     replayed_prompts: float = 0.0  # mean over seeds: prompts the replay drew from its prompt stream
     replayed_recurring_prompts: float = 0.0  # mean over seeds: of those, prompts drawn in 2+ steps
+    rollouts_per_trained_row: tuple[float, float, float] | None = None  # the comparable unit (SimRun's)
+    # the saving in rollouts to target against uniform GRPO, calibrated from saving_vs_grpo on the training study
+    # (rlvr_core.advise.calibration), with its 95% prediction interval; None without a calibration
+    predicted_saving_to_target: tuple[float, float, float] | None = None
+    calibration_note: str = ""  # where the calibration says the proxy does not carry over, or is thin
 
 
 @dataclass
@@ -88,12 +94,12 @@ class Advice:
 
 
 def _paired_saving(runs: dict[str, list[SimRun]], name: str, ref: str) -> tuple[float, float, float] | None:
-    """1 - rpeg(name) / rpeg(ref), paired by seed (the same replay draws), with its interval; None (n/a) where a
-    seed of either found no effective group (its rollouts per effective group are infinite)."""
+    """1 - rptr(name) / rptr(ref) in rollouts per trained row (the comparable unit, SimRun), paired by seed (the
+    same replay draws), with its interval; None (n/a) where a seed of either trained no row (infinite cost)."""
     if ref not in runs:
         return None
-    mine = {r.seed: r.rollouts_per_effective_group for r in runs[name]}
-    theirs = {r.seed: r.rollouts_per_effective_group for r in runs[ref]}
+    mine = {r.seed: r.rollouts_per_trained_row for r in runs[name]}
+    theirs = {r.seed: r.rollouts_per_trained_row for r in runs[ref]}
     pairs = [(mine[s], theirs[s]) for s in mine if s in theirs]
     if not pairs or not all(math.isfinite(a) and math.isfinite(b) for a, b in pairs):
         return None
@@ -109,7 +115,8 @@ def summarise(runs: dict[str, list[SimRun]], with_tokens: bool, errors: dict[str
         out.append(AllocatorAdvice(name, rpeg, tpeg, _paired_saving(runs, name, "grpo"),
                                    _paired_saving(runs, name, "dapo"), errors.get(name),
                                    float(np.mean([r.extra.get("prompts", 0.0) for r in rs])),
-                                   float(np.mean([r.extra.get("recurring_prompts", 0.0) for r in rs]))))
+                                   float(np.mean([r.extra.get("recurring_prompts", 0.0) for r in rs])),
+                                   interval(np.asarray([r.rollouts_per_trained_row for r in rs]))))
     return out
 
 
@@ -136,6 +143,11 @@ def validation_sentence(val: dict[str, Any] | None) -> str:
     if ctx:
         txt += (f"; for contextual priors the replay over-predicts by {np.mean([r['error'] for r in ctx]):.0%} on "
                 "average (it sees no prompt features)")
+    if val.get("target_median_abs_error") is not None:
+        txt += (f"; predicted savings in rollouts to target were {val['target_median_abs_error']:.0%} off the "
+                f"measured ones (median, each cell predicted by a calibration fitted to the others) on "
+                f"{val['target_cells']} cells, their 95% intervals holding "
+                f"{val['target_interval_coverage']:.0%} of them")
     return txt + "; see benchmarks/results/advisor_validation/advisor_validation.md"
 
 
@@ -143,28 +155,42 @@ def pct(t: tuple[float, float, float]) -> str:
     return f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
 
 
-def recommend(table: list[AllocatorAdvice], floor_rpeg: float, seeds: int) -> str:
-    """One line: the allocator with the fewest rollouts per effective group, if its saving over uniform GRPO has
-    an interval above zero, with the floor's bound on what screening alone can save."""
+def _floor_text(grpo: AllocatorAdvice, floor_ratio_to_k: float) -> str:
+    rptr = grpo.rollouts_per_trained_row or grpo.rollouts_per_effective_group
+    if not math.isfinite(floor_ratio_to_k) or not math.isfinite(rptr[0]):
+        return "the floor is n/a"
+    return f"the floor leaves at most {max(0.0, 1.0 - floor_ratio_to_k / rptr[0]):.0%} without prompt history"
+
+
+def recommend(table: list[AllocatorAdvice], floor_ratio_to_k: float, seeds: int) -> str:
+    """One line: the allocator with the largest predicted saving in rollouts to target, if the lower end of its
+    interval is above zero, else uniform GRPO; with the floor's bound on what screening alone saves per trained
+    row. Without a calibration, the largest proxy saving (rollouts per trained row), said to be uncalibrated."""
     by_name = {a.name: a for a in table}
     grpo = by_name.get("grpo")
-    others = [a for a in table if a.name != "grpo" and math.isfinite(a.rollouts_per_effective_group[0])]
-    if grpo is None or not others:
+    others = [a for a in table if a.name != "grpo" and a.saving_vs_grpo is not None]
+    if grpo is None or len(table) < 2:
         return "no recommendation: uniform GRPO and at least one other allocator are needed for a comparison"
-    if not math.isfinite(grpo.rollouts_per_effective_group[0]):
+    if not math.isfinite((grpo.rollouts_per_trained_row or grpo.rollouts_per_effective_group)[0]):
         return ("no recommendation: uniform GRPO met no effective group in some replay seed, so there is no "
                 "saving to measure against it")
-    best = min(others, key=lambda a: a.rollouts_per_effective_group[0])
-    floor_saving = max(0.0, 1.0 - floor_rpeg / grpo.rollouts_per_effective_group[0])
-    floor_txt = (f"the floor leaves at most {floor_saving:.0%} without prompt history" if math.isfinite(floor_rpeg)
-                 else "the floor is n/a")
-    s = best.saving_vs_grpo
-    if s is not None and s[1] > 0:
-        return (f"{best.name}: {pct(s)} fewer rollouts per effective group than uniform GRPO "
-                f"({seeds} replay seeds); {floor_txt}")
-    txt = pct(s) if s is not None else "n/a"
-    return (f"stay with uniform GRPO: no allocator saves with an interval above zero on this log (best, "
-            f"{best.name}: {txt} over {seeds} replay seeds); {floor_txt}")
+    if not others:
+        return "no recommendation: no other allocator trained a row in every replay seed"
+    floor_txt = _floor_text(grpo, floor_ratio_to_k)
+    calibrated = [a for a in others if a.predicted_saving_to_target is not None]
+    if not calibrated:
+        best = max(others, key=lambda a: a.saving_vs_grpo[0])
+        return (f"stay with uniform GRPO: no calibration of the proxy to rollouts to target (largest proxy saving, "
+                f"{best.name}: {pct(best.saving_vs_grpo)} in rollouts per trained row over {seeds} replay seeds, "
+                f"which need not carry over); {floor_txt}")
+    best = max(calibrated, key=lambda a: a.predicted_saving_to_target[0])
+    p = best.predicted_saving_to_target
+    proxy = f"proxy: saving {pct(best.saving_vs_grpo)} in rollouts per trained row over {seeds} replay seeds"
+    if p[1] > 0:
+        return (f"{best.name}: predicted {pct(p)} fewer rollouts to the target accuracy than uniform GRPO "
+                f"(calibrated on the training study; {proxy}); {floor_txt}")
+    return (f"stay with uniform GRPO: no allocator's predicted saving in rollouts to target has an interval above "
+            f"zero (best, {best.name}: {pct(p)}; {proxy}); {floor_txt}")
 
 
 MAX_INDEX_POOL = 10_000_000  # prompt ids above this are keys (hashes), not row indices
@@ -217,7 +243,10 @@ def advise(path: str | os.PathLike, *, k: int = 8, batch: int = 32, seeds: int =
                     for s in range(seeds)] for n in names}
     adv.floor_ratio_to_k = floor.ratio_to_k
     adv.allocators = summarise(runs, tokens is not None, (val or {}).get("per_allocator_error", {}))
-    adv.recommendation = recommend(adv.allocators, floor.rollouts_per_effective_group, seeds)
+    cal = Calibration.from_json((val or {}).get("calibration"))
+    for a in adv.allocators:
+        a.predicted_saving_to_target, a.calibration_note = predicted(cal, a.name, mode, a.saving_vs_grpo)
+    adv.recommendation = recommend(adv.allocators, floor.ratio_to_k, seeds)
     return adv
 
 

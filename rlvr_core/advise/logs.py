@@ -8,7 +8,9 @@
   optionally ``tokens``. Rows of the same (step, prompt) are summed into one log row.
 - a TRL completion log: ``GRPOConfig(log_completions=True)``'s ``completions/completions_<step>.parquet`` files
   (a folder of them, one of them, or a ``.jsonl`` of the same columns: ``step, prompt, completion``, a column
-  per reward function, ``advantage``), read by ``rlvr_core.advise.trl_log`` into per-completion rows.
+  per reward function, ``advantage``), read by ``rlvr_core.advise.trl_log`` into per-completion rows;
+- a verl rollout dump: ``trainer.rollout_data_dir``'s ``<step>.jsonl`` files (the folder, or one of them:
+  ``input, output, score, step``), read by ``rlvr_core.advise.trl_log`` the same way.
 
 The advisor models pass/fail rewards: a reward must lie in [0, 1] and a reward above 0 counts as a pass (as in
 ``rollouts.parquet``). Every error is a ``LogError`` naming the file, the row (1-based, data rows; a CSV's
@@ -49,7 +51,7 @@ from rlvr_core.advise.checks import (  # noqa: F401 - re-exported: the advisor's
     _too_large,
     format_size,
 )
-from rlvr_core.advise.trl_log import is_trl, read_trl, trl_files
+from rlvr_core.advise.trl_log import is_trl, is_verl, read_trl, trl_files
 
 AGG_REQUIRED = ("step", "prompt_id", "rollouts", "passes")
 ROW_REQUIRED = ("step", "prompt_id", "reward")
@@ -211,7 +213,8 @@ def _aggregate(path: Path, df: Any, columns: list[str]) -> Any:
     step = _numeric(path, df, "step", integer=True)
     reward = _numeric(path, df, "reward", integer=False)
     _first_bad(path, "reward outside [0, 1]", (reward < 0) | (reward > 1), "reward", df["reward"].to_numpy(),
-               "the advisor models pass/fail tasks: scale rewards to [0, 1] (a reward above 0 is a pass)")
+               "the advisor models pass/fail tasks: scale rewards to [0, 1] (a reward above 0 is a pass)",
+               df.attrs.get("lines"))
     cols = {"step": step.astype(np.int64), "prompt_id": _prompt_codes(df), "rollouts": np.ones(len(df), np.int64),
             "passes": (reward > 0).astype(np.int64), "reward_sum": reward}
     if "tokens" in df.columns:
@@ -232,16 +235,17 @@ def _check_aggregated(path: Path, df: Any, columns: list[str]) -> Any:
     _require_columns(path, columns, AGG_REQUIRED, "of one row per (step, prompt)")
     n = _numeric(path, df, "rollouts", integer=True)
     s = _numeric(path, df, "passes", integer=True)
-    _first_bad(path, "fewer than 1 rollout", n < 1, "rollouts", df["rollouts"].to_numpy(), "drop empty rows")
+    lines = df.attrs.get("lines")
+    _first_bad(path, "fewer than 1 rollout", n < 1, "rollouts", df["rollouts"].to_numpy(), "drop empty rows", lines)
     _first_bad(path, "passes outside [0, rollouts]", (s < 0) | (s > n), "passes", df["passes"].to_numpy(),
-               "passes counts the rollouts with reward > 0")
+               "passes counts the rollouts with reward > 0", lines)
     out = pd.DataFrame({"step": _numeric(path, df, "step", integer=True).astype(np.int64),
                         "prompt_id": _prompt_codes(df), "rollouts": n.astype(np.int64), "passes": s.astype(np.int64)})
     if "reward_sum" in df.columns:
         r = _numeric(path, df, "reward_sum", integer=False)
         _first_bad(path, "reward outside [0, 1] (reward_sum outside [0, rollouts])", (r < 0) | (r > n),
                    "reward_sum", df["reward_sum"].to_numpy(),
-                   "the advisor models pass/fail tasks: scale rewards to [0, 1]")
+                   "the advisor models pass/fail tasks: scale rewards to [0, 1]", lines)
         out["reward_sum"] = r
     if "tokens" in df.columns:
         out["tokens"] = _tokens(path, df, n)
@@ -320,7 +324,7 @@ def _load_file(path: Path, limits: Limits, reward_columns: Any) -> Any:
         raise LogError(f"{path}: unknown format {path.suffix!r}; give a .parquet rollout log, a .csv / .jsonl "
                        "file of (step, prompt_id, reward[, tokens]) rows, one per completion, or a TRL completion "
                        "log (.parquet / .jsonl, or its folder)")
-    if path.suffix != ".csv" and is_trl(_columns_of(path, limits)):
+    if path.suffix != ".csv" and (is_trl(_columns_of(path, limits)) or is_verl(_columns_of(path, limits))):
         return _load_trl(path, [path], limits, reward_columns)
     on_disk = path.stat().st_size
     if path.suffix != ".parquet" and on_disk > limits.max_bytes:  # a text log's decoded bytes are its bytes

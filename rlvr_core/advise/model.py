@@ -18,6 +18,7 @@ from rlvr_core.allocation.floor import screening_floor
 from rlvr_core.beta_moments import fit_beta_moments
 from rlvr_core.errors import ConfigError
 from rlvr_core.rollout.simulated import ReplayLog, Scenario
+from rlvr_core.types import TrainBatch
 
 PHASES = ("early", "middle", "late")
 FLOOR_CLASS = ("screening floor: bounds every allocator that decides from a prompt's own rewards (grpo, dapo, "
@@ -109,10 +110,19 @@ class SimRun:
     effective_groups: float
     steps: int
     extra: dict[str, float] = field(default_factory=dict)
+    trained_rows: float = 0.0  # rows of effective groups trained on, at most k a group, reused rows apart
 
     @property
     def rollouts_per_effective_group(self) -> float:
         return self.rollouts / self.effective_groups if self.effective_groups else math.inf
+
+    @property
+    def rollouts_per_trained_row(self) -> float:
+        """The advisor's comparable unit (docs/advisor.md): rollouts generated per trained row (a generated row of
+        an effective group, at most k of a group). With groups of k it is rollouts per effective group / k; a
+        smaller group (AR3PO stops at its first pass) trains fewer rows, so it does not count as a cheaper one,
+        and a group grown past k (VIGOR) does not count as more than one."""
+        return self.rollouts / self.trained_rows if self.trained_rows else math.inf
 
     @property
     def tokens_per_effective_group(self) -> float:
@@ -131,14 +141,23 @@ def simulate(path: Path, name: str, *, k: int, batch: int, seed: int, steps: int
     source = CountingSource(engine.pool_size, seed=seed) if pool else FreshSource(seed=seed)
     alloc = make_allocator(name, k=k, batch_size=batch, seed=seed, **(params or {}))
     tot = {"rollouts": 0.0, "tokens": 0.0, "effective_groups": 0.0}
+    trained = 0.0
     for t in range(steps):
         source.step = t
-        _, st = run_allocation_step(alloc, engine, source)
+        batch, st = run_allocation_step(alloc, engine, source)
         engine.update_weights()
         for key in tot:
             tot[key] += float(getattr(st, key))
+        trained += trained_rows(batch, k) - float(st.extra.get("reused_rollouts", 0))
     return SimRun(name, seed, tot["rollouts"], tot["tokens"], tot["effective_groups"], steps,
-                  {"prompts": float(source.drawn_ids), "recurring_prompts": float(len(source.recurring))})
+                  {"prompts": float(source.drawn_ids), "recurring_prompts": float(len(source.recurring))}, trained)
+
+
+def trained_rows(batch: TrainBatch, k: int) -> float:
+    """Rows of the batch's effective groups, at most k counted per group: a group's rows beyond k (VIGOR's grown
+    budgets) repeat a signal k rows already carry, so they are not counted as more of it."""
+    sizes = batch.group_sizes()
+    return float(np.minimum(sizes[batch.effective], k).sum()) if len(sizes) else 0.0
 
 
 def registered_allocators(k: int, batch: int) -> tuple[list[str], dict[str, str]]:

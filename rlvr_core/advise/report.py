@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rlvr_core.advise.core import Advice, advise, pct
+from rlvr_core.advise.core import Advice, AllocatorAdvice, advise, pct
 from rlvr_core.advise.logs import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -69,15 +69,26 @@ def phase_table(adv: Advice) -> list[str]:
     return lines
 
 
+def _rank(a: AllocatorAdvice) -> tuple[float, float]:
+    """Table order: the largest predicted saving to target first, then the largest proxy saving."""
+    def first(t: tuple[float, float, float] | None) -> float:
+        return t[0] if t is not None and math.isfinite(t[0]) else -math.inf
+
+    return -first(a.predicted_saving_to_target), -first(a.saving_vs_grpo)
+
+
 def allocator_table(adv: Advice) -> list[str]:
-    lines = ["| allocator | rollouts / effective group | relative to k | tokens / effective group | saving vs grpo | "
-             "saving vs dapo | validated error |", "|---|---|---|---|---|---|---|"]
-    for a in sorted(adv.allocators, key=lambda a: a.rollouts_per_effective_group[0]):
-        rel = tuple(v / adv.k for v in a.rollouts_per_effective_group)
+    lines = ["| allocator | predicted saving to target vs grpo | proxy: saving per trained row vs grpo | vs dapo | "
+             "rollouts / trained row | rollouts / effective group | tokens / effective group | validated error | "
+             "calibration |", "|---|---|---|---|---|---|---|---|---|"]
+    for a in sorted(adv.allocators, key=_rank):
         err = f"{a.validated_error:.0%}" if a.validated_error is not None else "not validated"
-        lines.append(f"| {a.name} | {_num(a.rollouts_per_effective_group, 1)} | {_num(rel)} | "
-                     f"{_num(a.tokens_per_effective_group, 0)} | {pct(a.saving_vs_grpo) if a.saving_vs_grpo else 'n/a'}"
-                     f" | {pct(a.saving_vs_dapo) if a.saving_vs_dapo else 'n/a'} | {err} |")
+        pred = a.predicted_saving_to_target
+        lines.append(f"| {a.name} | {pct(pred) if pred else 'n/a'} | "
+                     f"{pct(a.saving_vs_grpo) if a.saving_vs_grpo else 'n/a'} | "
+                     f"{pct(a.saving_vs_dapo) if a.saving_vs_dapo else 'n/a'} | {_num(a.rollouts_per_trained_row)} | "
+                     f"{_num(a.rollouts_per_effective_group, 1)} | {_num(a.tokens_per_effective_group, 0)} | {err} | "
+                     f"{a.calibration_note or '-'} |")
     return lines
 
 
@@ -127,13 +138,16 @@ def render(adv: Advice) -> str:
 
 
 def plot(adv: Advice, path: Path) -> None:
-    """Rollouts per effective group (relative to k) per allocator with intervals, and the floor."""
+    """Rollouts per trained row per allocator with intervals, and the floor (per trained row, k rows a group)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = sorted(adv.allocators, key=lambda a: a.rollouts_per_effective_group[0])
+    def cost(a: AllocatorAdvice) -> tuple[float, float, float]:
+        return a.rollouts_per_trained_row or tuple(v / adv.k for v in a.rollouts_per_effective_group)
+
+    rows = sorted(adv.allocators, key=lambda a: cost(a)[0])
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.6))
     if not rows or adv.floor_ratio_to_k is None:  # a log the advisor cannot replay: say so, draw nothing
         ax.axis("off")
@@ -143,17 +157,17 @@ def plot(adv: Advice, path: Path) -> None:
         plt.close(fig)
         return
     for i, a in enumerate(rows):
-        m, lo, hi = (v / adv.k for v in a.rollouts_per_effective_group)
+        m, lo, hi = cost(a)
         if not all(math.isfinite(v) for v in (m, lo, hi)):  # a replay seed found no effective group
-            ax.text(0.02, i, "n/a: no effective group in some replay seed", va="center", fontsize=8,
+            ax.text(0.02, i, "n/a: no trained row in some replay seed", va="center", fontsize=8,
                     transform=ax.get_yaxis_transform())
             continue
         ax.barh(i, m, color="tab:blue" if a.name != "grpo" else "tab:gray")
         ax.errorbar(m, i, xerr=[[m - lo], [hi - m]], color="black", capsize=3)
-    ax.axvline(adv.floor_ratio_to_k, color="tab:red", ls="--", label=f"screening floor {adv.floor_ratio_to_k:.2f} k")
-    ax.axvline(1.0, color="tab:green", ls=":", label="oracle (k)")
+    ax.axvline(adv.floor_ratio_to_k, color="tab:red", ls="--", label=f"screening floor {adv.floor_ratio_to_k:.2f}")
+    ax.axvline(1.0, color="tab:green", ls=":", label="oracle (every rollout trains)")
     ax.set_yticks(range(len(rows)), [a.name for a in rows])
-    ax.set_xlabel("simulated rollouts per effective group / k (lower is better)")
+    ax.set_xlabel("simulated rollouts per trained row (lower is better)")
     ax.set_title(f"{Path(adv.log).name}: k = {adv.k}, batch = {adv.batch}", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

@@ -16,6 +16,16 @@ per line):
   ``df.attrs["unscorable"]``;
 - tokens: a ``tokens`` column where there is one (e.g. ``log_extra("tokens", ...)``), else an estimate from the
   completion's length: ceil(characters / 4) of its text (of its messages' contents for a conversation).
+
+verl's rollout dumps are read the same way (docs/advisor.md, "verl rollout dumps"). With
+``trainer.rollout_data_dir=DIR``, verl 0.9.1's PPO trainer (``verl/trainer/ppo/ray_trainer.py``,
+``RayPPOTrainer._log_rollout_data`` -> ``_write_generations``) writes ``DIR/<global step>.jsonl`` after each
+training step: one object per generated sample, ``input`` (the decoded prompt), ``output`` (the decoded
+response), ``gts`` (the ground truth), ``score`` (the sum of the sample's token-level scores: its reward), ``step``
+(the global step), and every reward-extra-info list of the batch's length (e.g. ``acc``, ``pred``; the v1
+trainer adds ``uid``). ``input`` is the prompt, ``output`` the completion (tokens: the estimate above), and the
+reward is ``score`` unless ``reward_columns`` names others (a DAPO-style score of -1/1 is refused as outside
+[0, 1]: name the pass/fail column, e.g. ``acc``).
 """
 
 from __future__ import annotations
@@ -41,6 +51,15 @@ from rlvr_core.advise.checks import (
 
 NOT_REWARD = ("step", "prompt", "completion", "advantage", "tokens", "image")
 CHARS_PER_TOKEN = 4  # the token estimate of a completion without a tokens column: ceil(characters / 4)
+VERL_COLUMNS = ("input", "output", "step")  # what marks a verl rollout dump (its reward: VERL_REWARD)
+VERL_TEXT = ("input", "output")  # a verl dump's prompt and completion columns
+VERL_REWARD = ("score",)  # a verl dump's default reward column: the sum of the sample's token-level scores
+
+
+def is_verl(columns: Sequence[str]) -> bool:
+    """Whether a log with these columns is a verl rollout dump (``trainer.rollout_data_dir``: input, output and
+    step; its reward column, score, is checked with the others)."""
+    return all(c in columns for c in VERL_COLUMNS) and "prompt_id" not in columns
 
 
 def is_trl(columns: Sequence[str]) -> bool:
@@ -90,7 +109,7 @@ def _texts(path: Path, df: Any, column: str) -> list[Any]:
     shown = np.empty(len(vals), dtype=object)
     shown[:] = vals
     _first_bad(path, "neither text nor a conversation (a list of messages)", bad, column, shown,
-               "log the prompt and completion as TRL's log_completions writes them")
+               "log the prompt and completion as TRL's log_completions writes them", df.attrs.get("lines"))
     return vals
 
 
@@ -118,15 +137,15 @@ def _reward(path: Path, df: Any, columns: list[str], chosen: Sequence[str] | Non
                 "no reward column (a numeric column other than step, advantage and tokens)")
         raise LogError(f"{path}: every row: {what} (has {columns}); TRL writes one column per reward function, "
                        "name them with --reward-column NAME (docs/advisor.md, TRL completion logs)")
-    vals = []
+    vals, lines = [], df.attrs.get("lines")
     for c in names:
         raw = df[c].to_numpy(dtype=object)
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64)
         given = np.asarray([x is not None and not (isinstance(x, float) and math.isnan(x)) for x in raw], bool)
         _first_bad(path, "not a number", given & np.isnan(v), c, raw,
                    "a reward column holds numbers (NaN where the reward function returned None); choose the reward "
-                   "columns with --reward-column NAME")
-        _first_bad(path, "not a finite number", np.isinf(v), c, raw, "write finite rewards")
+                   "columns with --reward-column NAME", lines)
+        _first_bad(path, "not a finite number", np.isinf(v), c, raw, "write finite rewards", lines)
         vals.append(v)
     stack = np.column_stack(vals)
     scorable = ~np.all(np.isnan(stack), axis=1)
@@ -134,26 +153,28 @@ def _reward(path: Path, df: Any, columns: list[str], chosen: Sequence[str] | Non
     label = names[0] if len(names) == 1 else f"sum of {names}"
     _first_bad(path, f"reward ({label}) outside [0, 1]", scorable & ((total < 0) | (total > 1)), names[0],
                df[names[0]].to_numpy(), "the advisor models pass/fail rewards in [0, 1] (a reward above 0 is a pass); "
-               "choose the pass/fail reward function's column with --reward-column NAME")
+               "choose the pass/fail reward function's column with --reward-column NAME", lines)
     return total, scorable
 
 
-def completion_rows(path: Path, df: Any, columns: list[str], reward_columns: Sequence[str] | None) -> Any:
-    """One TRL log's rows as per-completion rows ``step, prompt_id (text), reward, tokens``, checked row by row."""
+def completion_rows(path: Path, df: Any, columns: list[str], reward_columns: Sequence[str] | None,
+                    prompt: str = "prompt", completion: str = "completion") -> Any:
+    """One TRL log's rows as per-completion rows ``step, prompt_id (text), reward, tokens``, checked row by row
+    (``prompt``, ``completion``: the columns that hold them; a verl dump's are ``input`` and ``output``)."""
     import pandas as pd
 
-    missing = [c for c in ("step", "prompt", "completion") if c not in columns]
+    missing = [c for c in ("step", prompt, completion) if c not in columns]
     if missing:
         raise LogError(f"{path}: every row: missing column(s) {missing}; a TRL completion log has step, prompt, "
                        f"completion and one column per reward function (has {columns})")
     step = _numeric(path, df, "step", integer=True).astype(np.int64)
-    prompts = [p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in _texts(path, df, "prompt")]
+    prompts = [p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in _texts(path, df, prompt)]
     reward, ok = _reward(path, df, columns, reward_columns)
     if "tokens" in columns:
         tokens = _tokens(path, df, np.ones(len(df)))
     else:
         tokens = np.asarray([math.ceil(len(_message_text(c)) / CHARS_PER_TOKEN)
-                             for c in _texts(path, df, "completion")], np.int64)
+                             for c in _texts(path, df, completion)], np.int64)
     out = pd.DataFrame({"step": step, "prompt_id": prompts, "reward": reward, "tokens": tokens})
     return out[ok].reset_index(drop=True), int((~ok).sum())
 
@@ -194,10 +215,14 @@ def read_trl(files: list[Path], limits: Limits, reward_columns: Sequence[str] | 
                              f"{limits.max_rows:,} rows", "--max-rows N")
         if not len(raw):
             continue
-        if not is_trl(columns):
-            raise LogError(f"{f}: every row: not a TRL completion log (columns {columns}); a folder of logs holds "
-                           "TRL completion logs only (step, prompt, completion, reward columns)")
-        part, n = completion_rows(f, raw, columns, reward_columns)
+        if is_verl(columns):
+            part, n = completion_rows(f, raw, columns, reward_columns or VERL_REWARD, *VERL_TEXT)
+        elif is_trl(columns):
+            part, n = completion_rows(f, raw, columns, reward_columns)
+        else:
+            raise LogError(f"{f}: every row: neither a TRL completion log nor a verl rollout dump (columns "
+                           f"{columns}); a folder of logs holds TRL completion logs (step, prompt, completion, "
+                           "reward columns) or verl's <step>.jsonl dumps (input, output, score, step) only")
         parts.append(part)
         dropped += n
     df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

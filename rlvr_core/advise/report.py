@@ -210,7 +210,8 @@ def parser() -> argparse.ArgumentParser:
                                  "Replays every registered allocator on a run's own rollout log (docs/advisor.md).")
     ap.add_argument("log", type=Path, help="rollouts.parquet, a RolloutLogCallback log, a .csv/.jsonl of "
                     "(step, prompt_id, reward[, tokens]) rows, one per completion, or a TRL completion log "
-                    "(<output_dir>/completions/ of GRPOConfig(log_completions=True), or one of its files)")
+                    "(<output_dir>/completions/ of GRPOConfig(log_completions=True), or one of its files), or a "
+                    "verl rollout dump (the trainer.rollout_data_dir folder)")
     ap.add_argument("--k", type=int, default=8, help="group size (rollouts per prompt), default 8")
     ap.add_argument("--batch", type=int, default=32, help="prompts per step, default 32")
     ap.add_argument("--seeds", type=int, default=5, help="replay seeds behind each interval, default 5")
@@ -219,8 +220,8 @@ def parser() -> argparse.ArgumentParser:
                     help="force a recurring pool of N prompts: 'what if my prompts recurred' (default: a stream of "
                     "fresh prompts if no prompt of the log recurs, else the largest prompt id + 1)")
     ap.add_argument("--reward-column", action="append", default=None, metavar="NAME", dest="reward_columns",
-                    help="a TRL completion log's reward column (repeat for several, summed; default: every numeric "
-                    "column but step, advantage and tokens)")
+                    help="a TRL completion log's or verl dump's reward column (repeat for several, summed; default: "
+                    "TRL's every numeric column but step, advantage and tokens; verl's score)")
     ap.add_argument("--out", type=Path, default=None, help="folder for advice.{md,json,png} (default: "
                     "advice/<LOG's folder>-<LOG's stem>/ under the current directory)")
     ap.add_argument("--max-rows", type=_rows, default=DEFAULT_MAX_ROWS, metavar="N",

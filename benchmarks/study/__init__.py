@@ -3,6 +3,7 @@
     python -m benchmarks.study --regime hard --protocol equal-batch [--seeds 5] [--quick] [--out DIR]
     python -m benchmarks.study --summarize-only            # rebuild every output from the run files
     python -m benchmarks.study --round-price --regime hard # the price of synchronous rounds (HF engine)
+    python -m benchmarks.study --regime pool --warm-start 2 --verify-policy  # accept a rebuilt warm start
 
 Protocols (each named in every output):
 
@@ -27,6 +28,12 @@ the target, interpolated between evaluations. A run that never reaches it counts
 median and the bootstrap bounds (95%, percentile, 5,000 resamples of the seeds) are reported as null where
 they fall on such a run, and every cell says how many of its runs reached the target. Seconds are training
 wall-clock (generate + verify + allocate + update), evaluations excluded.
+
+A regime's runs start from the policy its target was frozen from (the digest in ``target.json``). A warm start
+rebuilt on another machine or after a library upgrade can differ in bytes beside the weights (config.json's
+transformers version, the sha256.json policy folders gained) and still train the same: ``--verify-policy`` reruns
+reference seed 0 from it and, only if every evaluation equals the recorded run's (wall-clock aside), freezes
+``study/<regime>/policy.json``, after which new runs of that regime may use it.
 
 Resumable: one result file per (regime, protocol, variant, seed[, grid point]) under
 ``<out>/study/<regime>/<protocol>/``, skipped when present; a run killed midway resumes from its own

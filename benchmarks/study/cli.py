@@ -10,9 +10,10 @@ from pathlib import Path
 from benchmarks import study
 from benchmarks.common import RESULTS
 from benchmarks.common import default_out as _default_out
-from benchmarks.study.execute import run_protocol
+from benchmarks.study.execute import run_protocol, verify_policy
 from benchmarks.study.plan import PROTOCOLS, QUICK, REGIMES, WS_SEP
 from benchmarks.study.round_price import round_price
+from benchmarks.study.store import RunStore
 from benchmarks.study.summarize import aggregate
 
 
@@ -37,6 +38,9 @@ def parser() -> argparse.ArgumentParser:
                     "(default benchmarks/results; --quick: a temporary folder)")
     ap.add_argument("--work", type=Path, default=None, help="run folders and policies (default runs/study)")
     ap.add_argument("--summarize-only", action="store_true", help="rebuild the outputs from the run files")
+    ap.add_argument("--verify-policy", action="store_true",
+                    help="accept this machine's rebuilt warm start of --regime when its digest differs from the "
+                    "target's: rerun reference seed 0 and keep policy.json if the curve is identical")
     ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
     ap.add_argument("--round-steps", type=int, default=6)
     return ap
@@ -58,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         round_price(args.regime, work=args.work, results=args.out, quick=args.quick,
                     steps=2 if args.quick else args.round_steps)
         print((args.out / "study" / "training_round_price.md").read_text())
+        return 0
+    if args.verify_policy:
+        verify_policy(RunStore(args.out), args.regime, work=args.work,
+                      log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
         return 0
     if not args.summarize_only:
         t0 = time.perf_counter()

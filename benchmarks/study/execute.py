@@ -232,17 +232,66 @@ def set_target(store: RunStore, regime_name: str, refs: Sequence[Mapping[str, An
 
 def check_policy(store: RunStore, regime_name: str, digest: str) -> None:
     """Refuse to add runs to a regime whose target was frozen from another warm-started policy (or from one
-    it did not record: the step-grid regimes' policy was built on another machine and is not recoverable)."""
+    it did not record: the step-grid regimes' policy was built on another machine and is not recoverable), unless
+    ``verify_policy`` showed this one trains exactly as that one did."""
     t = store.target(regime_name)
-    if t is None:
+    if t is None or digest in store.accepted_policies(regime_name):
         return
     frozen = t.get("policy_sha256")
-    if frozen != digest:
-        why = "recorded no policy digest (its warm start was built on another machine)" if frozen is None else \
-            f"was frozen from policy {frozen[:12]}"
-        raise SystemExit(f"regime {regime_name!r}: its target {why}, and this machine's warm start is {digest[:12]}; "
-                         f"new runs would not be comparable. Use a warm-start variant (--warm-start J: regime "
-                         f"{base_regime(regime_name)[0]}{WS_SEP}J) with its own reference runs and target.")
+    why = "recorded no policy digest (its warm start was built on another machine)" if frozen is None else \
+        f"was frozen from policy {frozen[:12]}"
+    raise SystemExit(f"regime {regime_name!r}: its target {why}, and this machine's warm start is {digest[:12]}; "
+                     f"new runs would not be comparable. If the warm start was rebuilt from the same settings, "
+                     f"--verify-policy reruns reference seed 0 and accepts it when the curve is identical; else use a "
+                     f"warm-start variant (--warm-start J: regime {base_regime(regime_name)[0]}{WS_SEP}J) with its "
+                     "own reference runs and target.")
+
+
+# the fields of a curve point a rerun must reproduce exactly (wall-clock seconds differ from run to run)
+TIMED = frozenset({"seconds"})
+
+
+def curve_difference(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> str | None:
+    """Where two runs' curves first differ, ignoring wall-clock time (None: identical)."""
+    if len(a) != len(b):
+        return f"{len(a)} evaluations against {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        keys = (set(x) | set(y)) - TIMED
+        if diff := sorted(k for k in keys if x.get(k) != y.get(k)):
+            return f"evaluation {i} (step {x.get('step')}): {', '.join(f'{k} {x.get(k)} != {y.get(k)}' for k in diff)}"
+    return None
+
+
+def verify_policy(store: RunStore, regime_name: str, *, work: Path, params_file: Path = PARAMS_FILE,
+                  log: Log = print) -> dict[str, Any]:
+    """Accept this machine's warm start of ``regime_name`` when its digest differs from the one the target was
+    frozen from (a file beside the weights changed: the transformers version in config.json, the sha256.json
+    policy folders gained) but it trains the same: reference seed 0 is rerun from it in a scratch store, and
+    ``policy.json`` is frozen only if the curve equals the recorded one at every evaluation (time aside)."""
+    t = store.target(regime_name)
+    recorded = store.run_file(regime_name, "reference", "grpo", 0)
+    if t is None or not recorded.exists():
+        raise SystemExit(f"regime {regime_name!r}: no frozen target or reference seed 0 to verify a policy against")
+    data = D.load_data(regime_name, work, False, params_file)
+    if data["policy_sha256"] in store.accepted_policies(regime_name):
+        log(f"[{regime_name}] policy {data['policy_sha256'][:12]} is already accepted")
+        return store._frozen_file(store.policy_path(regime_name)) or {"policy_sha256": data["policy_sha256"]}
+    scratch = RunStore(work / "verify-policy" / regime_name)
+    shutil.rmtree(scratch.out, ignore_errors=True)
+    t0 = time.perf_counter()
+    rerun, _ = run_one(scratch, regime_name, "reference", "grpo", 0, work=scratch.out / "work", quick=False,
+                       data=data, params_file=params_file)
+    before = json.loads(recorded.read_text())
+    if diff := curve_difference(rerun["curve"], before["curve"]):
+        raise SystemExit(f"regime {regime_name!r}: policy {data['policy_sha256'][:12]} does not train as "
+                         f"{(t.get('policy_sha256') or 'the recorded policy')[:12]} did; reference seed 0 differs at {diff}")
+    log(f"[{regime_name}] reference seed 0 rerun from policy {data['policy_sha256'][:12]}: the same "
+        f"{len(before['curve'])} evaluations as recorded ({time.perf_counter() - t0:.0f} s)")
+    return store.freeze(store.policy_path(regime_name), {
+        "regime": regime_name, "policy_sha256": data["policy_sha256"], "recorded_policy_sha256": t.get("policy_sha256"),
+        "rule": "reference seed 0 rerun from this policy: every evaluation equal to the recorded run's, wall-clock "
+                "seconds aside", "evaluations": len(before["curve"]), "recorded_run_commit": before.get("commit"),
+        "rerun_commit": _commit(), "verified_at": _now()})
 
 
 def matched_sizes(store: RunStore, regime_name: str, protocol: str) -> int:

@@ -259,6 +259,55 @@ def test_a_regime_refuses_runs_from_another_warm_start(tmp_path):
     execute.check_policy(RunStore(tmp_path), "pool", "ab" * 32)  # no target yet: fine
 
 
+def _verify_setup(tmp_path, monkeypatch, rerun_curve):
+    store = RunStore(tmp_path)
+    store.freeze(store.target_path("pool-ws2"), {"target": 0.3, "policy_sha256": "cd" * 32})
+    recorded = store.run_file("pool-ws2", "reference", "grpo", 0)
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text(json.dumps({"curve": curve([0.2, 0.25, 0.3]), "commit": "abc"}))
+    monkeypatch.setattr(study_data, "load_data", lambda *a, **k: {"policy_sha256": "ab" * 32})
+    calls = []
+
+    def fake_run_one(scratch, regime, proto, lab, seed, **kw):
+        calls.append((scratch.out, regime, proto, lab, seed))
+        return {"curve": rerun_curve}, True
+
+    monkeypatch.setattr(execute, "run_one", fake_run_one)
+    return store, calls
+
+
+def test_a_rebuilt_policy_is_accepted_only_when_reference_seed_0_reruns_identically(tmp_path, monkeypatch):
+    same = [{**c, "seconds": c["seconds"] + 7.0} for c in curve([0.2, 0.25, 0.3])]  # wall-clock aside
+    store, calls = _verify_setup(tmp_path, monkeypatch, same)
+    with pytest.raises(SystemExit, match="frozen from policy cdcdcdcdcdcd.*--verify-policy"):
+        execute.check_policy(store, "pool-ws2", "ab" * 32)
+    rec = execute.verify_policy(store, "pool-ws2", work=tmp_path / "work", log=lambda m: None)
+    assert calls == [(tmp_path / "work" / "verify-policy" / "pool-ws2", "pool-ws2", "reference", "grpo", 0)]
+    assert rec["policy_sha256"] == "ab" * 32 and rec["recorded_policy_sha256"] == "cd" * 32
+    assert json.loads(store.policy_path("pool-ws2").read_text())["evaluations"] == 3
+    execute.check_policy(RunStore(tmp_path), "pool-ws2", "ab" * 32)  # accepted from the frozen file
+    execute.check_policy(RunStore(tmp_path), "pool-ws2", "cd" * 32)  # the original still is
+    with pytest.raises(SystemExit):
+        execute.check_policy(RunStore(tmp_path), "pool-ws2", "ef" * 32)  # a third is not
+
+
+def test_a_rebuilt_policy_that_trains_differently_is_refused_naming_the_evaluation(tmp_path, monkeypatch):
+    store, _ = _verify_setup(tmp_path, monkeypatch, curve([0.2, 0.25, 0.31]))
+    with pytest.raises(SystemExit, match="evaluation 2 .*greedy_acc 0.31 != 0.3"):
+        execute.verify_policy(store, "pool-ws2", work=tmp_path / "work", log=lambda m: None)
+    assert not store.policy_path("pool-ws2").exists()
+    with pytest.raises(SystemExit):
+        execute.check_policy(RunStore(tmp_path), "pool-ws2", "ab" * 32)
+    assert execute.curve_difference(curve([0.2]), curve([0.2, 0.3])) == "1 evaluations against 2"
+
+
+def test_a_policy_record_for_another_target_accepts_nothing(tmp_path):
+    store = RunStore(tmp_path)
+    store.freeze(store.target_path("pool-ws2"), {"target": 0.3, "policy_sha256": "cd" * 32})
+    store.freeze(store.policy_path("pool-ws2"), {"policy_sha256": "ab" * 32, "recorded_policy_sha256": "ef" * 32})
+    assert RunStore(tmp_path).accepted_policies("pool-ws2") == {"cd" * 32}
+
+
 def test_recurrence_counts_prompts_rolled_out_in_several_steps(tmp_path):
     import pandas as pd
 

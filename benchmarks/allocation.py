@@ -48,7 +48,7 @@ from scipy import stats as sps
 
 from benchmarks.common import output_dir, results_dir, save_figure
 from benchmarks.study.plan import VARIANTS as ALL_VARIANTS
-from benchmarks.study.plan import Variant
+from benchmarks.study.plan import Variant, flagged
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
 from rlvr_core.rollout.simulated import SimulatedEngine
 
@@ -61,9 +61,9 @@ def full_protocol(quick: bool, seeds: int, steps: int, batch_size: int) -> bool:
     return not quick and {"seeds": seeds, "steps": steps, "batch_size": batch_size} == FULL
 
 
-# the allocation benchmark's variants (benchmarks/study/plan.py holds their parameters), in its tables' order
-LABELS = ("grpo", "dapo", "sara", "sara[carry]", "sara[budget]", "vigor", "pods", "greso", "sara+dps", "sara[floor]",
-          "pilot-commit", "ar3po", "ar3po[no-reuse]", "reinforce-ada", "knapsack-rl", "vip", "mopps")
+# the allocation benchmark's variants: the plan's records with ``simulated`` set (benchmarks/study/plan.py), in its
+# table order
+LABELS = flagged("simulated")
 VARIANTS = tuple(ALL_VARIANTS[label] for label in LABELS)
 
 

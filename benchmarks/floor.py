@@ -32,19 +32,18 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import RESULTS, output_dir, save_figure
-from benchmarks.study.plan import labels
+from benchmarks.study.plan import flagged, labels
 from benchmarks.study.store import RunStore
 from rlvr_core.allocation.floor import Floor, screening_floor
 from rlvr_core.rollout.simulated import REPLAY_FILE, SCENARIOS, ReplayLog
 
 STATIC = ("early", "late", "ushape", "uniform")
-# allocators of the allocation benchmark that carry a prompt's history across steps (the floor does not bind them):
-# ar3po reuses an earlier step's correct completion, pilot-commit evicts prompts its pilot found solved
-HISTORY = ("sara[carry]", "sara+dps", "greso", "pilot-commit")
-# allocators whose effective groups are smaller than k (ar3po stops a prompt at its first correct response): an
-# effective group of theirs is not the floor's unit (a full group of k), so neither best column lists them;
-# ar3po's response reuse is besides outside the floor's class (signal that costs no rollout of the step)
-SMALL_GROUPS = ("ar3po", "ar3po[no-reuse]")
+# allocators of the allocation benchmark that carry a prompt's history across steps (the floor does not bind them:
+# pilot-commit evicts prompts its pilot found solved, the Beta posteriors carry a prompt's passes), and those whose
+# effective groups are smaller than k (ar3po stops a prompt at its first correct response): an effective group of
+# theirs is not the floor's unit (a full group of k), so neither best column lists them. The plan's flags.
+HISTORY = tuple(lab for lab in flagged("history") if lab in flagged("simulated"))
+SMALL_GROUPS = tuple(lab for lab in flagged("small_groups") if lab in flagged("simulated"))
 TARGET_OVER_K = 1.4  # the allocation issue's simulator target
 K = 8  # the group size of the replay log's run and of the training study's regimes (params.yaml train.k)
 

@@ -43,7 +43,11 @@ class Variant:
     ``train.allocator_params[allocator]`` in the study) and train settings (on top of the regime's); ``runs``:
     protocol -> the regimes the study runs it in there (a ``Scope``); ``ours``: one of this project's
     allocators (the targets' "our best" picks among them); ``published``: a published allocator the targets
-    report ours against."""
+    report ours against; ``simulated``: the allocation benchmark (benchmarks/allocation.py) runs it;
+    ``round_priced``: the price of synchronous rounds (benchmarks/study/round_price.py) measures it; ``history``:
+    it carries a prompt's evidence across steps, so the screening floor (benchmarks/floor.py) does not bind it;
+    ``small_groups``: its effective groups hold fewer than k rows, so the floor's unit (a group of k) is not
+    theirs. The other benchmarks list their variants in this table's order."""
 
     label: str
     allocator: str
@@ -54,6 +58,10 @@ class Variant:
     ours: bool = False
     published: bool = False
     headline: tuple[str, ...] = ()
+    simulated: bool = False
+    round_priced: bool = False
+    history: bool = False
+    small_groups: bool = False
 
 
 # the group-size protocol's grid: uniform GRPO at each k with B = ROLLOUTS_PER_UPDATE // k (k = 8 is params.yaml's,
@@ -72,22 +80,26 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     Variant("grpo", "grpo", {}, "B prompts x k, train on all",
             runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL,
                   "group-size": ROLLOUT_GRID},
-            headline=("reference", "matched-updates")),
+            headline=("reference", "matched-updates"), simulated=True, round_priced=True),
     Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)",
-            runs={**_EB_ALL, "tuned": ALL}, headline=("equal-batch",)),
-    Variant("greso", "greso", {}, "DAPO + pre-rollout skipping", runs={**_EB_ALL, "tuned": ALL}),
+            runs={**_EB_ALL, "tuned": ALL}, headline=("equal-batch",), simulated=True, round_priced=True),
+    Variant("greso", "greso", {}, "DAPO + pre-rollout skipping", runs={**_EB_ALL, "tuned": ALL},
+            simulated=True, history=True),
     Variant("sara", "sara", {}, "uniform prior, B committed groups per step", runs={**_EB_ALL, "tuned": ALL},
-            ours=True, headline=("equal-batch", "matched-updates-small")),
+            ours=True, headline=("equal-batch", "matched-updates-small"), simulated=True, round_priced=True),
     Variant("sara[carry]", "sara", {"prior": "carry+eb", **_PROBES},
             "carried per-prompt evidence + empirical-Bayes prior, probes k/4, k/2, k", runs={**_EB_ALL, "tuned": ALL},
-            ours=True),
+            ours=True, simulated=True, round_priced=True, history=True),
     Variant("sara[budget]", "sara", {"mode": "rollouts"}, "fixed budget B*k per step (empirical-Bayes prior)",
-            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",)),
+            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",),
+            simulated=True, round_priced=True),
     Variant("sara+dps", "sara+dps", {}, "SARA + Thompson-sampled prompt selection", runs={**_EB_ALL, "tuned": ALL},
-            ours=True),
+            ours=True, simulated=True, round_priced=True, history=True),
     Variant("vigor", "vigor", {}, "budget B*k, m0=k/2, T=3, alpha=0.5, gamma=2",
-            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",)),
-    Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt", runs={"equal-rollouts": ALL, "tuned": ALL}),
+            runs={"equal-rollouts": ALL, "tuned": ALL}, ours=True, headline=("equal-rollouts",),
+            simulated=True, round_priced=True),
+    Variant("pods", "pods", {}, "n = 2k generated, k kept per prompt", runs={"equal-rollouts": ALL, "tuned": ALL},
+            simulated=True),
     Variant("vigor[screen]", "vigor", {"m0": 2}, "every prompt starts with 2 rollouts",
             runs={"equal-rollouts": ALL}, ours=True),
     Variant("vigor[prompt]", "vigor", {}, "every trained group the same loss weight", {"group_weight": "prompt"},
@@ -98,47 +110,49 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             runs={"equal-batch": STEP_GRID}, ours=True),
     # sara+dps[context] joined tuned after the equal-batch study named it our strongest candidate
     Variant("sara+dps[context]", "sara+dps", {"prior": "carry+context"}, "sara+dps with the contextual prior",
-            runs={**_EB_ALL, "tuned": ALL}, ours=True, headline=("equal-batch", "matched-updates-small")),
+            runs={**_EB_ALL, "tuned": ALL}, ours=True, headline=("equal-batch", "matched-updates-small"), history=True),
     # the screening floor's stop rule (docs/design.md §4.10) in place of tau_low, with the empirical-Bayes
     # population it prices effective groups by
     Variant("sara[floor]", "sara", {"prior": "eb", "stop_rule": "floor", **_PROBES},
-            "the screening floor's stop rule, empirical-Bayes prior", runs={"equal-batch": STEP_GRID}, ours=True),
+            "the screening floor's stop rule, empirical-Bayes prior", runs={"equal-batch": STEP_GRID}, ours=True,
+            simulated=True),
     Variant("sara+dps[context+floor]", "sara+dps", {"prior": "carry+context", "stop_rule": "floor"},
-            "sara+dps[context] with the floor's stop rule", runs={"equal-batch": STEP_GRID}, ours=True),
+            "sara+dps[context] with the floor's stop rule", runs={"equal-batch": STEP_GRID}, ours=True, history=True),
     # the strongest published allocators, at their defaults (docs/allocators/pilot-commit.md, ar3po.md and
     # reinforce-ada.md)
     Variant("pilot-commit", "pilot-commit", {},
             "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B",
             runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
-            headline=("equal-batch",)),
+            headline=("equal-batch",), simulated=True, history=True),
     Variant("reinforce-ada", "reinforce-ada", {},
             "rounds of k until k/2 passes and k/2 fails (at most 4); groups of k",
             runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
-            headline=("equal-batch",)),
+            headline=("equal-batch",), simulated=True),
     Variant("reinforce-ada[pos]", "reinforce-ada", {"rule": "positive"},
             "rounds of k until a first pass (Reinforce-Ada-pos)"),
     # the value-based baselines of issue 37, at their sources' defaults (docs/allocators/knapsack-rl.md, vip.md and
     # mopps.md): in the allocation benchmark; no study cells yet
     Variant("knapsack-rl", "knapsack-rl", {}, "B x k shared by a knapsack over P(mixed) p(1-p)^2; leftover to p = 0",
-            published=True),
+            published=True, simulated=True, history=True),
     Variant("vip", "vip", {}, "B x k shared to minimise the expected gradient variance, n in [4, 32]",
-            published=True),
+            published=True, simulated=True, history=True),
     Variant("mopps", "mopps", {}, "the B of 8B candidates whose Thompson draws lie nearest 0.5, k each",
-            published=True),
+            published=True, simulated=True, history=True),
     # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
-            runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",)),
+            runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",),
+            simulated=True, history=True, small_groups=True),
     Variant("ar3po[no-reuse]", "ar3po", {"reuse": False}, "AR3PO's adaptive rollout alone",
-            runs={"equal-rollouts": ROLLOUT_GRID}),
+            runs={"equal-rollouts": ROLLOUT_GRID}, simulated=True, small_groups=True),
     # AR3PO's reuse without its first-pass stop: one stage of 4 rollouts per prompt, B = 64 (grpo[k4]'s 256
     # rollouts per update); with grpo[k2], grpo[k4] and ar3po[no-reuse] it splits AR3PO's saving into small
     # groups, the stop and reuse (docs/training-study.md, "The group-size grid")
     Variant("ar3po[no-stop]", "ar3po", {"stage_size": 4, "max_stages": 1}, "AR3PO's reuse on fixed groups of 4",
-            {"batch_size": 64}, runs={"equal-rollouts": ROLLOUT_GRID}),
+            {"batch_size": 64}, runs={"equal-rollouts": ROLLOUT_GRID}, history=True, small_groups=True),
     # uniform GRPO at other group sizes, B x k = ROLLOUTS_PER_UPDATE (docs/training-study.md, "The group-size
     # grid"): a saving against grpo at k = 8 may be the choice of k, not allocation
     *(Variant(f"grpo[k{k}]", "grpo", {}, f"uniform GRPO at k = {k}, B = {ROLLOUTS_PER_UPDATE // k}",
-              {"k": k, "batch_size": ROLLOUTS_PER_UPDATE // k}, runs={"group-size": ROLLOUT_GRID})
+              {"k": k, "batch_size": ROLLOUTS_PER_UPDATE // k}, runs={"group-size": ROLLOUT_GRID}, small_groups=k < 8)
       for k in K_GRID if k != 8),
     # uniform GRPO at AR3PO's rollouts per update (161-177 measured on hard and pool; 22 x 8 = 176), so AR3PO is
     # also read at about its own update count (docs/training-study.md, "The group-size grid")
@@ -531,6 +545,14 @@ def ours_in(protocol: str, regime_name: str) -> tuple[str, ...]:
 def published_in(protocol: str, regime_name: str) -> tuple[str, ...]:
     """The published allocators (Variant.published) that ``protocol`` runs in ``regime_name``, in table order."""
     return table_order(lab for lab in labels(protocol, regime_name) if VARIANTS[lab].published)
+
+
+def flagged(flag: str) -> tuple[str, ...]:
+    """The variants whose boolean field ``flag`` is set (``simulated``, ``round_priced``, ``history``,
+    ``small_groups``), in table order."""
+    if not isinstance(getattr(Variant, flag, None), bool):
+        raise ValueError(f"Variant has no flag {flag!r}")
+    return tuple(lab for lab, v in VARIANTS.items() if getattr(v, flag))
 
 
 # ----- the tuned protocol's grid, the quick path, the cells' fixed points -----------------------------------

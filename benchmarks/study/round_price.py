@@ -21,9 +21,9 @@ import numpy as np
 from benchmarks.common import output_dir
 from benchmarks.study.data import load_data
 from benchmarks.study.execute import run_params
-from benchmarks.study.plan import PARAMS_FILE
+from benchmarks.study.plan import PARAMS_FILE, flagged
 
-ROUND_VARIANTS = ("grpo", "dapo", "sara", "sara[carry]", "sara+dps", "vigor", "sara[budget]")
+ROUND_VARIANTS = flagged("round_priced")  # the plan's records with ``round_priced`` set, in its table order
 
 
 def record_rounds(cfg: Any, model: Any, tok: Any, prompts: Any, train_rows: Any, steps: int) -> list[list[dict]]:

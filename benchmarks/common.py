@@ -65,10 +65,25 @@ def output_dir(root: Path, generator: str) -> Path:
     return path
 
 
-def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
-    """Lay out, write and close a matplotlib figure."""
+FIGURE_KEY = "rlvr-alloc inputs"  # the PNG text chunk naming what a figure was drawn from (figure_key)
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110, key: str | None = None) -> None:
+    """Lay out, write and close a matplotlib figure; ``key`` (a digest of what it was drawn from) is written into
+    the PNG so that ``figure_key`` can tell an up-to-date figure from a stale one without drawing it."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, **({"metadata": {FIGURE_KEY: key}} if key else {}))
     plt.close(fig)
+
+
+def figure_key(path: Path) -> str | None:
+    """The key ``save_figure`` wrote into the PNG at ``path`` (None: no file, no key, or not a readable PNG)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            return im.text.get(FIGURE_KEY)
+    except (OSError, UnidentifiedImageError):
+        return None

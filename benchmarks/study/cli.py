@@ -38,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
                     "(default benchmarks/results; --quick: a temporary folder)")
     ap.add_argument("--work", type=Path, default=None, help="run folders and policies (default runs/study)")
     ap.add_argument("--summarize-only", action="store_true", help="rebuild the outputs from the run files")
+    ap.add_argument("--redraw", action="store_true", help="draw every cell's figure again, even one whose inputs "
+                    "did not change (its PNG records a digest of them)")
     ap.add_argument("--verify-policy", action="store_true",
                     help="accept this machine's rebuilt warm start of --regime when its digest differs from the "
                     "target's: rerun reference seed 0 and keep policy.json if the curve is identical")
@@ -72,6 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         run_protocol(args.regime, args.protocol, seeds, out=args.out, work=args.work, quick=args.quick,
                      variants=args.variants, log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
         print(f"{args.regime}/{args.protocol}: done in {time.perf_counter() - t0:.0f} s", flush=True)
-    records = aggregate(args.out, args.out)
+    records = aggregate(args.out, args.out, redraw=args.redraw)
     print(f"{len(records)} cells -> {args.out / 'study' / 'training_protocols.json'}")
     return 0

@@ -283,8 +283,9 @@ def verify_policy(store: RunStore, regime_name: str, *, work: Path, params_file:
                        data=data, params_file=params_file)
     before = json.loads(recorded.read_text())
     if diff := curve_difference(rerun["curve"], before["curve"]):
-        raise SystemExit(f"regime {regime_name!r}: policy {data['policy_sha256'][:12]} does not train as "
-                         f"{(t.get('policy_sha256') or 'the recorded policy')[:12]} did; reference seed 0 differs at {diff}")
+        was = (t.get("policy_sha256") or "")[:12] or "the recorded policy"
+        raise SystemExit(f"regime {regime_name!r}: policy {data['policy_sha256'][:12]} does not train as {was} did; "
+                         f"reference seed 0 differs at {diff}")
     log(f"[{regime_name}] reference seed 0 rerun from policy {data['policy_sha256'][:12]}: the same "
         f"{len(before['curve'])} evaluations as recorded ({time.perf_counter() - t0:.0f} s)")
     return store.freeze(store.policy_path(regime_name), {

@@ -70,8 +70,10 @@ def cell_records(store: RunStore, cells: Cells) -> list[dict[str, Any]]:
     return records
 
 
-def write_cells(summary: Path, store: RunStore, records: list[dict[str, Any]], cells: Cells) -> None:
-    """training_protocols.json and training_<regime>_<protocol>.{csv,md,png} in the results root's study/."""
+def write_cells(summary: Path, store: RunStore, records: list[dict[str, Any]], cells: Cells, *,
+                redraw: bool = False) -> None:
+    """training_protocols.json and training_<regime>_<protocol>.{csv,md,png} in the results root's study/ (a PNG
+    drawn from the same inputs is kept, unless ``redraw``)."""
     (summary / "training_protocols.json").write_text(json.dumps(records, indent=1) + "\n")
     for regime, proto in sorted({(r["regime"], r["protocol"]) for r in records}):
         if proto == "reference":
@@ -84,18 +86,19 @@ def write_cells(summary: Path, store: RunStore, records: list[dict[str, Any]], c
         target = store.target(regime)
         stem.with_suffix(".csv").write_text(tables.cell_csv(regime, proto, rs))
         stem.with_suffix(".md").write_text(tables.cell_markdown(regime, proto, sub, target))
-        tables.plot_cell(stem.with_suffix(".png"), regime, proto, rs, target["target"])
+        tables.plot_cell(stem.with_suffix(".png"), regime, proto, rs, target["target"], redraw=redraw)
 
 
-def aggregate(out: Path, results: Path) -> list[dict[str, Any]]:
+def aggregate(out: Path, results: Path, *, redraw: bool = False) -> list[dict[str, Any]]:
     """Rebuild every summary of the results root ``results`` from the run files under ``out``/study: the cells,
     floor/, study_targets/, warmstarts/ and training_study.md; for the committed root (benchmarks/results) also its
-    INDEX.md and the tables of README.md and docs/results.md."""
+    INDEX.md and the tables of README.md and docs/results.md. A cell's figure is drawn again only when what it
+    shows changed (tables.plot_key), or with ``redraw``."""
     store = RunStore(out)
     cells = cells_of(store)
     records = cell_records(store, cells)
     summary = output_dir(results, "study")
-    write_cells(summary, store, records, cells)
+    write_cells(summary, store, records, cells, redraw=redraw)
     fl = floor.write(results, store=store)
     targets = study_targets.measure(store, results, floor=fl)
     study_targets.write(targets, results)

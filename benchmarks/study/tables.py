@@ -10,12 +10,15 @@ Nothing here reads a file.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.common import save_figure
+from benchmarks.common import figure_key, save_figure
 from benchmarks.study.formats import interval, number, p_value
 from benchmarks.study.plan import (
     BUDGETS,
@@ -183,15 +186,34 @@ def _cell_tables(regime: str, proto: str, records: Sequence[Mapping[str, Any]],
     return lines
 
 
+PLOT_AXES = (("cum_rollouts", "cumulative rollouts"), ("seconds", "training seconds"), ("updates", "optimizer updates"))
+
+
+def plot_key(regime: str, proto: str, runs: Mapping[str, Sequence[Mapping[str, Any]]], target: float) -> str:
+    """A digest of everything ``plot_cell`` draws from: the curves' points it reads, the target, its own source
+    and matplotlib's version. A figure whose PNG carries this key is up to date."""
+    import matplotlib
+
+    points = {lab: [[[c[x] for x, _ in PLOT_AXES] + [c["greedy_acc"]] for c in r["curve"]] for r in rs]
+              for lab, rs in runs.items()}
+    h = hashlib.sha256(json.dumps([regime, proto, target, points, matplotlib.__version__]).encode())
+    h.update(inspect.getsource(plot_cell).encode())
+    return h.hexdigest()
+
+
 def plot_cell(path: Path, regime: str, proto: str, runs: Mapping[str, Sequence[Mapping[str, Any]]],
-              target: float) -> None:
+              target: float, *, redraw: bool = False) -> bool:
+    """Draw training_<regime>_<protocol>.png, unless the PNG at ``path`` was drawn from the same inputs
+    (``plot_key``) and ``redraw`` is not asked; returns whether it drew."""
+    key = plot_key(regime, proto, runs, target)
+    if not redraw and figure_key(path) == key:
+        return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    axes_x = (("cum_rollouts", "cumulative rollouts"), ("seconds", "training seconds"),
-              ("updates", "optimizer updates"))
+    axes_x = PLOT_AXES
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     rng = np.random.default_rng(0)
     for ax, (x, name) in zip(axes, axes_x):
@@ -212,4 +234,5 @@ def plot_cell(path: Path, regime: str, proto: str, runs: Mapping[str, Sequence[M
     axes[0].set_ylabel("held-out greedy accuracy (median, 95% bootstrap band)")
     axes[0].legend(fontsize=7)
     fig.suptitle(f"training study: regime {regime}, protocol {proto}")
-    save_figure(fig, path, dpi=100)
+    save_figure(fig, path, dpi=100, key=key)
+    return True

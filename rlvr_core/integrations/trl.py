@@ -131,8 +131,10 @@ except ImportError as e:
 
 from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator
 from rlvr_core.checkpoint import CheckpointError, read_state, save_state_folder
-from rlvr_core.errors import ConfigError, RewardError, short_repr
+from rlvr_core.errors import ConfigError, RewardError
 from rlvr_core.grpo.advantages import dr_grpo_advantages, grpo_advantages
+from rlvr_core.integrations.state import allocation_state, restore_allocation_state
+from rlvr_core.integrations.state import check_allocation_state as _check_state
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
 STATE_DIR = "allocator_state"  # in each checkpoint-N/: the format of rlvr_core.checkpoint, loaded without pickle
@@ -478,26 +480,14 @@ class AllocatedGRPOTrainer(GRPOTrainer):
 
     # ----- checkpoints -------------------------------------------------------------------------
     def allocation_state(self) -> dict[str, Any]:
-        return {"allocator": self.allocator_name, "params": self.allocator_params,
-                "state": self.allocator.state_dict(), "source": self.prompt_source.state_dict(),
-                "history": list(self.allocation_history), "totals": dict(self._totals)}
+        return allocation_state(self.allocator_name, self.allocator_params, self.allocator, self.prompt_source,
+                                self.allocation_history, self._totals)
 
     def load_allocation_state(self, st: dict[str, Any], *, where: str | os.PathLike = "allocator state") -> None:
         """Restore ``allocation_state()``'s dict; a field that does not fit raises ValueError naming ``where``
         (the state's file) and the field."""
-        check_allocation_state(st, where)
-        if st["allocator"] != self.allocator_name:
-            raise ValueError(f"{where}: field 'allocator': the checkpoint holds allocator {st['allocator']!r} "
-                             f"state; this trainer runs {self.allocator_name!r}")
-        for field, target in (("state", self.allocator), ("source", self.prompt_source)):
-            try:
-                target.load_state_dict(st[field])
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, OverflowError) as e:
-                raise ValueError(f"{where}: field {field!r} does not restore the {self.allocator_name!r} "
-                                 f"{'allocator' if field == 'state' else 'prompt stream'} "
-                                 f"({e.__class__.__name__}: {short_repr(str(e))})") from None
-        self.allocation_history = [dict(h) for h in st["history"]]
-        self._totals = {k: int(v) for k, v in st["totals"].items()}
+        self.allocation_history, self._totals = restore_allocation_state(
+            st, where, name=self.allocator_name, allocator=self.allocator, source=self.prompt_source, totals=_TOTALS)
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -525,7 +515,6 @@ class AllocatedGRPOTrainer(GRPOTrainer):
 
 # ----- the allocator state in a TRL checkpoint -------------------------------------------------------
 
-_STATE_FIELDS = {"allocator": str, "params": dict, "state": dict, "source": dict, "history": list, "totals": dict}
 _TOTALS = ("rollouts", "effective_groups", "tokens")
 
 
@@ -549,22 +538,8 @@ def allocation_state_folder(checkpoint: str | os.PathLike) -> Path:
 
 def check_allocation_state(st: Any, where: str | os.PathLike) -> None:
     """Raise ValueError naming ``where`` and the field unless ``st`` has the shape ``allocation_state()`` writes
-    (the allocator's and the prompt stream's own dicts are checked when they are loaded)."""
-    if not isinstance(st, dict):
-        raise ValueError(f"{where}: the allocator state is a {type(st).__name__}, not a dict")
-    for field, kind in _STATE_FIELDS.items():
-        if field not in st:
-            raise ValueError(f"{where}: field {field!r} is missing")
-        if not isinstance(st[field], kind):
-            raise ValueError(f"{where}: field {field!r} is a {type(st[field]).__name__} "
-                             f"({short_repr(st[field])}), not a {kind.__name__}")
-    for i, rec in enumerate(st["history"]):
-        if not isinstance(rec, dict) or not all(type(k) is str and type(v) in (int, float) for k, v in rec.items()):
-            raise ValueError(f"{where}: field 'history': entry {i} is not a dict of numbers ({short_repr(rec)})")
-    totals = st["totals"]
-    if sorted(totals) != sorted(_TOTALS) or not all(type(v) is int and v >= 0 for v in totals.values()):
-        raise ValueError(f"{where}: field 'totals' must hold non-negative integer {', '.join(_TOTALS)} "
-                         f"(got {short_repr(totals)})")
+    (rlvr_core.integrations.state; the allocator's and the prompt stream's own dicts are checked when loaded)."""
+    _check_state(st, where, totals=_TOTALS)
 
 
 def read_allocation_state(checkpoint: str | os.PathLike) -> dict[str, Any]:

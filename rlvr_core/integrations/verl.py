@@ -81,12 +81,13 @@ import numpy as np
 from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator
 from rlvr_core.checkpoint import read_state, save_state_folder
 from rlvr_core.errors import ConfigError
+from rlvr_core.integrations.state import allocation_state, check_allocation_state, restore_allocation_state
 from rlvr_core.types import Rollouts
 
 ROLLOUT_N_KEY = "__rollout_n__"  # popped per prompt by verl's AgentLoopWorkerTQ._run_prompt
 STATE_DIR = "allocator_state"  # in each global_step_N/: the format of rlvr_core.checkpoint, loaded without pickle
 PARTITION = "train"
-_STATE_FIELDS = {"allocator": str, "params": dict, "state": dict, "source": dict, "history": list, "totals": dict}
+TOTALS = ("rollouts", "tokens", "groups", "effective_groups", "useful_rollouts")  # the running totals it keeps
 
 
 def set_rollout_n(batch: Any, counts: Sequence[int]) -> Any:
@@ -127,16 +128,9 @@ def _session_of(key: str) -> str:
 
 
 def check_state(st: Any, where: str | Path) -> None:
-    """Raise ValueError naming ``where`` and the field unless ``st`` has the shape ``allocation_state()`` writes."""
-    if not isinstance(st, dict):
-        raise ValueError(f"{where}: the allocator state is a {type(st).__name__}, not a dict")
-    for field, kind in _STATE_FIELDS.items():
-        if field not in st:
-            raise ValueError(f"{where}: field {field!r} is missing")
-        if not isinstance(st[field], kind):
-            raise ValueError(f"{where}: field {field!r} is a {type(st[field]).__name__}, not a {kind.__name__}")
-    if not all(type(v) is int and v >= 0 for v in st["totals"].values()):
-        raise ValueError(f"{where}: field 'totals' must hold non-negative integers")
+    """Raise ValueError naming ``where`` and the field unless ``st`` has the shape ``allocation_state()`` writes
+    (rlvr_core.integrations.state, as the TRL trainer's; the totals hold TOTALS)."""
+    check_allocation_state(st, where, totals=TOTALS)
 
 
 class _AllocatorSampling:
@@ -168,7 +162,7 @@ class _AllocatorSampling:
         self.allocator = None
         self.prompt_source: PromptSource | None = None
         self.allocation_history: list[dict[str, Any]] = []
-        self._totals: dict[str, int] = {}
+        self._totals: dict[str, int] = {k: 0 for k in TOTALS}
         self._resume_checked = False
 
     # ----- set-up, on the first sample (the trainer's dataset exists only after its init()) -----
@@ -279,8 +273,10 @@ class _AllocatorSampling:
             tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
 
     def _record(self, counters: dict[str, Any]) -> dict[str, float]:
-        self.allocation_history.append({k: v for k, v in counters.items() if isinstance(v, (int, float))})
-        for k in ("rollouts", "tokens", "groups", "effective_groups", "useful_rollouts"):
+        # numbers only (a flag as 0/1), so that the state's check reads its own history back
+        self.allocation_history.append({k: int(v) if isinstance(v, bool) else v for k, v in counters.items()
+                                        if isinstance(v, (int, float))})
+        for k in TOTALS:
             self._totals[k] = self._totals.get(k, 0) + int(counters.get(k, 0))
         metrics = {f"allocation/{k}": float(v) for k, v in self.allocation_history[-1].items()}
         metrics.update({f"allocation/total_{k}": float(v) for k, v in self._totals.items()})
@@ -309,9 +305,8 @@ class _AllocatorSampling:
 
     # ----- state -----
     def allocation_state(self) -> dict[str, Any]:
-        return {"allocator": self.allocator_name, "params": self.allocator_params,
-                "state": self.allocator.state_dict(), "source": self.prompt_source.state_dict(),
-                "history": list(self.allocation_history), "totals": dict(self._totals)}
+        return allocation_state(self.allocator_name, self.allocator_params, self.allocator, self.prompt_source,
+                                self.allocation_history, self._totals)
 
     def save_state(self, folder: str | Path, step: int) -> Path:
         """Write ``allocation_state()`` to ``folder`` (rlvr_core.checkpoint's format, no pickle)."""
@@ -326,19 +321,9 @@ class _AllocatorSampling:
         if not folder.exists():
             raise FileNotFoundError(f"{folder}: the checkpoint has no allocator state (was it written with "
                                     "AllocatorCheckpointCallback?); resume from a checkpoint that has one")
-        st = read_state(folder)
-        check_state(st, folder)
-        if st["allocator"] != self.allocator_name:
-            raise ValueError(f"{folder}: field 'allocator': the checkpoint holds allocator {st['allocator']!r} "
-                             f"state; this run uses {self.allocator_name!r}")
-        for field, target in (("state", self.allocator), ("source", self.prompt_source)):
-            try:
-                target.load_state_dict(st[field])
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as e:
-                raise ValueError(f"{folder}: field {field!r} does not restore the {self.allocator_name!r} "
-                                 f"allocator ({e.__class__.__name__}: {str(e)[:200]})") from None
-        self.allocation_history = [dict(h) for h in st["history"]]
-        self._totals = {k: int(v) for k, v in st["totals"].items()}
+        self.allocation_history, self._totals = restore_allocation_state(
+            read_state(folder), folder, name=self.allocator_name, allocator=self.allocator, source=self.prompt_source,
+            totals=TOTALS)
 
 
 def _on_save(self: Any, trainer: Any, global_step: int, checkpoint_dir: str, async_save: bool = False,

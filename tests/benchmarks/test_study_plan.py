@@ -172,3 +172,38 @@ def test_a_summary_reads_each_run_file_once(tmp_path: Path, monkeypatch) -> None
     rows = json.loads(read_text(tmp_path / "study_targets" / "training_targets.json"))
     pool = next(r for r in rows if r["target"].startswith("pool, equal-batch: sara+dps"))
     assert pool["regimes"] == ["pool", "pool-ws1"] and pool["ours_seeds"] == 6  # pooled over both warm starts
+
+
+def test_a_cell_s_figure_is_drawn_again_only_when_what_it_shows_changed(tmp_path: Path) -> None:
+    from benchmarks.common import figure_key
+    from benchmarks.study import tables
+
+    runs = {"grpo": [_run("pool", "reference", "grpo", s, [0.3, 0.4, 0.5]) for s in (0, 1)]}
+    png = tmp_path / "cell.png"
+    assert tables.plot_cell(png, "pool", "equal-batch", runs, 0.45) is True
+    assert figure_key(png) == tables.plot_key("pool", "equal-batch", runs, 0.45)
+    before = png.read_bytes()
+    assert tables.plot_cell(png, "pool", "equal-batch", runs, 0.45) is False  # the same inputs: kept
+    assert png.read_bytes() == before
+    assert tables.plot_cell(png, "pool", "equal-batch", runs, 0.45, redraw=True) is True
+    assert png.read_bytes() == before  # drawing is deterministic
+    assert tables.plot_cell(png, "pool", "equal-batch", runs, 0.46) is True  # another target
+    changed = {"grpo": [runs["grpo"][0], _run("pool", "reference", "grpo", 1, [0.3, 0.4, 0.51])]}
+    assert tables.plot_cell(png, "pool", "equal-batch", changed, 0.46) is True  # another point of one curve
+    png.write_bytes(b"not a png")
+    assert figure_key(png) is None and tables.plot_cell(png, "pool", "equal-batch", changed, 0.46) is True
+
+
+def test_the_other_benchmarks_list_their_variants_by_the_plan_s_flags(monkeypatch) -> None:
+    from benchmarks import allocation, floor
+    from benchmarks.study import round_price
+
+    assert allocation.LABELS == plan.flagged("simulated")
+    assert round_price.ROUND_VARIANTS == plan.flagged("round_priced")
+    assert set(floor.HISTORY) <= set(allocation.LABELS) and set(floor.SMALL_GROUPS) <= set(allocation.LABELS)
+    assert {"sara[carry]", "greso", "pilot-commit", "mopps"} <= set(floor.HISTORY) and "grpo" not in floor.HISTORY
+    assert floor.SMALL_GROUPS == ("ar3po", "ar3po[no-reuse]")
+    monkeypatch.setitem(plan.VARIANTS, "toy", plan.Variant("toy", "grpo", simulated=True, history=True))
+    assert plan.flagged("simulated")[-1] == "toy" and "toy" in plan.flagged("history")
+    with pytest.raises(ValueError, match="no flag 'ours_only'"):
+        plan.flagged("ours_only")

@@ -30,12 +30,20 @@ def test_module_imports_without_verl():
 def test_check_state_names_the_field():
     from rlvr_core.integrations.verl import check_state
 
-    good = {"allocator": "sara", "params": {}, "state": {}, "source": {}, "history": [], "totals": {"rollouts": 3}}
+    from rlvr_core.integrations.verl import TOTALS
+
+    totals = {k: 3 for k in TOTALS}
+    good = {"allocator": "sara", "params": {}, "state": {}, "source": {}, "history": [{"rollouts": 3}],
+            "totals": totals}
     check_state(good, "x")
     with pytest.raises(ValueError, match="field 'source' is missing"):
         check_state({k: v for k, v in good.items() if k != "source"}, "x")
     with pytest.raises(ValueError, match="non-negative"):
-        check_state(good | {"totals": {"rollouts": -1}}, "x")
+        check_state(good | {"totals": totals | {"rollouts": -1}}, "x")
+    with pytest.raises(ValueError, match="non-negative integer rollouts"):  # the keys it keeps, as TRL's check
+        check_state(good | {"totals": {"rollouts": 3}}, "x")
+    with pytest.raises(ValueError, match="history': entry 0 is not a dict of numbers"):
+        check_state(good | {"history": [{"rollouts": "3"}]}, "x")
 
 
 @pytest.mark.slow

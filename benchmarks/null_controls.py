@@ -15,6 +15,12 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
 - **DAPO against matched GRPO** in updates to target: DAPO picks its groups as GRPO does, so at matched effective
   groups per update (the matched-updates protocol) its saving in updates should be about zero; beside it the same
   cells in rollouts.
+- **Its diagnosis at equal updates**: DAPO's held-out accuracy minus matched GRPO's, seed by seed, at 25/50/75/100%
+  of the fewest updates any run of the two cells of a warm start made, and the area under the curve to there
+  (benchmarks.study.stats.paired_budget on the updates axis). A reach to target can fail the control for reasons
+  other than training: DAPO spends more rollouts per update, so its runs end after fewer updates (a run that ends
+  below the target counts as never), and a flat target turns small accuracy gaps into large reach gaps. Read at
+  equal updates over the range both made, neither applies.
 
 Writes benchmarks/results/null_controls/null_controls.json and null_controls.md (docs/results.md pastes it).
 """
@@ -32,7 +38,7 @@ import numpy as np
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import p_value, pct
 from benchmarks.study.plan import COMPARISON_FAMILIES
-from benchmarks.study.stats import compare, pooled_costs
+from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 
 AA = ("null-aa", "grpo[aa]", "grpo")
@@ -104,8 +110,18 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
                      "aa_passes": None if aa is None else passes(aa),
                      "aa_false_positives": false_positives(store, regimes, splits) if aa is not None else None,
                      "dapo_updates": _row(store, regimes, *DAPO, axis="updates"),
-                     "dapo_rollouts": _row(store, regimes, *DAPO)})
+                     "dapo_rollouts": _row(store, regimes, *DAPO),
+                     "dapo_at_updates": paired_budget(store, regimes, *DAPO, axis="updates"),
+                     "dapo_final_updates": _final_updates(store, regimes)})
     return rows
+
+
+def _final_updates(store: RunStore, regimes: Sequence[str]) -> dict[str, float | None]:
+    """The median updates the DAPO and the matched GRPO runs made by the end of their budget."""
+    def med(label: str) -> float | None:
+        ups = [r["curve"][-1]["updates"] for reg in regimes for r in store.cell(reg, DAPO[0], label)]
+        return float(np.median(ups)) if ups else None
+    return {"dapo": med(DAPO[1]), "grpo": med(DAPO[2])}
 
 
 def _cell(r: Mapping[str, Any] | None) -> str:
@@ -130,7 +146,30 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"| {r['family']} | {_cell(r['aa'])} | {passes} | {'-' if fp is None else pct(fp['p_below_level'])} "
                    f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_cell(r['dapo_updates'])} | "
                    f"{_cell(r['dapo_rollouts'])} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _equal_updates_md(rows)) + "\n"
+
+
+def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    names = [f"{f:g}" for f in BUDGET_FRACTIONS]
+
+    def cell(v: Mapping[str, Any]) -> str:
+        return "-" if v["mean"] is None else \
+            f"{100 * v['mean']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
+
+    out = ["", "The DAPO control's diagnosis: DAPO's held-out accuracy minus matched GRPO's, in points, seed by seed, "
+           "at fractions of the fewest updates any run of the warm start's two cells made, and averaged to there "
+           "(area under the curve); 95% bootstrap interval resampling seed pairs within each warm start. Beside it "
+           "the median updates each side made by the end of its rollout budget.", "",
+           "| regime | pairs (warm starts) | " + " | ".join(f"at {float(n):.0%} of the updates" for n in names)
+           + " | area under the curve | updates made: dapo, matched grpo |", "|---|---|" + "---|" * (len(names) + 2)]
+    for r in rows:
+        d, fu = r.get("dapo_at_updates"), r.get("dapo_final_updates") or {}
+        if d is None:
+            continue
+        made = ", ".join("-" if fu.get(k) is None else f"{fu[k]:.0f}" for k in ("dapo", "grpo"))
+        out.append(f"| {r['family']} | {d['pairs']} ({d['warm_starts']}) | "
+                   + " | ".join(cell(d[n]) for n in names) + f" | {cell(d['auc'])} | {made} |")
+    return out
 
 
 def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:

@@ -378,24 +378,29 @@ def holm(ps: Sequence[float | None]) -> list[float | None]:
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # accuracy at these fractions of a regime's rollout budget
 
 
-def _budget_stats(curve: Sequence[Mapping[str, float]], budget: float) -> list[float | None]:
-    """A run's isotonic accuracy at each BUDGET_FRACTIONS of ``budget``, then its area under the curve to it."""
-    return [accuracy_at(curve, f * budget) for f in BUDGET_FRACTIONS] + [area_under_curve(curve, budget)]
+def _budget_stats(curve: Sequence[Mapping[str, float]], budget: float, axis: str = "cum_rollouts"
+                  ) -> list[float | None]:
+    """A run's isotonic accuracy at each BUDGET_FRACTIONS of ``budget`` on ``axis``, then its area under the curve
+    to it."""
+    return [accuracy_at(curve, f * budget, axis) for f in BUDGET_FRACTIONS] + [area_under_curve(curve, budget, axis)]
 
 
 def paired_budget(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str, *, boot: int = 2000,
-                  seed: int = 0) -> dict[str, Any] | None:
+                  seed: int = 0, axis: str = "cum_rollouts") -> dict[str, Any] | None:
     """Statistics that survive a flat curve: accuracy at fixed fractions of the regime's budget and the area under
     the curve to it, each as ours - base over the (warm start, seed) pairs both cells ran, with the mean difference
-    and a 95% bootstrap interval resampling pairs within each warm start. None where no pair exists."""
+    and a 95% bootstrap interval resampling pairs within each warm start. None where no pair exists. On another
+    ``axis`` (``updates``) the budget of a warm start is the least any run of its two cells reached on it, so that
+    every run is read over the same range."""
     names = [f"{f:g}" for f in BUDGET_FRACTIONS] + ["auc"]
     rows, strata = [], []
     for regime, _t, a, b in matched_cells(store, regimes, protocol, ours, base)[0]:
-        budget = REGIMES[base_regime(regime, REGIMES)[0]].budget
+        budget = REGIMES[base_regime(regime, REGIMES)[0]].budget if axis == "cum_rollouts" else \
+            min(r["curve"][-1][axis] for r in (*a, *b))
         by_seed = {r["seed"]: r for r in b}
         for r in a:
             if r["seed"] in by_seed:
-                x, y = _budget_stats(r["curve"], budget), _budget_stats(by_seed[r["seed"]]["curve"], budget)
+                x, y = _budget_stats(r["curve"], budget, axis), _budget_stats(by_seed[r["seed"]]["curve"], budget, axis)
                 rows.append([math.nan if u is None or v is None else u - v for u, v in zip(x, y)])
                 strata.append(regime)
     if not rows:

@@ -79,3 +79,27 @@ def test_the_a_a_rule_reads_a_bound_at_never_as_unbounded() -> None:
     assert null_controls.passes({**row, "pooled_saving": None}) is False
     assert null_controls.passes({**row, "pooled_lo": 0.02, "pooled_saving": 0.08}) is False  # excludes zero
     assert null_controls.passes({**row, "pooled_saving": -0.15}) is False
+
+
+def test_the_dapo_control_is_read_again_at_equal_updates(tmp_path: Path) -> None:
+    """The diagnosis pairs seeds and reads accuracy at fractions of the fewest updates any run made: a DAPO run that
+    ends early (fewer updates, as its rollouts per update are more) is read only over the range it has."""
+    store = _family(tmp_path, 0.042)
+    (row,) = null_controls.measure(store, bases=("pool",), splits=5)
+    d = row["dapo_at_updates"]
+    assert d["pairs"] == 10 and d["warm_starts"] == 2
+    # dapo seed s has matched grpo seed (s + 2) % 5's speed: the paired differences average out to zero exactly
+    assert abs(d["1"]["mean"]) < 1e-9 and d["1"]["lo"] < 0 < d["1"]["hi"]
+    assert row["dapo_final_updates"] == {"dapo": 55.0, "grpo": 55.0}
+    for regime, s in ((r, s) for r in ("pool", "pool-ws1") for s in range(5)):  # faster DAPO, over half the updates
+        path = store.run_file(regime, "equal-batch", "dapo", s)
+        run = json.loads(path.read_text())
+        run["curve"] = [{**c, "greedy_acc": min(0.3 + (0.05 + 0.004 * ((s + 2) % 5)) * c["step"], 0.9)}
+                        for c in run["curve"][:6]]
+        path.write_text(json.dumps(run))
+    (row,) = null_controls.measure(RunStore(tmp_path), bases=("pool",), splits=5)
+    d = row["dapo_at_updates"]
+    assert row["dapo_final_updates"] == {"dapo": 25.0, "grpo": 55.0}
+    assert d["1"]["lo"] > 0 and d["1"]["mean"] > 0  # read to 25 updates, where every run still is
+    md = null_controls.markdown([row])
+    assert "| pool | 10 (2) |" in md and "at 100% of the updates" in md

@@ -78,6 +78,8 @@ WRITERS: tuple[Writer, ...] = (
     Writer("gpu_check/*", "python -m benchmarks.gpu_check", "gpu_check",
            "run on a GPU machine (an H200 lent to a session) and copied back from it"),
     Writer("trl_overhead/*", "python -m benchmarks.trl_overhead", "trl_overhead"),
+    Writer("group_value/*", "python -m benchmarks.group_value", "group_value",
+           "runs/<regime>_<variant>_s<seed>.{parquet,json}: each probed run's groups, kept so that a run resumes"),
     Writer("summary_speed/*", "python -m benchmarks.summary_speed", "summary_speed",
            "the study's --summarize-only against the script it replaced, timed in turns on one machine"),
     Writer("archive/README.md", "", "", "written by hand: what replaced each archived result"),

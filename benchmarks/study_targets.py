@@ -32,8 +32,10 @@ false, or null while the cells it needs have not run). The rules were written do
   also gives each scenario's screening floor (the least any allocator without a prompt's history can spend)
   and the equal-batch rows the most such an allocator can save against the study's dapo cell.
 
-The declared targets are records of the study's plan (benchmarks/study/plan.py ``SAVING_TARGETS``); the candidate
-rows are the plan's other allocators of ours in the same cells (``Variant.ours``, ``Variant.published``).
+The declared targets are records of the study's plan (benchmarks/study/plan.py ``SAVING_TARGETS``,
+``RATIO_TARGETS``, ``DOMINANCE_TARGETS``); which regimes show candidate rows beside them, against what, and with
+which published allocators is ``plan.CANDIDATES``; the cost rows of the worked-answer family are
+``plan.COST_COMPARISONS`` and ``plan.TOKEN_CLAIM``. No regime is named here.
 """
 
 from __future__ import annotations
@@ -112,27 +114,10 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
     floor = floor or {}
     study_floor = floor.get("study_equal_batch") or [{}]
     ceiling = study_floor[0].get("ceiling_without_prompt_information")
-    for tg in plan.SAVING_TARGETS:
-        if tg.regime == "hard":
-            rows += saving_target(store, tg, ceiling)
-    candidates = untargeted("equal-batch", "hard", targeted("hard", "equal-batch"))
-    for lab in candidates:  # the same measure for the other candidates: no target of their own
-        s = family_saving(store, "hard", "equal-batch", lab, "dapo")
-        if len(s.get("regimes", ())) > 1:
-            rows.append({"target": f"(candidate) hard, equal-batch: {lab}'s saving against dapo", "kind": "saving",
-                         "want": None, **s, "met": None})
-        rows += _per_warm_start(store, s, "equal-batch", lab, "dapo", always=True)
-    # easy: the targets were declared on hard, so every equal-batch allocator of ours is a row without a target
-    # (the out-of-regime check of what hard chose)
-    if (t_easy := store.target_value("easy")) is not None:
-        for lab in (*targeted("hard", "equal-batch"), *candidates):
-            if ours := store.cell("easy", "equal-batch", lab):
-                s = saving(ours, store.cell("easy", "equal-batch", "dapo"), t_easy)
-                rows.append({"target": f"(candidate) easy, equal-batch: {lab}'s saving against dapo",
-                             "kind": "saving", "want": None, **s, "met": None})
-    rows += _pool_rows(store)
+    for c in plan.CANDIDATES:
+        rows += candidate_rows(store, c, ceiling)
     rows += _matched_rows(store)
-    for regime in sorted(r for r in store.regimes() if r.startswith("steps")):  # steps, steps-wsJ
+    for regime in store.family(plan.COST_FAMILY):  # steps, steps-wsJ
         rows += _steps_rows(store, regime)
     rows += _token_claim_row(store)
     rows += _tuned_rows(store)
@@ -180,36 +165,50 @@ def _vigor_rows(out: Path | RunStore) -> list[dict[str, Any]]:
     return rows
 
 
-# ours in the pool and matched-updates cells, and the published allocators they are reported against: the plan's
-# (Variant.ours, Variant.published)
+def candidate_labels(c: plan.Candidates) -> tuple[str, ...]:
+    """The allocators a Candidates record reads beside its regime's targets: ours that no target names (and the
+    published ones with ``published``), in table order."""
+    ours = untargeted(c.protocol, c.regime, targeted(c.regime, c.protocol))
+    return ours + (plan.published_in(c.protocol, c.regime) if c.published else ())
 
 
-def _pool_rows(out: Path | RunStore) -> list[dict[str, Any]]:
-    """pool, equal-batch: the declared target (plan.SAVING_TARGETS), and every other allocator of ours and the
-    published ones against dapo, and ours against the best published cell, as candidates."""
+def candidate_rows(out: Path | RunStore, c: plan.Candidates, ceiling: float | None = None) -> list[dict[str, Any]]:
+    """A regime's declared saving targets (plan.SAVING_TARGETS) and its candidate rows (plan.CANDIDATES): nothing
+    before its target is frozen."""
     store = as_store(out)
-    t = store.target_value("pool")
+    t = store.target_value(c.regime)
     if t is None:
         return []
-    rows = [row for tg in plan.SAVING_TARGETS if tg.regime == "pool" for row in saving_target(store, tg)]
-    pool_ours, published_labels = plan.ours_in("equal-batch", "pool"), plan.published_in("equal-batch", "pool")
-    for lab in (*pool_ours, *published_labels):
-        if lab in targeted("pool", "equal-batch"):
-            continue
-        s = family_saving(store, "pool", "equal-batch", lab, "dapo")
+    if c.of:  # what regime ``of`` chose, read in this regime's own cell (one warm start)
+        return [{"target": f"(candidate) {c.regime}, {c.protocol}: {lab}'s saving against {c.baseline}",
+                 "kind": "saving", "want": None,
+                 **saving(ours, store.cell(c.regime, c.protocol, c.baseline), t), "met": None}
+                for lab in (*targeted(c.of, c.protocol), *candidate_labels(_candidates_of(c.of)))
+                if (ours := store.cell(c.regime, c.protocol, lab))]
+    rows = [row for tg in plan.SAVING_TARGETS if tg.regime == c.regime for row in saving_target(store, tg, ceiling)]
+    for lab in candidate_labels(c):
+        s = family_saving(store, c.regime, c.protocol, lab, c.baseline)
         if len(s.get("regimes", ())) > 1:
-            rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against dapo", "kind": "saving",
-                         "want": None, **s, "met": None})
-        rows += _per_warm_start(store, s, "equal-batch", lab, "dapo", always=True)
-    published = {lab: r for lab in published_labels if (r := store.cell("pool", "equal-batch", lab))}
-    if published:
-        best = min(published, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", False) for r in published[lab]]))
-        for lab in pool_ours:
-            if ours := store.cell("pool", "equal-batch", lab):
-                rows.append({"target": f"(candidate) pool, equal-batch: {lab}'s saving against {best}, the best "
-                             "published allocator of the cell", "kind": "saving", "want": None,
-                             **saving(ours, published[best], t), "met": None})
-    return rows
+            rows.append({"target": f"(candidate) {c.regime}, {c.protocol}: {lab}'s saving against {c.baseline}",
+                         "kind": "saving", "want": None, **s, "met": None})
+        rows += _per_warm_start(store, s, c.protocol, lab, c.baseline, always=True)
+    return rows + (_best_published_rows(store, c, t) if c.best_published else [])
+
+
+def _candidates_of(regime: str) -> plan.Candidates:
+    return next(c for c in plan.CANDIDATES if c.regime == regime and not c.of)
+
+
+def _best_published_rows(store: RunStore, c: plan.Candidates, t: float) -> list[dict[str, Any]]:
+    """Each allocator of ours in the cell against the cell's best published allocator (its median cost)."""
+    published = {lab: r for lab in plan.published_in(c.protocol, c.regime)
+                 if (r := store.cell(c.regime, c.protocol, lab))}
+    if not published:
+        return []
+    best = min(published, key=lambda lab: np.median([cost_of(r, t, "cum_rollouts", False) for r in published[lab]]))
+    return [{"target": f"(candidate) {c.regime}, {c.protocol}: {lab}'s saving against {best}, the best published "
+             "allocator of the cell", "kind": "saving", "want": None, **saving(ours, published[best], t), "met": None}
+            for lab in plan.ours_in(c.protocol, c.regime) if (ours := store.cell(c.regime, c.protocol, lab))]
 
 
 def _matched_rows(out: Path | RunStore) -> list[dict[str, Any]]:
@@ -254,49 +253,43 @@ def _as_ratio(s: Mapping[str, Any], lab: str) -> dict[str, Any]:
 AXES = (("cum_rollouts", "rollouts"), ("cum_tokens", "generated tokens"), ("seconds", "training seconds"))
 
 
-def _steps_rows(out: Path | RunStore, regime: str = "steps") -> list[dict[str, Any]]:
-    """steps, equal-batch: each of ours against dapo in rollouts, tokens and seconds to target (candidate rows),
-    and the sources' token claim (sara's token saving exceeds its rollout saving), met when the 95% interval of
-    the difference lies above zero."""
+def _steps_rows(out: Path | RunStore, regime: str = plan.COST_FAMILY) -> list[dict[str, Any]]:
+    """``regime`` (a warm start of the worked-answer family): each equal-batch cost comparison of the plan
+    (plan.COST_COMPARISONS) in rollouts and generated tokens to target, and in training seconds against the
+    protocol's own baseline (candidate rows); beside the sources' claim (plan.TOKEN_CLAIM), the gap between its
+    token saving and its rollout saving, met when the 95% interval of the difference lies above zero."""
     store = as_store(out)
     t = store.target_value(regime)
-    dapo = store.cell(regime, "equal-batch", "dapo") if t is not None else []
     rows: list[dict[str, Any]] = []
-    for lab in ("sara", "sara+dps[context]", "sara[tokens]"):
-        if not dapo or not (ours := store.cell(regime, "equal-batch", lab)):
+    for c in (c for c in plan.COST_COMPARISONS if c.protocol == "equal-batch" and t is not None):
+        ours, base = store.cell(regime, c.protocol, c.ours), store.cell(regime, c.protocol, c.baseline)
+        if not ours or not base:
             continue
-        for axis, word in AXES:
-            rows.append({"target": f"(candidate) {regime}, equal-batch: {lab}'s saving against dapo in {word}",
-                         "kind": "saving", "want": None, **saving(ours, dapo, t, axis=axis), "met": None})
-        if lab == "sara[tokens]" and (sara := store.cell(regime, "equal-batch", "sara")):
-            # the length-aware candidate against the same allocator priced in rollouts
-            for axis, word in AXES[:2]:
-                rows.append({"target": f"(candidate) {regime}, equal-batch: sara[tokens]'s saving against sara in "
-                             f"{word}", "kind": "saving", "want": None, **saving(ours, sara, t, axis=axis),
-                             "met": None})
-        if lab == "sara":
-            g = saving_gap(ours, dapo, t, axis="cum_tokens")
-            rows.append({"target": f"(candidate) {regime}, equal-batch: sara's saving against dapo in generated "
-                         "tokens minus its saving in rollouts", "kind": "gap", "want": None, **g,
-                         "ours_seeds": len(ours), "base_seeds": len(dapo), "met": None})
+        for axis, word in AXES if c.baseline == plan.PROTOCOLS[c.protocol].baseline else AXES[:2]:
+            rows.append({"target": f"(candidate) {regime}, {c.protocol}: {c.ours}'s saving against {c.baseline} in "
+                         f"{word}", "kind": "saving", "want": None, **saving(ours, base, t, axis=axis), "met": None})
+        if c == plan.TOKEN_CLAIM:
+            g = saving_gap(ours, base, t, axis="cum_tokens")
+            rows.append({"target": f"(candidate) {regime}, {c.protocol}: {c.ours}'s saving against {c.baseline} in "
+                         "generated tokens minus its saving in rollouts", "kind": "gap", "want": None, **g,
+                         "ours_seeds": len(ours), "base_seeds": len(base), "met": None})
     return rows
 
 
-def _token_claim_row(out: Path | RunStore, base: str = "steps") -> list[dict[str, Any]]:
-    """The sources' token claim over every warm start of ``base``: sara's pooled saving against dapo at equal batch
-    in generated tokens minus in rollouts (benchmarks/warmstarts.py pooled_costs), met when its 95% interval lies
-    above zero."""
+def _token_claim_row(out: Path | RunStore, base: str = plan.COST_FAMILY) -> list[dict[str, Any]]:
+    """The sources' token claim (plan.TOKEN_CLAIM) over every warm start of ``base``: its pooled saving in generated
+    tokens minus in rollouts (benchmarks/warmstarts.py pooled_costs), met when its 95% interval lies above zero."""
     store = as_store(out)
     regimes = store.family(base)
-    pooled = stats.pooled_costs(store, regimes, "equal-batch", "sara", "dapo", ("cum_rollouts", "cum_tokens"))
+    c = plan.TOKEN_CLAIM
+    pooled = stats.pooled_costs(store, regimes, c.protocol, c.ours, c.baseline, ("cum_rollouts", "cum_tokens"))
     if not pooled:
         return []
     g = pooled["cum_tokens"]
-    counts = [(len(store.cell(r, "equal-batch", "sara")), len(store.cell(r, "equal-batch", "dapo")))
-              for r in regimes]
+    counts = [(len(store.cell(r, c.protocol, c.ours)), len(store.cell(r, c.protocol, c.baseline))) for r in regimes]
     ws = [(a, b) for a, b in counts if a and b]  # the warm starts pooled_costs used: both cells ran
-    return [{"target": f"(the sources' claim) {base}, equal-batch: sara's saving against dapo is larger in generated "
-             "tokens than in rollouts", "kind": "gap", "want": 0.0, "value": g["gap"], "lo": g["gap_lo"],
+    return [{"target": f"(the sources' claim) {base}, {c.protocol}: {c.ours}'s saving against {c.baseline} is larger "
+             "in generated tokens than in rollouts", "kind": "gap", "want": 0.0, "value": g["gap"], "lo": g["gap_lo"],
              "hi": g["gap_hi"], "warm_starts": len(ws), "ours_seeds": sum(a for a, _ in ws),
              "base_seeds": sum(b for _, b in ws), "met": _met(g["gap"], g["gap_lo"] is not None and g["gap_lo"] > 0)}]
 

@@ -354,6 +354,30 @@ SAVING_TARGETS: tuple[Target, ...] = (
     Target("hard", "equal-batch", "sara+dps", "dapo", 0.50, ceiling=True),
     Target("pool", "equal-batch", "sara+dps", "dapo", 0.5),
 )
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Rows without a target of their own beside the declared ones (benchmarks/study_targets.py): each allocator of
+    ours that ``protocol`` runs in ``regime`` and no saving target there names (with ``published``, the published
+    ones too), against ``baseline``, pooled over the family where several warm starts ran and per warm start;
+    ``best_published``: also each of ours against the cell's best published allocator; ``of``: instead, the
+    allocators the targets and candidates of regime ``of`` name, read in this regime's own cell (an
+    out-of-regime check of what ``of`` chose)."""
+
+    regime: str
+    protocol: str
+    baseline: str
+    published: bool = False
+    best_published: bool = False
+    of: str = ""
+
+
+CANDIDATES: tuple[Candidates, ...] = (
+    Candidates("hard", "equal-batch", "dapo"),
+    Candidates("easy", "equal-batch", "dapo", of="hard"),
+    Candidates("pool", "equal-batch", "dapo", published=True, best_published=True),
+)
 # the worked-answer family (steps): what each allocator buys in rollouts, generated tokens and training seconds
 COST_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "sara", "dapo"),
@@ -364,6 +388,8 @@ COST_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("matched-updates", "sara", "grpo"),
 )
 COST_FAMILY = "steps"
+# the sources' claim read on COST_FAMILY: this comparison saves more in generated tokens than in rollouts
+TOKEN_CLAIM = Comparison("equal-batch", "sara", "dapo")
 COST_AXES = ("cum_rollouts", "cum_tokens", "seconds")
 
 

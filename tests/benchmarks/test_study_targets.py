@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import study_targets as T
+from benchmarks.study import plan
 
 
 def run(accs, seed, per_step=100, variant="x", updates_per_step=1):
@@ -130,7 +131,8 @@ def test_pool_rows_name_the_declared_target_and_the_published_allocators(tmp_pat
     write_cell(tmp_path, "pool", "equal-batch", "saraplusdps", "sara+dps", [run([0, 0.5, 1], s, 80) for s in range(5)])
     write_cell(tmp_path, "pool", "equal-batch", "pilot-commit", "pilot-commit",
                [run([0, 0.5, 1], s, 60) for s in range(5)])
-    rows = {r["target"]: r for r in T._pool_rows(tmp_path)}
+    (pool,) = [c for c in plan.CANDIDATES if c.regime == "pool"]
+    rows = {r["target"]: r for r in T.candidate_rows(tmp_path, pool)}
     decl = rows["pool, equal-batch: sara+dps spends >= 50% fewer rollouts to target than dapo"]
     assert decl["value"] == pytest.approx(0.6) and decl["met"] is True
     vs = rows["(candidate) pool, equal-batch: sara+dps's saving against pilot-commit, the best published allocator "
@@ -249,3 +251,18 @@ def test_the_vigor_target_reads_the_warm_starts_whose_vigor_fills_its_budget(tmp
 
 def test_a_share_that_rounds_to_zero_reads_zero_not_minus_zero():
     assert [T.pct(v) for v in (-0.004, 0.0, 0.335, -0.3)] == ["0%", "0%", "34%", "-30%"]
+
+
+def test_a_regime_s_candidate_rows_are_one_plan_record(tmp_path, monkeypatch):
+    """A Candidates record is all a regime needs for its rows beside the targets: here hard's rules on pool."""
+    (tmp_path / "study" / "pool").mkdir(parents=True)
+    (tmp_path / "study" / "pool" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "pool", "equal-batch", "dapo", "dapo", [run([0, 0.25, 0.5], s) for s in range(5)])
+    write_cell(tmp_path, "pool", "equal-batch", "sara", "sara", [run([0, 0.5, 1], s, 80) for s in range(5)])
+    rec = plan.Candidates("pool", "equal-batch", "dapo")
+    rows = {r["target"]: r for r in T.candidate_rows(tmp_path, rec)}
+    assert rows["(candidate) pool, equal-batch: sara's saving against dapo"]["value"] == pytest.approx(0.6)
+    assert not any("published" in t for t in rows)  # published=False, best_published=False
+    assert T.candidate_rows(tmp_path, plan.Candidates("steps", "equal-batch", "dapo")) == []  # no target yet
+    monkeypatch.setattr(plan, "CANDIDATES", (rec, plan.Candidates("pool-ws9", "equal-batch", "dapo", of="pool")))
+    assert any(r["target"].startswith("(candidate) pool, equal-batch: sara") for r in T.measure(tmp_path))

@@ -259,7 +259,24 @@ def fit(groups: pd.DataFrame) -> dict[str, Any]:
                       "by_difficulty": bin_means(g, "difficulty") if "difficulty" in g else [],
                       "history": history_slope(g), "value_vs_adv_abs_mass_correlation":
                       None if corr is None or np.isnan(corr) else float(corr)}
+    if "difficulty" in groups:  # the pass rate's effect within each feature cell's difficulty
+        t = groups.groupby(["p_hat", "difficulty"])["value"].agg(["mean", "count"])
+        out["all"]["by_p_hat_within_difficulty"] = [
+            {"p_hat": float(p), "difficulty": int(d), "mean": float(r["mean"]), "groups": int(r["count"])}
+            for (p, d), r in t.iterrows()]
     return out
+
+
+def _within_md(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    diffs = sorted({c["difficulty"] for c in cells})
+    by = {(c["p_hat"], c["difficulty"]): c for c in cells}
+    lines = ["", "Mean value by p-hat within each difficulty (groups in brackets): the pass rate's effect where the "
+             "feature cell is held fixed.", "", "| p-hat | " + " | ".join(f"difficulty {d}" for d in diffs) + " |",
+             "|---|" + "---|" * len(diffs)]
+    for p in sorted({c["p_hat"] for c in cells}):
+        lines.append(f"| {p:.3f} | " + " | ".join(f"{by[(p, d)]['mean']:.3f} ({by[(p, d)]['groups']})"
+                                                 if (p, d) in by else "-" for d in diffs) + " |")
+    return lines
 
 
 # ----- output ----------------------------------------------------------------------------------------------------
@@ -296,6 +313,7 @@ def markdown(result: Mapping[str, Any]) -> str:
                   f"[{_num(h['lo'], '.4g')}, {_num(h['hi'], '.4g')}], up to {h['max_times_trained']} earlier "
                   f"trainings. Correlation of value with the group's |advantage| mass: "
                   f"{_num(f['value_vs_adv_abs_mass_correlation'], '.2f')}."]
+    lines += _within_md(result["fit"]["all"].get("by_p_hat_within_difficulty", []))
     return "\n".join(lines) + "\n"
 
 

@@ -54,6 +54,7 @@ from benchmarks.common import RESULTS, output_dir, save_figure
 RUNS = tuple((regime, label, protocol) for regime in ("hard-ws3", "hard-ws4", "pool-ws3", "pool-ws4")
              for label, protocol in (("grpo", "reference"), ("sara", "equal-batch")))
 HELDOUT = 256  # validation rows of the held-out objective
+MIN_BIN = 30  # the plot of value against times trained shows counts with at least this many groups
 FORMS = {"mixed": lambda p: np.ones_like(p), "sqrt(p(1-p))": lambda p: np.sqrt(p * (1 - p)),
          "p(1-p)": lambda p: p * (1 - p), "p(1-p)^2": lambda p: p * (1 - p) ** 2}
 
@@ -270,7 +271,7 @@ def fit(groups: pd.DataFrame) -> dict[str, Any]:
 def _within_md(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     diffs = sorted({c["difficulty"] for c in cells})
     by = {(c["p_hat"], c["difficulty"]): c for c in cells}
-    lines = ["", "Mean value by p-hat within each difficulty (groups in brackets): the pass rate's effect where the "
+    lines = ["", "## all, by p-hat within each difficulty", "", "Mean value (groups in brackets): the pass rate's effect where the "
              "feature cell is held fixed.", "", "| p-hat | " + " | ".join(f"difficulty {d}" for d in diffs) + " |",
              "|---|" + "---|" * len(diffs)]
     for p in sorted({c["p_hat"] for c in cells}):
@@ -334,12 +335,13 @@ def plot(result: Mapping[str, Any], groups: pd.DataFrame, path: Path) -> None:
                 axes[0].plot(grid, x["scale"] * FORMS[x["form"]](grid), color=f"C{i}", ls=("-", "--", ":")[j - 1],
                              lw=1, label=f"{fam}: {x['form']} (R^2 {_num(x['r2'], '.2f')})")
         sub = groups[groups["regime"].str.startswith(fam)]
-        by = sub.groupby(np.minimum(sub["times_trained"], 12))["value"].mean()
-        axes[1].plot(by.index, by.to_numpy(), "o-", color=f"C{i}", label=fam)
+        by = sub.groupby("times_trained")["value"].agg(["mean", "count"])
+        by = by[by["count"] >= MIN_BIN]
+        axes[1].plot(by.index, by["mean"].to_numpy(), "o-", color=f"C{i}", label=fam)
     axes[0].set_xlabel("the group's pass rate p-hat")
     axes[0].set_ylabel("value: first-order held-out gain per unit step")
     axes[0].legend(fontsize=7)
-    axes[1].set_xlabel("times the prompt was trained before in the run (12 = 12 or more)")
+    axes[1].set_xlabel(f"times the prompt was trained before in the run (counts of {MIN_BIN}+ groups)")
     axes[1].set_ylabel("mean value")
     axes[1].legend(fontsize=8)
     for ax in axes:

@@ -272,8 +272,8 @@ def _within_md(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     diffs = sorted({c["difficulty"] for c in cells})
     by = {(c["p_hat"], c["difficulty"]): c for c in cells}
     lines = ["", "## all, by p-hat within each difficulty", "",
-             "Mean value (groups in brackets): the pass rate's effect where the feature cell is held fixed.", "", "| p-hat | " + " | ".join(f"difficulty {d}" for d in diffs) + " |",
-             "|---|" + "---|" * len(diffs)]
+             "Mean value (groups in brackets): the pass rate's effect where the feature cell is held fixed.", "",
+             "| p-hat | " + " | ".join(f"difficulty {d}" for d in diffs) + " |", "|---|" + "---|" * len(diffs)]
     for p in sorted({c["p_hat"] for c in cells}):
         lines.append(f"| {p:.3f} | " + " | ".join(f"{by[(p, d)]['mean']:.3f} ({by[(p, d)]['groups']})"
                                                  if (p, d) in by else "-" for d in diffs) + " |")

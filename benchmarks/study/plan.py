@@ -131,13 +131,15 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     Variant("reinforce-ada[pos]", "reinforce-ada", {"rule": "positive"},
             "rounds of k until a first pass (Reinforce-Ada-pos)"),
     # the value-based baselines of issue 37, at their sources' defaults (docs/allocators/knapsack-rl.md, vip.md and
-    # mopps.md): in the allocation benchmark; no study cells yet
+    # mopps.md), at equal rollouts on pool's warm starts only: on fresh prompts (hard) a prompt has no history, so
+    # knapsack-rl and vip allocate exactly as grpo does and mopps draws its B prompts at random, as grpo does
+    # (docs/training-study.md, "The value-based baselines")
     Variant("knapsack-rl", "knapsack-rl", {}, "B x k shared by a knapsack over P(mixed) p(1-p)^2; leftover to p = 0",
-            published=True, simulated=True, history=True),
+            runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
     Variant("vip", "vip", {}, "B x k shared to minimise the expected gradient variance, n in [4, 32]",
-            published=True, simulated=True, history=True),
+            runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
     Variant("mopps", "mopps", {}, "the B of 8B candidates whose Thompson draws lie nearest 0.5, k each",
-            published=True, simulated=True, history=True),
+            runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
     # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
             runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",),
@@ -260,6 +262,9 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "reinforce-ada", "dapo", readme=True),
     Comparison("equal-rollouts", "ar3po", "grpo", readme=True, front=True),
     Comparison("equal-rollouts", "ar3po", "grpo[b22]"),
+    Comparison("equal-rollouts", "knapsack-rl", "grpo", readme=True),
+    Comparison("equal-rollouts", "vip", "grpo", readme=True),
+    Comparison("equal-rollouts", "mopps", "grpo", readme=True),
 )
 COMPARISON_FAMILIES = ("hard", "pool")
 # uniform GRPO at the k its warm start chose on the validation split (the group-size protocol): the baseline of
@@ -276,6 +281,7 @@ BEST_K_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("matched-updates", "sara+dps[context]", BEST_K, front=True),
     Comparison("equal-batch", "sara", BEST_K),
     Comparison("equal-batch", "sara+dps[context]", BEST_K),
+    *(Comparison("equal-rollouts", lab, BEST_K) for lab in ("knapsack-rl", "vip", "mopps")),
 )
 
 

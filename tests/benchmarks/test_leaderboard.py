@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -41,11 +42,17 @@ def test_leaderboard_ranks_every_allocator_on_every_trace(tmp_path):
     df = pd.read_csv(tmp_path / "out" / "leaderboard" / "leaderboard.csv")
     assert sorted(df["trace"].unique()) == ["a", "b"]
     assert set(df["allocator"]) <= set(ALLOCATORS.names()) and "grpo" in set(df["allocator"])
-    assert (df["rpeg_over_k"] >= 1.0).all() and (df["floor_over_k"] >= 1.0).all()
+    assert (df["rpeg_over_k"] >= 1.0).all() and (df["floor_over_k"] >= 1.0).all() and (df["rptr"] >= 1.0).all()
+    grpo = df[df.allocator == "grpo"].iloc[0]  # groups of k rows: the two units agree
+    assert grpo["rptr"] == pytest.approx(grpo["rpeg_over_k"])
+    for _, g in df.groupby("trace"):  # the saving is in the ranked unit: its sign follows rptr against grpo's
+        ref = g.set_index("allocator")["rptr"]["grpo"]
+        clear = g[np.isfinite(g["saving_vs_grpo"]) & ((g["rptr"] / ref - 1).abs() > 0.2)]
+        assert len(clear) and (np.sign(clear["saving_vs_grpo"]) == np.sign(ref - clear["rptr"])).all()
     a, b = (df[df.trace == t].set_index("allocator")["rpeg_over_k"] for t in ("a", "b"))
     pd.testing.assert_series_equal(a, b, check_names=False)  # the same trace gives the same figures
     md = (tmp_path / "out" / "leaderboard" / "leaderboard.md").read_text()
-    assert "## Overall: mean rank over traces" in md and "| grpo |" in md
+    assert "## Overall: mean rank over traces" in md and "| grpo |" in md and "rollouts / trained row" in md
     assert (tmp_path / "out" / "leaderboard" / "leaderboard.png").stat().st_size > 1000
 
 

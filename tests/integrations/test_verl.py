@@ -28,9 +28,7 @@ def test_module_imports_without_verl():
 
 
 def test_check_state_names_the_field():
-    from rlvr_core.integrations.verl import check_state
-
-    from rlvr_core.integrations.verl import TOTALS
+    from rlvr_core.integrations.verl import TOTALS, check_state
 
     totals = {k: 3 for k in TOTALS}
     good = {"allocator": "sara", "params": {}, "state": {}, "source": {}, "history": [{"rollouts": 3}],

@@ -275,7 +275,7 @@ def verify_policy(store: RunStore, regime_name: str, *, work: Path, params_file:
     data = D.load_data(regime_name, work, False, params_file)
     if data["policy_sha256"] in store.accepted_policies(regime_name):
         log(f"[{regime_name}] policy {data['policy_sha256'][:12]} is already accepted")
-        return store._frozen_file(store.policy_path(regime_name)) or {"policy_sha256": data["policy_sha256"]}
+        return store.policy_record(regime_name) or {"policy_sha256": data["policy_sha256"]}
     scratch = RunStore(work / "verify-policy" / regime_name)
     shutil.rmtree(scratch.out, ignore_errors=True)
     t0 = time.perf_counter()

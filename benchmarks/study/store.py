@@ -57,10 +57,14 @@ class RunStore:
         """The frozen record of a rebuilt policy shown to train as the one the target was frozen from."""
         return self.root / regime / "policy.json"
 
+    def policy_record(self, regime: str) -> dict[str, Any] | None:
+        """``policy.json`` of ``regime`` (None when no rebuilt policy was verified)."""
+        return self._frozen_file(self.policy_path(regime))
+
     def accepted_policies(self, regime: str) -> set[str]:
         """The policy digests new runs of ``regime`` may start from: the target's, and a rebuilt one whose
         reference rerun reproduced the recorded curve (``policy.json``, written by execute.verify_policy)."""
-        t, p = self.target(regime) or {}, self._frozen_file(self.policy_path(regime)) or {}
+        t, p = self.target(regime) or {}, self.policy_record(regime) or {}
         rebuilt = p.get("policy_sha256") if p.get("recorded_policy_sha256") == t.get("policy_sha256") else None
         return {d for d in (t.get("policy_sha256"), rebuilt) if d}
 

@@ -285,6 +285,7 @@ def test_a_rebuilt_policy_is_accepted_only_when_reference_seed_0_reruns_identica
     assert calls == [(tmp_path / "work" / "verify-policy" / "pool-ws2", "pool-ws2", "reference", "grpo", 0)]
     assert rec["policy_sha256"] == "ab" * 32 and rec["recorded_policy_sha256"] == "cd" * 32
     assert json.loads(store.policy_path("pool-ws2").read_text())["evaluations"] == 3
+    assert RunStore(tmp_path).policy_record("pool-ws2")["recorded_policy_sha256"] == "cd" * 32  # read back
     execute.check_policy(RunStore(tmp_path), "pool-ws2", "ab" * 32)  # accepted from the frozen file
     execute.check_policy(RunStore(tmp_path), "pool-ws2", "cd" * 32)  # the original still is
     with pytest.raises(SystemExit):

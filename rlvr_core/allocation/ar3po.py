@@ -85,6 +85,42 @@ def mark_reused(row: Rollouts) -> Rollouts:
     return Rollouts(row.prompt_id.copy(), row.reward.copy(), row.tokens.copy(), payload)
 
 
+def refresh_buffer(buffer: OrderedDict[int, Rollouts], rows: Rollouts, pass_above: float, cap: int) -> None:
+    """Keep, per prompt, its latest correct completion among ``rows`` (payload included), the most recently
+    refreshed last; then drop the least recently refreshed beyond ``cap`` prompts."""
+    for i in np.flatnonzero(rows.reward > pass_above).tolist():
+        q = int(rows.prompt_id[i])
+        buffer.pop(q, None)
+        buffer[q] = rows.select([i])
+    while len(buffer) > cap:
+        buffer.popitem(last=False)
+
+
+def with_reused(batch: TrainBatch, stats: StepStats, failing: list[tuple[int, Rollouts]],
+                eps: float) -> tuple[TrainBatch, StepStats]:
+    """``batch`` with each (prompt, buffered row) of ``failing`` joined to that prompt's group (marked reused),
+    and ``stats`` recounted: reused rows add tokens, not rollouts (``extra``: reused_rollouts, reused_tokens)."""
+    stats.extra["reused_rollouts"] = 0
+    stats.extra["reused_tokens"] = 0
+    if not failing:
+        return batch, stats
+    ro, gid = batch.rollouts, batch.group_id
+    group_of = {int(q): int(g) for q, g in zip(ro.prompt_id.tolist(), gid.tolist())}
+    reused = Rollouts.concat([mark_reused(row) for _, row in failing])
+    rows = Rollouts.concat([ro, reused])
+    group_id = np.concatenate([gid, np.array([group_of[q] for q, _ in failing], np.int64)])
+    effective = mixed_groups(rows.reward, group_id, batch.num_groups, eps)
+    useful = effective[group_id]
+    n_tok = int(reused.tokens.sum())
+    stats.tokens += n_tok
+    stats.effective_groups = int(effective.sum())
+    stats.useful_rollouts = int(useful.sum())
+    stats.useful_tokens = int(rows.tokens[useful].sum())
+    stats.extra["reused_rollouts"] = len(reused)
+    stats.extra["reused_tokens"] = n_tok
+    return TrainBatch(rows, group_id, effective), stats
+
+
 @ALLOCATORS.register("ar3po")
 class AR3POAllocator(Allocator):
     """Stages until a prompt's first correct response, plus response reuse; see the module docstring."""
@@ -127,39 +163,14 @@ class AR3POAllocator(Allocator):
 
     def _on_finish(self) -> None:
         """Refresh the buffer with each prompt's latest correct completion of this step, then bound it."""
-        if not self.params.reuse:
-            return
-        rows, _ = self.ledger.all_rows()
-        for i in np.flatnonzero(rows.reward > self.params.pass_above).tolist():
-            q = int(rows.prompt_id[i])
-            self.buffer.pop(q, None)
-            self.buffer[q] = rows.select([i])
-        while len(self.buffer) > self.params.buffer_prompts:
-            self.buffer.popitem(last=False)
+        if self.params.reuse:
+            refresh_buffer(self.buffer, self.ledger.all_rows()[0], self.params.pass_above, self.params.buffer_prompts)
 
     def finish_step(self) -> tuple[TrainBatch, StepStats]:
         """The base batch, plus one buffered correct completion for each group whose new rollouts all fail."""
         failing = self._failing_with_buffer()  # read before _on_finish refreshes the buffer
         batch, stats = super().finish_step()
-        stats.extra["reused_rollouts"] = 0
-        stats.extra["reused_tokens"] = 0
-        if not failing:
-            return batch, stats
-        ro, gid = batch.rollouts, batch.group_id
-        group_of = {int(q): int(g) for q, g in zip(ro.prompt_id.tolist(), gid.tolist())}
-        reused = Rollouts.concat([mark_reused(row) for _, row in failing])
-        rows = Rollouts.concat([ro, reused])
-        group_id = np.concatenate([gid, np.array([group_of[q] for q, _ in failing], np.int64)])
-        effective = mixed_groups(rows.reward, group_id, batch.num_groups, self.params.reward_eps)
-        useful = effective[group_id]
-        n_tok = int(reused.tokens.sum())
-        stats.tokens += n_tok
-        stats.effective_groups = int(effective.sum())
-        stats.useful_rollouts = int(useful.sum())
-        stats.useful_tokens = int(rows.tokens[useful].sum())
-        stats.extra["reused_rollouts"] = len(reused)
-        stats.extra["reused_tokens"] = n_tok
-        return TrainBatch(rows, group_id, effective), stats
+        return with_reused(batch, stats, failing, self.params.reward_eps)
 
     def _failing_with_buffer(self) -> list[tuple[int, Rollouts]]:
         """(prompt, buffered row) for this step's prompts with no correct response and a buffered one."""

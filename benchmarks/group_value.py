@@ -3,6 +3,8 @@
     nice python -m benchmarks.group_value                # 8 runs: hard-ws3/4, pool-ws3/4 x grpo, sara (~30 min)
     python -m benchmarks.group_value --fit-only          # refit and redraw from the committed per-run files
     python -m benchmarks.group_value --quick --out DIR   # a short warm start and budget, a smoke run
+    nice python -m benchmarks.group_value --calibration  # 4 runs: hard-ws1, pool-ws1 x grpo, sara, with groups of
+                                                         # 8 split into 2 and 4 (~12 min): VALOR's constants
 
 Every allocator here counts a group as worth one if it is mixed and zero if not. This measures what a group is
 worth instead. A run of the study's configuration (benchmarks.study.execute.run_params: the regime, its
@@ -53,6 +55,11 @@ from benchmarks.common import RESULTS, output_dir, save_figure
 
 RUNS = tuple((regime, label, protocol) for regime in ("hard-ws3", "hard-ws4", "pool-ws3", "pool-ws4")
              for label, protocol in (("grpo", "reference"), ("sara", "equal-batch")))
+# --calibration: warm start 1 of both families, which no headline cell pools, measured with sub-groups; its fit
+# fixes the constants of our value allocator (docs/design.md section 4.17) before any study cell of it runs
+CALIBRATION = tuple((regime, label, protocol) for regime in ("hard-ws1", "pool-ws1")
+                    for label, protocol in (("grpo", "reference"), ("sara", "equal-batch")))
+SUBSIZES = (2, 4)  # with --calibration, each trained group of 8 is also measured split into groups of these sizes
 HELDOUT = 256  # validation rows of the held-out objective
 MIN_BIN = 30  # the plot of value against times trained shows counts with at least this many groups
 FORMS = {"mixed": lambda p: np.ones_like(p), "sqrt(p(1-p))": lambda p: np.sqrt(p * (1 - p)),
@@ -62,8 +69,10 @@ FORMS = {"mixed": lambda p: np.ones_like(p), "sqrt(p(1-p))": lambda p: np.sqrt(p
 class Probe:
     """Measures every trained group's value before the update that trains it (module docstring)."""
 
-    def __init__(self, heldout_ids: Any, heldout_mask: Any, train_rows: Sequence[Mapping[str, Any]]) -> None:
-        self.ids, self.mask, self.rows = heldout_ids, heldout_mask, train_rows
+    def __init__(self, heldout_ids: Any, heldout_mask: Any, train_rows: Sequence[Mapping[str, Any]],
+                 subsizes: Sequence[int] = (), whole: int = 8) -> None:
+        self.ids, self.mask, self.rows, self.subsizes = heldout_ids, heldout_mask, train_rows, tuple(subsizes)
+        self.whole = whole  # the group size that is split into ``subsizes``
         self.records: list[dict[str, Any]] = []
         self.trained: Counter[int] = Counter()
         self.updates = 0
@@ -125,9 +134,38 @@ class Probe:
                 "op": str(row.get("op", "")), "times_trained": self.trained[pid],
                 "adv_abs_mass": float(local.advantages[sel].abs().sum()), "grad_norm": float(flat.norm()),
                 "inner": float(flat @ h), "heldout_norm": h_norm, "heldout_nll": nll,
-                "value": float(flat @ h) / h_norm if h_norm > 0 else 0.0})
+                "value": float(flat @ h) / h_norm if h_norm > 0 else 0.0,
+                **self._subgroups(trainer, local, sel, np.asarray(ro.reward)[rows[sel]], normaliser, h, h_norm)})
             seen.append(pid)
         self.trained.update(seen)
+
+
+    def _subgroups(self, trainer: Any, local: Any, sel: Any, rewards: Any, normaliser: float, h: Any,
+                   h_norm: float) -> dict[str, float]:
+        """For a group of ``whole`` (8) rows: ``value_n{s}``, the mean value of the group's rows split in order into
+        disjoint groups of s (each with its own GRPO advantages, under the update's normaliser), and ``mixed_n{s}``, the
+        share of those that are mixed. The rows are i.i.d. draws, so this is a group of s at the same prompt and
+        parameters: how the value grows with n."""
+        import dataclasses
+
+        import torch
+
+        out: dict[str, float] = {}
+        if len(sel) != self.whole or h_norm <= 0:
+            return out
+        for s in self.subsizes:
+            values, mixed = [], []
+            for part in np.split(np.arange(self.whole), self.whole // s):
+                r = torch.as_tensor(np.asarray(rewards, dtype=np.float32)[part])
+                adv, _ = trainer.advantage_fn(r, torch.zeros(s, dtype=torch.long), eps=trainer.config.adv_eps,
+                                              num_groups=1)
+                sub = dataclasses.replace(local.select(sel[part]), advantages=torch.as_tensor(adv, dtype=torch.float32))
+                trainer.optimizer.zero_grad(set_to_none=False)
+                trainer._pass(sub, normaliser, grad=True)
+                values.append(float(torch.cat([p.grad.reshape(-1) for p in trainer.params]) @ h) / h_norm)
+                mixed.append(float(0 < float(r.sum()) < s))
+            out[f"value_n{s}"], out[f"mixed_n{s}"] = float(np.mean(values)), float(np.mean(mixed))
+        return out
 
 
 @contextmanager
@@ -161,8 +199,8 @@ def heldout_targets(rows: Sequence[Mapping[str, Any]], policy: Path, task: str) 
     return _encode_targets(encode_prompts(tok, targets.prompts), targets.clean, tok)
 
 
-def run_one(regime: str, label: str, protocol: str, seed: int, *, work: Path, quick: bool) -> tuple[pd.DataFrame,
-                                                                                                   dict[str, Any]]:
+def run_one(regime: str, label: str, protocol: str, seed: int, *, work: Path, quick: bool,
+            subsizes: Sequence[int] = ()) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One probed run of the study's configuration: its groups, and what it cost and reached."""
     from benchmarks.study import data as D
     from benchmarks.study.execute import run_params
@@ -171,7 +209,7 @@ def run_one(regime: str, label: str, protocol: str, seed: int, *, work: Path, qu
     data = D.load_data(regime, work, quick)
     params = run_params(regime, label, seed, quick=quick, protocol=protocol)
     ids, mask = heldout_targets(data["validation"][:HELDOUT], data["policy"], params.prepare.task)
-    probe = Probe(ids, mask, data["train"])
+    probe = Probe(ids, mask, data["train"], subsizes)
     run_dir = work / "group_value" / f"{regime}_{label}_s{seed}"
     t0 = time.perf_counter()
     with probing(probe):
@@ -268,6 +306,82 @@ def fit(groups: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+# ----- the calibration of VALOR's constants (--calibration) -------------------------------------------------------
+EXPONENTS_A = (0.0, 0.5, 1.0, 1.5, 2.0)
+EXPONENTS_B = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+
+
+def size_ratio(groups: pd.DataFrame, s: int, seed: int = 0, draws: int = 2000) -> dict[str, Any]:
+    """How a mixed group's value grows with its size: sum of the value of the groups of s split from groups of 8,
+    over the sum of (their mixed share x the whole group's value). Under V(n) = (n/8)^gamma V(8) per mixed group
+    this is (s/8)^gamma; gamma with a bootstrap interval over groups."""
+    col = f"value_n{s}"
+    g = groups[groups["n"] == 8].dropna(subset=[col]) if col in groups else groups.iloc[:0]
+    if g.empty:
+        return {"size": s, "groups": 0, "ratio": None, "gamma": None, "lo": None, "hi": None}
+    num, den = g[col].to_numpy(float), (g[f"mixed_n{s}"] * g["value"]).to_numpy(float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(g), size=(draws, len(g)))
+
+    def gamma(r: Any) -> Any:
+        return np.log(np.clip(r, 1e-9, None)) / np.log(s / 8)
+
+    ratio = float(num.sum() / den.sum()) if den.sum() > 0 else None
+    boots = gamma(num[idx].sum(1) / np.where(den[idx].sum(1) > 0, den[idx].sum(1), np.nan))
+    lo, hi = np.nanpercentile(boots, [2.5, 97.5])
+    return {"size": s, "groups": len(g), "ratio": ratio, "gamma": None if ratio is None else float(gamma(ratio)),
+            "lo": float(min(lo, hi)), "hi": float(max(lo, hi))}
+
+
+def exponent_fit(groups: pd.DataFrame) -> dict[str, Any]:
+    """value ~ c p^a (1-p)^b by least squares over the groups, on a grid of (a, b): the best and its R^2, beside
+    Knapsack RL's (1, 2)."""
+    v, p = groups["value"].to_numpy(float), groups["p_hat"].to_numpy(float)
+    sst = float(((v - v.mean()) ** 2).sum())
+    grid = []
+    for a in EXPONENTS_A:
+        for b in EXPONENTS_B:
+            f = p**a * (1 - p) ** b
+            c = float(f @ v / (f @ f))
+            grid.append({"a": a, "b": b, "scale": c, "r2": 1.0 - float(((v - c * f) ** 2).sum()) / sst})
+    best = max(grid, key=lambda x: x["r2"])
+    return {"best": best, "knapsack": next(x for x in grid if (x["a"], x["b"]) == (1.0, 2.0)), "grid": grid}
+
+
+def calibrate(groups: pd.DataFrame) -> dict[str, Any]:
+    """VALOR's constants from the calibration runs (docs/design.md section 4.17): the pass-rate exponents of the
+    best grid fit, gamma pooled over the sub-sizes in log space (clipped to [0, 1]), and a novelty discount only
+    where the value falls with earlier trainings (the slope's interval below zero): -slope / the mean value."""
+    sizes = [size_ratio(groups, s) for s in SUBSIZES]
+    ok = [x for x in sizes if x["ratio"] is not None and x["ratio"] > 0]
+    x = np.log([t["size"] / 8 for t in ok])
+    y = np.log([t["ratio"] for t in ok])
+    gamma = float(np.clip(x @ y / (x @ x), 0.0, 1.0)) if ok else 1.0
+    expo = exponent_fit(groups)
+    hist = history_slope(groups)
+    mean = float(groups["value"].mean())
+    novelty = -hist["slope"] / mean if hist["hi"] is not None and hist["hi"] < 0 and mean > 0 else 0.0
+    return {"sizes": sizes, "exponents": expo, "history": hist, "mean_value": mean,
+            "declared": {"value_a": expo["best"]["a"], "value_b": expo["best"]["b"],
+                         "size_exponent": round(gamma, 2), "novelty": round(float(novelty), 3)}}
+
+
+def calibration_md(cal: Mapping[str, Any]) -> list[str]:
+    d, e = cal["declared"], cal["exponents"]
+    lines = ["", "## VALOR's constants (docs/design.md section 4.17)", "",
+             "| sub-group size s | groups of 8 split | value ratio to the whole group's, per mixed sub-group | "
+             "gamma in (s/8)^gamma [95% CI] |", "|---|---|---|---|"]
+    lines += [f"| {t['size']} | {t['groups']} | {_num(t['ratio'])} | {_num(t['gamma'], '.2f')} "
+              f"[{_num(t['lo'], '.2f')}, {_num(t['hi'], '.2f')}] |" for t in cal["sizes"]]
+    h = cal["history"]
+    lines += ["", f"Best pass-rate form on the grid: p^{e['best']['a']:g} (1-p)^{e['best']['b']:g}, R^2 "
+              f"{e['best']['r2']:.4f} (Knapsack RL's p (1-p)^2: {e['knapsack']['r2']:.4f}). Value per earlier "
+              f"training: slope {_num(h['slope'], '.4g')} [{_num(h['lo'], '.4g')}, {_num(h['hi'], '.4g')}] against a "
+              f"mean value of {cal['mean_value']:.4g}.", "",
+             f"**Declared:** value_a = {d['value_a']:g}, value_b = {d['value_b']:g}, size_exponent = "
+             f"{d['size_exponent']:g}, novelty = {d['novelty']:g}."]
+    return lines
+
 def _within_md(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     diffs = sorted({c["difficulty"] for c in cells})
     by = {(c["p_hat"], c["difficulty"]): c for c in cells}
@@ -315,6 +429,8 @@ def markdown(result: Mapping[str, Any]) -> str:
                   f"trainings. Correlation of value with the group's |advantage| mass: "
                   f"{_num(f['value_vs_adv_abs_mass_correlation'], '.2f')}."]
     lines += _within_md(result["fit"]["all"].get("by_p_hat_within_difficulty", []))
+    if "calibration" in result:
+        lines += calibration_md(result["calibration"])
     return "\n".join(lines) + "\n"
 
 
@@ -322,7 +438,8 @@ def plot(result: Mapping[str, Any], groups: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fams = [s for s in result["fit"] if s != "all"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    cal = result.get("calibration")
+    fig, axes = plt.subplots(1, 3 if cal else 2, figsize=(19 if cal else 13, 4.6))
     for i, fam in enumerate(fams):
         f = result["fit"][fam]
         p = np.array([b["p_hat"] for b in f["bins"]])
@@ -347,25 +464,42 @@ def plot(result: Mapping[str, Any], groups: pd.DataFrame, path: Path) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.axhline(0, color="k", lw=0.6)
+    if cal:
+        _size_panel(axes[2], cal)
     fig.suptitle("What a trained group teaches (benchmarks/group_value.py)")
     save_figure(fig, path)
 
 
-def collect(folder: Path, results: Path, *, work: Path, quick: bool, log: Any = print) -> tuple[pd.DataFrame,
-                                                                                                list[dict[str, Any]]]:
-    """Every run of RUNS (each trained unless its files exist under ``folder``/runs), its groups and its info."""
+def _size_panel(ax: Any, cal: Mapping[str, Any]) -> None:
+    """A mixed group's value against its size, relative to the group of 8 it was split from, with the fit."""
+    pts = [t for t in cal["sizes"] if t["ratio"] is not None]
+    x = np.array([t["size"] for t in pts] + [8])
+    y = np.array([t["ratio"] for t in pts] + [1.0])
+    ax.plot(x, y, "o", color="C3", label="measured (groups of 8 split in order)")
+    grid = np.linspace(1, 8, 50)
+    g = cal["declared"]["size_exponent"]
+    ax.plot(grid, (grid / 8) ** g, "-", color="C3", lw=1, label=f"(n/8)^{g:g} (declared)")
+    ax.plot(grid, grid / 8, ":", color="k", lw=1, label="n/8 (linear)")
+    ax.set_xlabel("rollouts in the group, n")
+    ax.set_ylabel("value per mixed group / the group of 8's")
+    ax.legend(fontsize=8)
+
+
+def collect(folder: Path, results: Path, *, work: Path, quick: bool, log: Any = print, plan: Sequence[tuple[str, str,
+            str]] = RUNS, subsizes: Sequence[int] = ()) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Every run of ``plan`` (each trained unless its files exist under ``folder``/runs), its groups and info."""
     runs = folder / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     frames, infos = [], []
-    for i, (regime, label, protocol) in enumerate(RUNS[:2] if quick else RUNS):
+    for i, (regime, label, protocol) in enumerate(plan[:2] if quick else plan):
         stem = runs / f"{regime}_{label}_s0"
         if not stem.with_suffix(".json").exists():
-            log(f"[{i + 1}/{len(RUNS)}] {regime} {label}: training with the probe")
-            groups, info = run_one(regime, label, protocol, 0, work=work, quick=quick)
+            log(f"[{i + 1}/{len(plan)}] {regime} {label}: training with the probe")
+            groups, info = run_one(regime, label, protocol, 0, work=work, quick=quick, subsizes=subsizes)
             info["same_curve"] = None if quick else same_curve(info, results)
             groups.to_parquet(stem.with_suffix(".parquet"), index=False)
             stem.with_suffix(".json").write_text(json.dumps(info, indent=1) + "\n")
-            log(f"[{i + 1}/{len(RUNS)}] {regime} {label}: {info['groups']} groups over {info['updates']} updates; "
+            log(f"[{i + 1}/{len(plan)}] {regime} {label}: {info['groups']} groups over {info['updates']} updates; "
                 f"probe {info['probe_s']:.0f} of {info['wall_s']:.0f} s; same curve as the study: {info['same_curve']}")
         frames.append(pd.read_parquet(stem.with_suffix(".parquet")))
         infos.append(json.loads(stem.with_suffix(".json").read_text()))
@@ -379,18 +513,24 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a short warm start and budget, two runs, temporary --out")
     ap.add_argument("--fit-only", action="store_true", help="refit from the run files, train nothing")
+    ap.add_argument("--calibration", action="store_true",
+                    help="the calibration set instead (hard-ws1, pool-ws1; groups of 8 also split into 2 and 4) "
+                         "into group_value/calibration/")
     ap.add_argument("--out", type=Path, default=None, help="results root (default benchmarks/results)")
     ap.add_argument("--work", type=Path, default=Path("runs/group_value"), help="run folders and policies")
     args = ap.parse_args(argv)
     out = default_out(args.out, args.quick, "group_value")
-    folder = output_dir(out, "group_value")
+    folder = output_dir(out, "group_value") / ("calibration" if args.calibration else "")
+    plan, subsizes = (CALIBRATION, SUBSIZES) if args.calibration else (RUNS, ())
     if args.fit_only and not any((folder / "runs").glob("*.json")):
         ap.error(f"--fit-only: no run files under {folder / 'runs'}; run without --fit-only first")
-    groups, infos = collect(folder, RESULTS, work=args.work, quick=args.quick,
+    groups, infos = collect(folder, RESULTS, work=args.work, quick=args.quick, plan=plan, subsizes=subsizes,
                             log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True)) \
         if not args.fit_only else _read(folder)
+    if groups.empty:
+        ap.exit(1, "group_value: no trained group in these runs (a quick warm start scores 0: nothing is mixed)\n")
     result = {"runs": [{k: v for k, v in i.items() if k != "curve"} for i in infos], "fit": fit(groups),
-              "heldout_rows": HELDOUT}
+              "heldout_rows": HELDOUT, **({"calibration": calibrate(groups)} if args.calibration else {})}
     (folder / "group_value.json").write_text(json.dumps(result, indent=1) + "\n")
     (folder / "group_value.md").write_text(markdown(result))
     plot(result, groups, folder / "group_value.png")

@@ -83,3 +83,37 @@ def test_the_fit_recovers_a_known_form_and_slope() -> None:
     h = gv.history_slope(groups)
     assert h["lo"] < -0.01 < h["hi"] and h["slope"] == pytest.approx(-0.01, abs=0.002)
     assert gv.fit(groups)["hard"]["groups"] == 4000  # the family scope
+
+
+def test_split_groups_of_the_whole_size_measure_the_whole_group(policy, tmp_path) -> None:
+    """A whole group 'split' into one part of its size is the group itself: value_n4 equals its value; parts of 2
+    count their own mixed share."""
+    rows = list(dataset()["test"])[:16]
+    ids, mask = gv.heldout_targets(rows, policy, "arithmetic")
+    probe = gv.Probe(ids, mask, list(dataset()["train"]), subsizes=(4, 2), whole=4)
+    _train(policy, tmp_path / "r", probe)
+    assert probe.records, "the run trained no group"
+    for r in probe.records:
+        assert r["value_n4"] == pytest.approx(r["value"], rel=1e-5, abs=1e-9) and r["mixed_n4"] == 1.0
+        assert r["mixed_n2"] in (0.0, 0.5, 1.0) and "value_n2" in r
+
+
+def test_the_calibration_recovers_known_exponents_size_growth_and_discount() -> None:
+    rng = np.random.default_rng(1)
+    m = 6000
+    p = rng.choice(np.arange(1, 8) / 8, size=m)
+    times = rng.integers(0, 8, size=m)
+    value = 3.0 * p**0.5 * (1 - p) ** 3 * (1 - 0.05 * times) + rng.normal(0, 0.005, size=m)
+    mixed2, mixed4 = rng.uniform(0.2, 1.0, m), rng.uniform(0.5, 1.0, m)
+    groups = pd.DataFrame({"p_hat": p, "value": value, "times_trained": times, "n": 8,
+                           "value_n2": mixed2 * value * (2 / 8) ** 0.6, "mixed_n2": mixed2,
+                           "value_n4": mixed4 * value * (4 / 8) ** 0.6, "mixed_n4": mixed4})
+    cal = gv.calibrate(groups)
+    d = cal["declared"]
+    assert (d["value_a"], d["value_b"]) == (0.5, 3.0)
+    assert d["size_exponent"] == pytest.approx(0.6, abs=0.01)
+    assert all(t["lo"] <= 0.6 <= t["hi"] for t in cal["sizes"])
+    assert d["novelty"] > 0  # the value falls with earlier trainings: a discount is declared
+    flat = gv.calibrate(groups.assign(value=3.0 * p**0.5 * (1 - p) ** 3 + rng.normal(0, 0.005, size=m)))
+    assert flat["declared"]["novelty"] == 0.0  # no fall, no discount
+    assert "Declared" in "\n".join(gv.calibration_md(cal))

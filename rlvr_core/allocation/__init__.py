@@ -1,7 +1,7 @@
 """Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
 
 Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada, knapsack-rl,
-vip, mopps.
+vip, mopps, valor.
 """
 
 # registration
@@ -16,6 +16,7 @@ from rlvr_core.allocation import (  # noqa: F401
     pods,
     reinforce_ada,
     sara,
+    valor,
     vigor,
     vip,
 )

@@ -221,11 +221,11 @@ def _resolve_params(name: str, args: GRPOConfig, params: dict[str, Any] | None) 
             f"steps_per_generation={args.steps_per_generation}); set per_device_train_batch_size (or "
             f"generation_batch_size) so that it holds {user['batch_size']} x {k} completions, or drop 'batch_size' "
             f"(default: generation_batch_size / num_generations = {prompts})")
-    if name == "ar3po" and user.get("reuse", True):
+    if name in ("ar3po", "valor") and user.get("reuse", name == "ar3po"):
         raise ConfigError(
-            "allocator_params['reuse']: AR3PO's response reuse is not supported inside TRL (a completion from an "
+            f"allocator_params['reuse']: {name}'s response reuse is not supported inside TRL (a completion from an "
             "earlier step would enter TRL's generation output with stale sampling log-probs); pass "
-            "allocator_params={'reuse': False} for its adaptive rollout alone, or train with rlvr_core.training")
+            "allocator_params={'reuse': False} for its allocation alone, or train with rlvr_core.training")
     out = {"k": k, "batch_size": prompts, "seed": int(args.seed), "reward_threshold": REWARD_THRESHOLD}
     out.update(user)
     return out

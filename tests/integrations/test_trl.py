@@ -173,6 +173,27 @@ def test_value_baselines_train_inside_trl(tmp_path, model_dir, dataset, allocato
 def test_ar3po_reuse_is_refused_inside_trl(tmp_path, dataset):
     with pytest.raises(ConfigError, match="reuse"):
         AllocatedGRPOTrainer(model="unused", args=grpo_config(tmp_path), train_dataset=dataset, allocator="ar3po")
+    with pytest.raises(ConfigError, match="valor's response reuse"):
+        AllocatedGRPOTrainer(model="unused", args=grpo_config(tmp_path), train_dataset=dataset, allocator="valor",
+                             allocator_params={"reuse": True})
+
+
+def test_valor_trains_inside_trl(tmp_path, model_dir, dataset):
+    """VALOR (docs/allocators/valor.md) at k = 4, B = 2: a budget of 8, pilots of 2; a mixed pilot grows to 4;
+    every prompt is a group and TRL's update sees exactly its rows."""
+    reward = ScriptedReward()
+    tr = AllocatedGRPOTrainer(model=model_dir, reward_funcs=[reward], args=grpo_config(tmp_path, max_steps=2),
+                              train_dataset=dataset, allocator="valor")
+    batches = spy_batches(tr)
+    tr.train()
+    hist, scored = tr.allocation_history, by_step(reward.rows)
+    assert len(hist) == 2
+    for step, (h, out) in enumerate(zip(hist, batches)):
+        counts = Counter(scored[step])
+        assert h["rollouts"] <= 8 and h["groups"] == h["prompts"] and h["rounds"] >= 2
+        assert all(n == 4 for q, n in counts.items() if PASS[q] == 0.5)  # a mixed pilot goes on
+        assert h["effective_groups"] == sum(PASS[q] == 0.5 for q in counts)
+        assert int((out["completion_mask"].sum(1) > 0).sum()) == h["rollouts"]
 
 
 def test_grpo_allocator_matches_plain_grpotrainer(tmp_path, model_dir, dataset):

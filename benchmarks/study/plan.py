@@ -140,6 +140,14 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
     Variant("mopps", "mopps", {}, "the B of 8B candidates whose Thompson draws lie nearest 0.5, k each",
             runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
+    # ours, priced by what a group teaches (issue 37; docs/allocators/valor.md): its constants were fixed on warm
+    # start 1 of hard and pool (design.md section 4.17) before any of its runs; at equal rollouts on the conditioned
+    # warm starts 2-4 of both families (docs/training-study.md, "VALOR"); [reuse] where prompts recur (pool)
+    Variant("valor", "valor", {}, "value-priced rounds: pilots of 2, grown while the expected value per rollout "
+            "beats a fresh prompt's; B x k", runs={"equal-rollouts": ("hard", "pool")}, ours=True, simulated=True,
+            history=True),
+    Variant("valor[reuse]", "valor", {"reuse": True}, "valor + AR3PO's reuse of a buffered pass",
+            runs={"equal-rollouts": ("pool",)}, ours=True, simulated=True, history=True),
     # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
             runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",),
@@ -265,6 +273,8 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-rollouts", "knapsack-rl", "grpo", readme=True),
     Comparison("equal-rollouts", "vip", "grpo", readme=True),
     Comparison("equal-rollouts", "mopps", "grpo", readme=True),
+    Comparison("equal-rollouts", "valor", "grpo", readme=True),
+    Comparison("equal-rollouts", "valor[reuse]", "grpo", readme=True),
 )
 COMPARISON_FAMILIES = ("hard", "pool")
 # uniform GRPO at the k its warm start chose on the validation split (the group-size protocol): the baseline of
@@ -282,6 +292,8 @@ BEST_K_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "sara", BEST_K),
     Comparison("equal-batch", "sara+dps[context]", BEST_K),
     *(Comparison("equal-rollouts", lab, BEST_K) for lab in ("knapsack-rl", "vip", "mopps")),
+    Comparison("equal-rollouts", "valor", BEST_K),
+    Comparison("equal-rollouts", "valor[reuse]", BEST_K),
 )
 
 
@@ -359,6 +371,9 @@ SAVING_TARGETS: tuple[Target, ...] = (
     Target("hard", "equal-batch", "sara", "dapo", 0.22, p=0.05, ceiling=True),
     Target("hard", "equal-batch", "sara+dps", "dapo", 0.50, ceiling=True),
     Target("pool", "equal-batch", "sara+dps", "dapo", 0.5),
+    # issue 37's targets for our value allocator, declared with it (at most 0.6x uniform GRPO's rollouts)
+    Target("hard", "equal-rollouts", "valor", "grpo", 0.4, p=0.05),
+    Target("pool", "equal-rollouts", "valor", "grpo", 0.4, p=0.05),
 )
 
 

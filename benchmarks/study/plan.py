@@ -275,6 +275,10 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-rollouts", "mopps", "grpo", readme=True),
     Comparison("equal-rollouts", "valor", "grpo", readme=True, front=True),
     Comparison("equal-rollouts", "valor[reuse]", "grpo", readme=True),
+    # issue 37's second target: ours against the best published baseline of the same cells (AR3PO, the best of them
+    # against uniform GRPO on both families), paired in the same warm starts
+    Comparison("equal-rollouts", "valor", "ar3po"),
+    Comparison("equal-rollouts", "valor[reuse]", "ar3po"),
 )
 COMPARISON_FAMILIES = ("hard", "pool")
 # uniform GRPO at the k its warm start chose on the validation split (the group-size protocol): the baseline of

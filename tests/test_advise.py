@@ -103,7 +103,7 @@ def test_the_value_baselines_are_in_the_advisors_table_and_vip_is_skipped_below_
     from rlvr_core.advise.model import registered_allocators
 
     names, skipped = registered_allocators(k=4, batch=8)
-    assert {"knapsack-rl", "vip", "mopps", "valor"} <= set(names)  # valor: ours, priced by what a group teaches
+    assert {"knapsack-rl", "vip", "mopps", "cures", "valor"} <= set(names)  # valor: ours
     names, skipped = registered_allocators(k=2, batch=8)
     assert "vip" in skipped and "n_min" in skipped["vip"] and {"knapsack-rl", "mopps"} <= set(names)
 

@@ -1,12 +1,13 @@
 """Rollout allocators, selectable by name: ``make_allocator(name, **params)``.
 
 Registered: grpo, dapo, sara, vigor, pods, greso, sara+dps, pilot-commit, ar3po, reinforce-ada, knapsack-rl,
-vip, mopps, valor.
+vip, mopps, cures, valor.
 """
 
 # registration
 from rlvr_core.allocation import (  # noqa: F401
     ar3po,
+    cures,
     dapo,
     greso,
     grpo,

@@ -1,4 +1,4 @@
-"""What the value-based baselines decide (docs/allocators/knapsack-rl.md, vip.md and mopps.md), on small
+"""What the value-based baselines decide (docs/allocators/knapsack-rl.md, vip.md, mopps.md and cures.md), on small
 hand-computed cases and scripted engines; the generic contract is tests/allocation/test_contract.py's."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rlvr_core.allocation import PromptSource, make_allocator, run_allocation_step
+from rlvr_core.allocation.cures import apportion
 from rlvr_core.allocation.knapsack_rl import greedy_budgets, group_value, knapsack_budgets
 from rlvr_core.allocation.vip import vip_budgets, vip_objective, vip_terms
 from rlvr_core.errors import ConfigError
@@ -181,3 +182,45 @@ def test_mopps_posterior_decays_towards_the_prior_per_update():
 def test_mopps_bad_params_are_named(kw, field):
     with pytest.raises(ConfigError, match=field):
         make_allocator("mopps", k=8, **kw)
+
+
+# ----------------------------------------------------------------------------------------- cures
+
+def test_cures_apportion_is_proportional_within_its_bounds():
+    assert apportion(np.array([1.0, 2.0, 3.0, 2.0]), 64, 2, 64).tolist() == [8, 16, 24, 16]
+    assert apportion(np.ones(4), 32, 2, 16).tolist() == [8, 8, 8, 8]
+    n = apportion(np.array([0.5, 0.1, 0.3, 0.0]), 32, 2, 16)  # the first is capped, the last kept at the floor
+    assert n.sum() == 32 and n[0] == 16 and n[3] == 2 and n[2] > n[1] >= 2
+
+
+def test_cures_shares_the_budget_by_sqrt_p_one_minus_p_of_its_counter():
+    """k = 8, B = 2: a first step gives both prompts 8 (the counter is empty: p = 1/2 each). After prompt 0 passed 1 of
+    8 (p = 2/10) and prompt 1 4 of 8 (p = 1/2), their shares of 16 are in the ratio sqrt(.16) : sqrt(.25) = 4 : 5."""
+    eng = ScriptedEngine(lambda q, i: int(i < (1 if q == 0 else 4)))
+    alloc = make_allocator("cures", k=8, batch_size=2)
+    src = PromptSource(2, seed=0)
+    batch, st = run_allocation_step(alloc, eng, src)
+    assert st.rollouts == 16 and sorted(batch.group_sizes().tolist()) == [8, 8]
+    assert alloc.passes == {0: 1, 1: 4} and alloc.total == {0: 8, 1: 8}
+    batch, st = run_allocation_step(alloc, eng, src)
+    sizes = {int(q): int(n) for q, n in zip(*np.unique(batch.rollouts.prompt_id, return_counts=True))}
+    assert st.rollouts == 16 and sizes == {0: 7, 1: 9}  # 16 x 4/9 = 7.1, 16 x 5/9 = 8.9
+
+
+def test_cures_draws_its_prompts_by_the_sources_weights():
+    """At the source's temperature the weights are flat: of 2 candidates a prompt with 50 passes and one with none
+    are drawn about equally often; at a temperature of 100 the unsolved one (weight exp(50) against exp(~1)) wins."""
+    def share(temperature: float) -> float:
+        alloc = make_allocator("cures", k=4, batch_size=1, candidates_factor=2, temperature=temperature, seed=3)
+        alloc.passes, alloc.total = {0: 50, 1: 0}, {0: 100, 1: 0}
+        return float(np.mean([alloc.select(np.array([0, 1]))[0] == 1 for _ in range(2000)]))
+
+    assert 0.45 < share(0.01) < 0.55
+    assert share(100.0) == 1.0
+
+
+@pytest.mark.parametrize("kw,field", [({"temperature": 0}, "temperature"), ({"candidates_factor": 0},
+                                      "candidates_factor"), ({"n_min": 1}, "n_min"), ({"n_max": 4}, "n_max")])
+def test_cures_bad_params_are_named(kw, field):
+    with pytest.raises(ConfigError, match=field):
+        make_allocator("cures", k=8, **kw)

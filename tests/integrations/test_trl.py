@@ -151,11 +151,11 @@ def test_reinforce_ada_samples_until_a_pass_and_a_fail(tmp_path, model_dir, data
         assert int((out["completion_mask"].sum(1) > 0).sum()) == 8
 
 
-@pytest.mark.parametrize("allocator", ["knapsack-rl", "vip", "mopps"])
+@pytest.mark.parametrize("allocator", ["knapsack-rl", "vip", "mopps", "cures"])
 def test_value_baselines_train_inside_trl(tmp_path, model_dir, dataset, allocator):
-    """The value-based baselines (docs/allocators/knapsack-rl.md, vip.md, mopps.md) at k = 4, B = 2: one round of
-    B x k rollouts a step, every prompt one group, and TRL's update sees exactly those rows; mopps keeps 2 of its
-    16 candidates."""
+    """The value-based baselines (docs/allocators/knapsack-rl.md, vip.md, mopps.md, cures.md) at k = 4, B = 2: one
+    round of B x k rollouts a step, every prompt one group, and TRL's update sees exactly those rows; mopps keeps 2 of
+    its 16 candidates."""
     reward = ScriptedReward()
     tr = AllocatedGRPOTrainer(model=model_dir, reward_funcs=[reward], args=grpo_config(tmp_path, max_steps=2),
                               train_dataset=dataset, allocator=allocator)

@@ -140,6 +140,9 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
     Variant("mopps", "mopps", {}, "the B of 8B candidates whose Thompson draws lie nearest 0.5, k each",
             runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
+    # CurES from its code (docs/allocators/cures.md), declared after the others had run and before any run of its own
+    Variant("cures", "cures", {}, "B prompts by CurES's weights; B x k shared by sqrt(p(1-p)) of a pass counter",
+            runs={"equal-rollouts": ("pool",)}, published=True, simulated=True, history=True),
     # ours, priced by what a group teaches (issue 37; docs/allocators/valor.md): its constants were fixed on warm
     # start 1 of hard and pool (design.md section 4.17) before any of its runs; at equal rollouts on the conditioned
     # warm starts 2-4 of both families (docs/training-study.md, "VALOR"); [reuse] where prompts recur (pool)
@@ -273,6 +276,7 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-rollouts", "knapsack-rl", "grpo", readme=True),
     Comparison("equal-rollouts", "vip", "grpo", readme=True),
     Comparison("equal-rollouts", "mopps", "grpo", readme=True),
+    Comparison("equal-rollouts", "cures", "grpo", readme=True),
     Comparison("equal-rollouts", "valor", "grpo", readme=True, front=True),
     Comparison("equal-rollouts", "valor[reuse]", "grpo", readme=True),
     # issue 37's second target: ours against the best published baseline of the same cells (AR3PO, the best of them
@@ -295,7 +299,7 @@ BEST_K_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("matched-updates", "sara+dps[context]", BEST_K, front=True),
     Comparison("equal-batch", "sara", BEST_K),
     Comparison("equal-batch", "sara+dps[context]", BEST_K),
-    *(Comparison("equal-rollouts", lab, BEST_K) for lab in ("knapsack-rl", "vip", "mopps")),
+    *(Comparison("equal-rollouts", lab, BEST_K) for lab in ("knapsack-rl", "vip", "mopps", "cures")),
     Comparison("equal-rollouts", "valor", BEST_K, front=True),
     Comparison("equal-rollouts", "valor[reuse]", BEST_K),
 )

@@ -71,7 +71,8 @@ def untargeted(protocol: str, regime: str, named: tuple[str, ...]) -> tuple[str,
     return tuple(lab for lab in ours if lab not in named)
 
 
-def family_saving(store: RunStore, base: str, protocol: str, ours: str, baseline: str) -> dict[str, Any]:
+def family_saving(store: RunStore, base: str, protocol: str, ours: str, baseline: str,
+                  axis: str = "cum_rollouts") -> dict[str, Any]:
     """``ours`` against ``baseline`` over every warm start of regime ``base`` (``base``, ``base-wsJ``) that ran both
     cells: with one, its saving (``saving``); with several, the pooled saving, its bootstrap interval resampling runs
     within each warm start, and the rank test stratified by warm start (benchmarks.study.stats.family_saving).
@@ -81,8 +82,8 @@ def family_saving(store: RunStore, base: str, protocol: str, ours: str, baseline
         return {"value": None, "lo": None, "hi": None}
     if len(kept) == 1:
         ((r, t, a, b),) = kept
-        return {**saving(a, b, t), "regimes": [r]}
-    return stats.family_saving(store, [r for r, *_ in kept], protocol, ours, baseline)
+        return {**saving(a, b, t, axis=axis), "regimes": [r]}
+    return stats.family_saving(store, [r for r, *_ in kept], protocol, ours, baseline, axis=axis)
 
 
 def _per_warm_start(store: RunStore, pooled: Mapping[str, Any], protocol: str, ours: str, baseline: str, *,
@@ -128,7 +129,7 @@ def measure(out: Path | RunStore, results: Path | None = None, floor: Mapping[st
 
 def saving_target(store: RunStore, tg: plan.Target, ceiling: float | None = None) -> list[dict[str, Any]]:
     """A declared saving target's row (pooled over its regime's warm starts) and each warm start's own."""
-    s = family_saving(store, tg.regime, tg.protocol, tg.ours, tg.baseline)
+    s = family_saving(store, tg.regime, tg.protocol, tg.ours, tg.baseline, axis=tg.axis)
     row = {"target": tg.text, "kind": "saving", "want": tg.saving, **s}
     if tg.ceiling:
         row["ceiling_without_prompt_information"] = ceiling

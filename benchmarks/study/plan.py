@@ -147,10 +147,14 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     # start 1 of hard and pool (design.md section 4.17) before any of its runs; at equal rollouts on the conditioned
     # warm starts 2-4 of both families (docs/training-study.md, "VALOR"); [reuse] where prompts recur (pool)
     Variant("valor", "valor", {}, "value-priced rounds: pilots of 2, grown while the expected value per rollout "
-            "beats a fresh prompt's; B x k", runs={"equal-rollouts": ("hard", "pool")}, ours=True, simulated=True,
-            history=True),
+            "beats a fresh prompt's; B x k", runs={"equal-rollouts": ("hard", "pool", "steps-fine")}, ours=True,
+            simulated=True, history=True),
     Variant("valor[reuse]", "valor", {"reuse": True}, "valor + AR3PO's reuse of a buffered pass",
             runs={"equal-rollouts": ("pool",)}, ours=True, simulated=True, history=True),
+    # issue 37's token target on the worked-answer regime (steps-fine), declared with the regime before any of its
+    # runs: a live prompt's rollouts priced at its prefix's tokens per rollout over the step's mean
+    Variant("valor[tokens]", "valor", {"price": "tokens"}, "valor priced in generated tokens; B x k rollouts",
+            runs={"equal-rollouts": ("steps-fine",)}, ours=True, history=True),
     # ar3po trains small groups (rollouts until the first pass), so it is held to B x k rollouts per update
     Variant("ar3po", "ar3po", {}, "stages of k/4 until a first pass (at most 4) + reuse of a buffered pass",
             runs={"equal-rollouts": ROLLOUT_GRID}, headline=("equal-rollouts",),
@@ -305,6 +309,9 @@ BEST_K_COMPARISONS: tuple[Comparison, ...] = (
 )
 
 
+AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "seconds": "seconds"}
+
+
 @dataclass(frozen=True)
 class Target:
     """A saving target, declared before its cells ran: ``ours`` spends at least ``saving`` fewer rollouts to the
@@ -319,10 +326,12 @@ class Target:
     saving: float
     p: float | None = None
     ceiling: bool = False
+    axis: str = "cum_rollouts"
 
     @property
     def text(self) -> str:
-        return (f"{self.regime}, {self.protocol}: {self.ours} spends >= {self.saving:.0%} fewer rollouts to target "
+        word = AXIS_WORDS[self.axis]
+        return (f"{self.regime}, {self.protocol}: {self.ours} spends >= {self.saving:.0%} fewer {word} to target "
                 f"than {self.baseline}" + (f", rank test p < {self.p:g}" if self.p is not None else ""))
 
 
@@ -341,7 +350,7 @@ class RatioTarget:
 
     @property
     def text(self) -> str:
-        word = {"cum_rollouts": "rollouts", "seconds": "seconds"}[self.axis]
+        word = AXIS_WORDS[self.axis]
         of = f"tuned {self.baseline}" if self.protocol == "tuned" else self.baseline
         return (f"{self.regime}, {self.protocol}: our best allocator reaches the target with <= {self.ratio}x the "
                 f"{word} of {of}")
@@ -382,6 +391,8 @@ SAVING_TARGETS: tuple[Target, ...] = (
     # issue 37's targets for our value allocator, declared with it (at most 0.6x uniform GRPO's rollouts)
     Target("hard", "equal-rollouts", "valor", "grpo", 0.4, p=0.05),
     Target("pool", "equal-rollouts", "valor", "grpo", 0.4, p=0.05),
+    # and on the worked-answer regime, in generated tokens (at most 0.6x uniform GRPO's), declared with steps-fine
+    Target("steps-fine", "equal-rollouts", "valor[tokens]", "grpo", 0.4, p=0.05, axis="cum_tokens"),
 )
 
 
@@ -406,6 +417,7 @@ CANDIDATES: tuple[Candidates, ...] = (
     Candidates("hard", "equal-batch", "dapo"),
     Candidates("easy", "equal-batch", "dapo", of="hard"),
     Candidates("pool", "equal-batch", "dapo", published=True, best_published=True),
+    Candidates("steps-fine", "equal-rollouts", "grpo"),
 )
 # the worked-answer family (steps): what each allocator buys in rollouts, generated tokens and training seconds
 COST_COMPARISONS: tuple[Comparison, ...] = (
@@ -457,6 +469,15 @@ CONDITIONING_WINDOW = 3
 # start of RL failing completions at least 1.5x as long as passing ones in median tokens (data.start_lengths).
 STEPS_CRITERIA = {"min_generate_share": 0.65, "min_fail_pass_length_ratio": 1.5}
 
+# ``steps-fine`` (issue 36: "make steps harder, or its evaluation grid finer, until its reach spans at least 10
+# evaluations"): steps' data, warm start and settings, evaluated every 256 rollouts (one GRPO step) over half its
+# budget, 12,288 rollouts. steps' uniform GRPO reaches its target after 1-4 evaluations of EVAL_GRID, at about
+# 4,400 rollouts, and its curve is flat after about 10,000; a grid six times finer over the rising half puts about
+# 12 evaluations before a reach near 3,000 rollouts at the same cost per run (48 evaluations). Declared before its
+# reference runs; its target comes from them alone. The rise criterion (20,000 rollouts) cannot hold on a budget of
+# 12,288 and is the one the measurement issue replaces by CONDITIONING, so it is 0 here; the rest is CRITERIA.
+STEPS_FINE_CRITERIA = {**CRITERIA, "min_rise_rollouts": 0}
+
 EVAL_GRID = 1536  # rollouts between evaluations of every rollout-grid regime (6 GRPO steps at B=32, k=8)
 STEP_GRID_PROTOCOLS = ("equal-batch", "equal-rollouts", "tuned")
 ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small", "group-size",
@@ -471,7 +492,8 @@ class Regime:
     on another machine) or "rollouts" (every EVAL_GRID rollouts); ``criteria``: what its uniform GRPO runs must
     show, fixed before they ran (``extra_criteria`` beside them); ``pool``: RL draws from this many training prompts
     only (0: all); ``headline``: the README's headline table shows its cells (the regimes the targets are declared
-    on; every regime's cells: training_study.md)."""
+    on; every regime's cells: training_study.md); ``eval_rollouts``: a rollout-grid regime's own evaluation interval
+    in rollouts (0: EVAL_GRID)."""
 
     name: str
     overrides: Overrides = field(default_factory=dict)
@@ -482,6 +504,12 @@ class Regime:
     pool: int = 0
     extra_criteria: Mapping[str, float] | None = None
     headline: bool = False
+    eval_rollouts: int = 0
+
+    @property
+    def eval_grid(self) -> int:
+        """Rollouts between evaluations of a rollout-grid regime (its own ``eval_rollouts``, else EVAL_GRID)."""
+        return self.eval_rollouts or EVAL_GRID
 
     def __post_init__(self) -> None:
         for name in ("budget", "grid", "criteria"):
@@ -494,6 +522,10 @@ class Regime:
             raise ValueError(f"regime {self.name!r}: a step-grid regime needs eval_every (steps between evaluations)")
         if not isinstance(self.budget, int) or self.budget <= 0:
             raise ValueError(f"regime {self.name!r}: budget must be a positive number of rollouts, got {self.budget!r}")
+        if not isinstance(self.eval_rollouts, int) or self.eval_rollouts < 0 or \
+                (self.eval_rollouts and self.grid != "rollouts"):
+            raise ValueError(f"regime {self.name!r}: eval_rollouts must be a number of rollouts >= 0 (0: EVAL_GRID) "
+                             f"on a rollout-grid regime, got {self.eval_rollouts!r} on grid {self.grid!r}")
 
 
 # ``hard`` is the candidate the regime search chose (benchmarks/results/regimes/regimes.md), params.yaml as it is.
@@ -508,6 +540,7 @@ REGIMES: dict[str, Regime] = {r.name: r for r in (
     Regime("pool-k16", {"train": {"k": 16, "batch_size": 16}}, budget=40000, grid="rollouts", pool=500,
            criteria=CRITERIA),
     Regime("steps", STEPS, budget=24576, grid="rollouts", criteria=CRITERIA, extra_criteria=STEPS_CRITERIA),
+    Regime("steps-fine", STEPS, budget=12288, grid="rollouts", eval_rollouts=256, criteria=STEPS_FINE_CRITERIA),
 )}
 
 
@@ -632,12 +665,12 @@ def grid_seeds(quick: bool) -> tuple[int, ...]:
 
 def sizing(regime_name: str, quick: bool) -> dict[str, int]:
     """Budget and evaluation schedule of a regime: the step-grid regimes (whose runs predate the rollout grid)
-    evaluate every ``eval_every`` steps, every other regime (warm-start variants included) each EVAL_GRID
-    rollouts."""
+    evaluate every ``eval_every`` steps, every other regime (warm-start variants included) each ``eval_grid``
+    rollouts (EVAL_GRID unless the regime declares its own)."""
     r = regime(regime_name)
     b = {"eval_every_rollouts": 0, "rollouts": r.budget, "eval_every": r.eval_every}
     if not step_grid(regime_name):
-        b.update(eval_every=0, eval_every_rollouts=EVAL_GRID)
+        b.update(eval_every=0, eval_every_rollouts=r.eval_grid)
     b["eval_size"] = TEST_ROWS
     if quick:
         b.update({k: QUICK[k] for k in ("rollouts", "eval_every", "eval_size")}, eval_every_rollouts=0)

@@ -348,14 +348,15 @@ def pooled_costs(store: Cells, regimes: Sequence[str], protocol: str, ours: str,
     return res
 
 
-def family_saving(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str) -> dict[str, Any] | None:
+def family_saving(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str,
+                  axis: str = "cum_rollouts") -> dict[str, Any] | None:
     """A target's saving over the warm starts in ``regimes`` that ran both cells, in study_targets' row form: the
-    pooled saving of fitted rollouts with its bootstrap interval (pooled_costs), the rank test stratified by warm
+    pooled saving of fitted cost ``axis`` (rollouts) with its bootstrap interval (pooled_costs), the rank test stratified by warm
     start, the runs and reaches summed over the warm starts; None where no warm start ran both."""
-    row = compare(store, regimes, protocol, ours, base)
+    row = compare(store, regimes, protocol, ours, base, axis=axis)
     if row is None:
         return None
-    pooled = pooled_costs(store, regimes, protocol, ours, base, ("cum_rollouts",))["cum_rollouts"]
+    pooled = pooled_costs(store, regimes, protocol, ours, base, (axis,))[axis]
     per = row["per_warm_start"]
     return {"value": pooled["value"], "lo": pooled["lo"], "hi": pooled["hi"], "p_value": row["p_value_stratified"],
             "ours_seeds": row["ours_runs"], "base_seeds": row["base_runs"],
@@ -428,7 +429,8 @@ def conditioning(refs: Sequence[Mapping[str, Any]], target: float) -> dict[str, 
     """How well a warm start's target is conditioned, on its uniform GRPO reference runs (plan.CONDITIONING):
 
     - slope: the least-squares slope, in points per 1,000 rollouts, through every reference run's raw evaluations
-      within CONDITIONING_WINDOW evaluations of the rollout grid either side of the runs' median fitted reach (a
+      within CONDITIONING_WINDOW evaluations of the runs' rollout grid (EVAL_GRID where they record none) either
+      side of the runs' median fitted reach (a
       line through the raw points, so an isotonic fit's steps do not steepen it; 0 when the median run never
       reaches: the curve does not rise to the target);
     - headroom: the median over runs of the isotonic fit's accuracy at the end minus the target, in points;
@@ -447,7 +449,8 @@ def conditioning(refs: Sequence[Mapping[str, Any]], target: float) -> dict[str, 
     m = float(np.median(reaches)) if reaches else math.inf
     slope = 0.0
     if math.isfinite(m):
-        near = np.asarray([p for p in points if abs(p[0] - m) <= CONDITIONING_WINDOW * EVAL_GRID], float)
+        grid = next((r["eval_every_rollouts"] for r in refs if r.get("eval_every_rollouts")), EVAL_GRID)
+        near = np.asarray([p for p in points if abs(p[0] - m) <= CONDITIONING_WINDOW * grid], float)
         if len(near) >= 2 and np.ptp(near[:, 0]) > 0:
             slope = float(np.polyfit(near[:, 0], near[:, 1], 1)[0] * 1000 * 100)
     fig = {"slope_points_per_1k": slope, "headroom_points": median_or_none(heads),

@@ -351,8 +351,9 @@ def pooled_costs(store: Cells, regimes: Sequence[str], protocol: str, ours: str,
 def family_saving(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str,
                   axis: str = "cum_rollouts") -> dict[str, Any] | None:
     """A target's saving over the warm starts in ``regimes`` that ran both cells, in study_targets' row form: the
-    pooled saving of fitted cost ``axis`` (rollouts) with its bootstrap interval (pooled_costs), the rank test stratified by warm
-    start, the runs and reaches summed over the warm starts; None where no warm start ran both."""
+    pooled saving of fitted cost ``axis`` (rollouts by default) with its bootstrap interval (pooled_costs), the rank
+    test stratified by warm start, the runs and reaches summed over the warm starts; None where no warm start ran
+    both."""
     row = compare(store, regimes, protocol, ours, base, axis=axis)
     if row is None:
         return None
@@ -430,9 +431,8 @@ def conditioning(refs: Sequence[Mapping[str, Any]], target: float) -> dict[str, 
 
     - slope: the least-squares slope, in points per 1,000 rollouts, through every reference run's raw evaluations
       within CONDITIONING_WINDOW evaluations of the runs' rollout grid (EVAL_GRID where they record none) either
-      side of the runs' median fitted reach (a
-      line through the raw points, so an isotonic fit's steps do not steepen it; 0 when the median run never
-      reaches: the curve does not rise to the target);
+      side of the runs' median fitted reach (a line through the raw points, so an isotonic fit's steps do not
+      steepen it; 0 when the median run never reaches: the curve does not rise to the target);
     - headroom: the median over runs of the isotonic fit's accuracy at the end minus the target, in points;
     - evaluations before the target: the median over runs of the evaluations before the fitted reach (a run that
       never reaches: all of them).

@@ -70,9 +70,25 @@ def test_a_regime_without_its_budget_grid_or_criteria_is_refused_by_name() -> No
         plan.Regime("new", {}, budget=40000, grid="steps", criteria=plan.CRITERIA)
     with pytest.raises(ValueError, match="budget must be a positive number"):
         plan.Regime("new", {}, budget=0, grid="rollouts", criteria=plan.CRITERIA)
+    with pytest.raises(ValueError, match="eval_rollouts must be a number of rollouts >= 0"):
+        plan.Regime("new", {}, budget=40000, grid="rollouts", eval_rollouts=-256, criteria=plan.CRITERIA)
+    with pytest.raises(ValueError, match="on a rollout-grid regime, got 256 on grid 'steps'"):
+        plan.Regime("new", {}, budget=40000, grid="steps", eval_every=6, eval_rollouts=256, criteria=plan.CRITERIA)
     # a declared regime takes its own budget, never another's
     r = plan.Regime("new", {}, budget=12345, grid="rollouts", criteria=plan.CRITERIA)
     assert r.budget == 12345 and plan.REGIMES["pool"].budget == 40000 and plan.REGIMES["easy"].budget == 30000
+
+
+def test_a_regime_may_declare_its_own_evaluation_grid_and_its_warm_starts_inherit_it() -> None:
+    """steps-fine evaluates every 256 rollouts over 12,288 (the measurement issue's finer grid for steps); every
+    other rollout-grid regime keeps EVAL_GRID, and the step-grid ones their step interval."""
+    assert plan.sizing("steps-fine", False) == {"eval_every_rollouts": 256, "rollouts": 12288, "eval_every": 0,
+                                                 "eval_size": plan.TEST_ROWS}
+    assert plan.sizing("steps-fine-ws2", False)["eval_every_rollouts"] == 256
+    assert plan.sizing("steps", False)["eval_every_rollouts"] == plan.EVAL_GRID == 1536
+    assert plan.sizing("hard", False)["eval_every"] == 6 and plan.sizing("hard", False)["eval_every_rollouts"] == 0
+    assert plan.regime_params("steps-fine").prepare.task == plan.regime_params("steps").prepare.task
+    assert plan.REGIMES["steps-fine"].criteria["min_rise_rollouts"] == 0
 
 
 def test_the_plan_s_protocols_and_comparisons_name_only_declared_cells() -> None:

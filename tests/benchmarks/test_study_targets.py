@@ -266,3 +266,22 @@ def test_a_regime_s_candidate_rows_are_one_plan_record(tmp_path, monkeypatch):
     assert T.candidate_rows(tmp_path, plan.Candidates("steps", "equal-batch", "dapo")) == []  # no target yet
     monkeypatch.setattr(plan, "CANDIDATES", (rec, plan.Candidates("pool-ws9", "equal-batch", "dapo", of="pool")))
     assert any(r["target"].startswith("(candidate) pool, equal-batch: sara") for r in T.measure(tmp_path))
+
+
+def test_a_token_target_reads_generated_tokens_not_rollouts(tmp_path):
+    """steps-fine's declared target is in generated tokens: valor[tokens] reaches the target at the same rollouts
+    as uniform GRPO (no saving in rollouts) with half the tokens per rollout, so it saves 50% of the tokens."""
+    tg = next(t for t in plan.SAVING_TARGETS if t.axis == "cum_tokens")
+    assert tg.text == ("steps-fine, equal-rollouts: valor[tokens] spends >= 40% fewer generated tokens to target "
+                       "than grpo, rank test p < 0.05")
+    (tmp_path / "study" / "steps-fine").mkdir(parents=True)
+    (tmp_path / "study" / "steps-fine" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "steps-fine", "reference", "grpo", "grpo",
+               [run_tokens([0, 0.25, 0.5], s, 100, 40) for s in range(5)])
+    write_cell(tmp_path, "steps-fine", "equal-rollouts", "valor[tokens]", "valor[tokens]",
+               [run_tokens([0, 0.25, 0.5], s, 100, 20) for s in range(5)])
+    rows = {r["target"]: r for r in T.measure(tmp_path)}
+    row = rows[tg.text]
+    assert row["value"] == pytest.approx(0.5) and row["p_value"] < 0.05 and row["met"] is True
+    by_rollouts = T.family_saving(T.as_store(tmp_path), "steps-fine", "equal-rollouts", "valor[tokens]", "grpo")
+    assert by_rollouts["value"] == pytest.approx(0.0)

@@ -194,6 +194,24 @@ def test_conditioning_reads_slope_headroom_and_evaluations_before_the_target() -
     assert never["slope_points_per_1k"] == 0.0 and never["median_fit_reach"] is None and not never["conditioned"]
 
 
+def test_conditioning_s_slope_window_is_three_evaluations_of_the_runs_own_grid() -> None:
+    """A regime with its own grid (steps-fine: every 256 rollouts): 2 points per 1k up to 3,000 rollouts, flat at
+    0.26 after. The slope near the reach (2,500) reads 3 evaluations of 256 either side, not of EVAL_GRID, whose
+    window would reach far into the flat part."""
+    from benchmarks.study.stats import conditioning
+
+    def fine(seed: int, record: bool) -> dict:
+        xs = [256 * i for i in range(48)]
+        curve = [{"cum_rollouts": x, "greedy_acc": 0.2 + 0.02 * min(x, 3000) / 1000, "updates": i, "seconds": i,
+                  "cum_tokens": 0, "cum_trained_tokens": 0} for i, x in enumerate(xs)]
+        return {"seed": seed, "curve": curve, **({"eval_every_rollouts": 256} if record else {})}
+
+    own = conditioning([fine(s, True) for s in range(5)], 0.25)
+    wide = conditioning([fine(s, False) for s in range(5)], 0.25)  # no grid recorded: EVAL_GRID's window
+    assert own["median_fit_reach"] == pytest.approx(2500) and own["evals_before_target"] == 9
+    assert own["slope_points_per_1k"] > 1.5 > 1.0 > wide["slope_points_per_1k"] > 0
+
+
 def test_headline_rows_pool_conditioned_warm_starts_and_name_the_others(tmp_path):
     regime(tmp_path, "pool", 0.26)
     regime(tmp_path, "pool-ws1", 0.26)

@@ -10,6 +10,7 @@ from pathlib import Path
 from benchmarks import study
 from benchmarks.common import RESULTS
 from benchmarks.common import default_out as _default_out
+from benchmarks.study.backfill import backfill_logs
 from benchmarks.study.execute import run_protocol, verify_policy
 from benchmarks.study.plan import PROTOCOLS, QUICK, REGIMES, WS_SEP
 from benchmarks.study.round_price import round_price
@@ -43,6 +44,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--verify-policy", action="store_true",
                     help="accept this machine's rebuilt warm start of --regime when its digest differs from the "
                     "target's: rerun reference seed 0 and keep policy.json if the curve is identical")
+    ap.add_argument("--backfill-logs", action="store_true",
+                    help="give --regime's runs without a decision log one: rerun each from its recorded settings and "
+                    "keep the log only if the rerun equals the recorded run (benchmarks/study/backfill.py)")
+    ap.add_argument("--limit", type=int, default=None, metavar="N",
+                    help="--backfill-logs: at most N runs in this command (resume with the same command)")
     ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
     ap.add_argument("--round-steps", type=int, default=6)
     return ap
@@ -64,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         round_price(args.regime, work=args.work, results=args.out, quick=args.quick,
                     steps=2 if args.quick else args.round_steps)
         print((args.out / "study" / "training_round_price.md").read_text())
+        return 0
+    if args.limit is not None and (args.limit < 1 or not args.backfill_logs):
+        parser().error("--limit takes a number of runs >= 1, with --backfill-logs")
+    if args.backfill_logs:
+        backfill_logs(RunStore(args.out), args.regime, work=args.work, limit=args.limit,
+                      log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
         return 0
     if args.verify_policy:
         verify_policy(RunStore(args.out), args.regime, work=args.work,

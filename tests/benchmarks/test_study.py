@@ -146,6 +146,68 @@ def test_resume_skips_finished_runs_and_redoes_a_missing_one(quick, capsys):
     assert all(r["seeds"] == 2 for r in recs)
 
 
+def test_backfill_gives_a_run_its_decision_log_only_when_the_rerun_is_the_recorded_run(quick, tmp_path, capsys):
+    """A run file without a decision log (made before every run kept one) is rerun from its recorded settings; the
+    same run gets back the very log it wrote, with its digest; a run whose recorded curve the rerun does not give
+    keeps none, and the outcome of each is recorded so that no run is tried twice."""
+    import shutil
+
+    from benchmarks.study import backfill
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick, out)
+    cell = out / "study" / "easy" / "equal-batch"
+    runs = sorted(cell.glob("*/s*.json"))
+    same, other = runs[0], runs[1]
+    want = json.loads(same.read_text())["decision_log"]["sha256"]
+    for path in (same, other):
+        r = json.loads(path.read_text())
+        del r["decision_log"]
+        if path == other:
+            r["curve"][1]["greedy_acc"] += 0.01  # a recorded curve this code does not train
+        path.write_text(json.dumps(r) + "\n")
+        path.with_suffix(".rollouts.parquet").unlink()
+    store = RunStore(out)
+    assert backfill.missing(store, "easy") == [same, other]
+    assert cli.main(["--quick", "--regime", "easy", "--backfill-logs", "--limit", "1", "--out", str(out)]) == 0
+    got = json.loads(same.read_text())
+    assert got["decision_log"]["sha256"] == want == hashlib.sha256(
+        same.with_suffix(".rollouts.parquet").read_bytes()).hexdigest()
+    assert set(got["decision_log"]["backfilled"]) == {"commit", "at"}
+    assert backfill.missing(store, "easy") == [other]  # --limit 1: the next command resumes
+    assert cli.main(["--quick", "--regime", "easy", "--backfill-logs", "--out", str(out)]) == 0
+    assert "decision_log" not in json.loads(other.read_text()) and not other.with_suffix(".rollouts.parquet").exists()
+    rec = backfill.record(store, "easy")["runs"]
+    rel = other.relative_to(out / "study").as_posix()
+    assert rec[rel]["result"] == "differs" and "evaluation 1" in rec[rel]["why"] and "greedy_acc" in rec[rel]["why"]
+    assert rec[same.relative_to(out / "study").as_posix()]["result"] == "reproduced"
+    assert backfill.missing(store, "easy") == []  # tried once, never again
+    assert "backfill: nothing to do" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["--regime", "easy", "--limit", "2", "--out", str(out)])  # --limit belongs to --backfill-logs
+
+
+def test_backfill_refuses_a_run_this_checkout_would_not_train_as_recorded(tmp_path):
+    from benchmarks.study import backfill
+
+    store = RunStore(tmp_path)
+    cfg = execute.run_params("pool-ws3", "sara", 0, protocol="equal-batch").train
+    run = {"variant": "sara", "protocol": "equal-batch", "seed": 0, "grid": None, "batch_size": cfg.batch_size,
+           "lr": cfg.lr, "k": cfg.k, "allocator_params": cfg.allocator_params.get("sara", {})}
+    assert backfill.settings_differ(store, run, "pool-ws3") is None
+    assert backfill.settings_differ(store, {**run, "lr": 1.0}, "pool-ws3").startswith("lr: this checkout trains")
+    assert backfill.settings_differ(store, {**run, "allocator_params": {"tau_low": 0.5}}, "pool-ws3").startswith(
+        "allocator_params")
+    assert "no longer in the plan" in backfill.settings_differ(store, {**run, "variant": "gone"}, "pool-ws3")
+    assert "matched.json" in backfill.settings_differ(store, {**run, "protocol": "matched-updates"}, "pool-ws3")
+    assert backfill.same_run({"curve": [{"step": 0, "greedy_acc": 0.2, "new": 1, "seconds": 9.0}],
+                              "ledger": {"rollouts": 8, "train_s": 2.0}},
+                             {"curve": [{"step": 0, "greedy_acc": 0.2, "seconds": 1.0}],
+                              "ledger": {"rollouts": 8, "train_s": 1.0}}) is None
+    assert backfill.same_run({"curve": [], "ledger": {"rollouts": 9}}, {"curve": [], "ledger": {"rollouts": 8}}) == \
+        "ledger: rollouts 9 != 8"
+
+
 def test_round_price_compares_rounds_with_one_batched_call(quick):
     assert cli.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
     res = json.loads((quick / "study" / "training_round_price.json").read_text())

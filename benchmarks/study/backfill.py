@@ -1,0 +1,175 @@
+"""Decision logs for the runs made before every run kept one (docs/design.md §7.1), by reproducing them.
+
+    python -m benchmarks.study --backfill-logs --regime pool --warm-start 3 [--limit N]
+
+A run whose file has no ``decision_log`` is trained again from its recorded settings in a scratch store, under
+this checkout's code, and its log is kept only if the rerun is the recorded run: every evaluation equal to the
+recorded one at every field the recorded run holds (wall-clock seconds aside, ``execute.TIMED``). Then the log goes
+beside the run file (``s<seed>.rollouts.parquet``) and the run file gains ``decision_log`` (file, sha256, and
+``backfilled``: the commit and time of the rerun); nothing else in it changes. A rerun that differs, or a run
+whose settings this checkout would not reproduce (allocator parameters, batch, lr, k, grid or policy), keeps no
+log and is recorded with the reason in ``study/<regime>/backfill.json``, which also counts the runs reproduced, so
+no run is tried twice. Runs are claimed as the study claims them, so several processes can share a regime, and
+``--limit`` bounds one command's work: each command is resumable, and the next one goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from benchmarks.study import data as D
+from benchmarks.study.execute import TIMED, _commit, _now, run_one, run_params
+from benchmarks.study.plan import PARAMS_FILE, VARIANTS
+from benchmarks.study.store import RunStore
+
+Log = Callable[[str], Any]
+RECORD = "backfill.json"
+# the recorded settings a rerun must share before it trains (a run file field -> the rerun's TrainConfig field)
+SETTINGS = ("batch_size", "lr", "k", "eval_size", "eval_every", "eval_every_rollouts")
+
+
+def missing(store: RunStore, regime: str) -> list[Path]:
+    """The run files of ``regime`` without a decision log and not yet tried, in path order."""
+    tried = set(record(store, regime).get("runs", {}))
+    out = []
+    for p in sorted((store.root / regime).glob("*/*/s*.json")):
+        if p.relative_to(store.root).as_posix() in tried:
+            continue
+        r = json.loads(p.read_text())
+        if "curve" in r and "decision_log" not in r:
+            out.append(p)
+    return out
+
+
+def record(store: RunStore, regime: str) -> dict[str, Any]:
+    p = store.root / regime / RECORD
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _note(store: RunStore, regime: str, rel: str, entry: Mapping[str, Any]) -> None:
+    """Add one run's outcome to ``study/<regime>/backfill.json`` under a file lock (processes share it)."""
+    p = store.root / regime / RECORD
+    with open(p.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rec = json.loads(p.read_text()) if p.exists() else {
+            "rule": "a run without a decision log is trained again from its recorded settings; its log is kept "
+                    "only if every evaluation equals the recorded run's at every recorded field, wall-clock aside",
+            "runs": {}}
+        rec["runs"][rel] = dict(entry)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        tmp.replace(p)
+
+
+def same_run(rerun: Mapping[str, Any], recorded: Mapping[str, Any]) -> str | None:
+    """Where a rerun first differs from the recorded run: its curve, then its ledger, on the fields the recorded
+    run holds (a field a later version added is not a difference; wall-clock fields, ``*_s`` and ``seconds``, are
+    not compared); None: the same run."""
+    a, b = rerun["curve"], recorded["curve"]
+    if len(a) != len(b):
+        return f"{len(a)} evaluations against {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if diff := sorted(k for k in set(y) - TIMED if x.get(k) != y[k]):
+            return f"evaluation {i} (step {y.get('step')}): " + ", ".join(f"{k} {x.get(k)} != {y[k]}" for k in diff)
+    led, was = rerun.get("ledger", {}), recorded.get("ledger", {})
+    if diff := sorted(k for k in was if not k.endswith("_s") and led.get(k) != was[k]):
+        return "ledger: " + ", ".join(f"{k} {led.get(k)} != {was[k]}" for k in diff)
+    return None
+
+
+def settings_differ(store: RunStore, run: Mapping[str, Any], regime: str,
+                    params_file: Path = PARAMS_FILE) -> str | None:
+    """Why this checkout would not train ``run`` as recorded (None: it would), read before any training."""
+    label, protocol = run["variant"], run["protocol"]
+    if label not in VARIANTS:
+        return f"variant {label!r} is no longer in the plan"
+    batch = None
+    if protocol.startswith("matched-updates"):
+        if (m := store.matched(regime)) is None:
+            return "no matched.json to size its batch"
+        batch = int(m[protocol])
+    cfg = run_params(regime, label, run["seed"], quick=bool(run.get("quick")),
+                     grid=tuple(run["grid"]) if run.get("grid") else None, protocol=protocol, params_file=params_file,
+                     batch=batch).train
+    for f in SETTINGS:
+        if f in run and getattr(cfg, f) != run[f]:
+            return f"{f}: this checkout trains {getattr(cfg, f)!r}, the run recorded {run[f]!r}"
+    if (now := cfg.allocator_params.get(cfg.allocator, {})) != run.get("allocator_params", {}):
+        return f"allocator_params: this checkout trains {now!r}, the run recorded {run.get('allocator_params')!r}"
+    return None
+
+
+def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
+                 params_file: Path = PARAMS_FILE) -> dict[str, Any]:
+    """Reproduce one run in a scratch store and attach its decision log if the rerun is the recorded run."""
+    run = json.loads(path.read_text())
+    regime, rel = path.parts[-4], path.relative_to(store.root).as_posix()
+    if why := settings_differ(store, run, regime, params_file):
+        return {"result": "not rerun", "why": why}
+    if run.get("policy_sha256") not in ({data["policy_sha256"]} | store.accepted_policies(regime)):
+        return {"result": "not rerun", "why": f"policy {data['policy_sha256'][:12]} is not the run's "
+                f"{str(run.get('policy_sha256'))[:12]}"}
+    scratch = RunStore(work / "backfill" / rel.replace("/", "_"))
+    shutil.rmtree(scratch.out, ignore_errors=True)
+    for frozen in (store.target_path(regime), store.matched_path(regime)):
+        if frozen.exists():
+            dest = scratch.root / regime / frozen.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(frozen, dest)
+    t0 = time.perf_counter()
+    rerun, _ = run_one(scratch, regime, run["protocol"], run["variant"], run["seed"], work=scratch.out / "work",
+                       quick=bool(run.get("quick")), grid=tuple(run["grid"]) if run.get("grid") else None,
+                       split=run.get("split", "test"), data=dict(data), params_file=params_file)
+    entry: dict[str, Any] = {"commit": _commit(), "at": _now(), "rerun_s": round(time.perf_counter() - t0, 1)}
+    if diff := same_run(rerun, run):
+        shutil.rmtree(scratch.out, ignore_errors=True)
+        return {**entry, "result": "differs", "why": diff}
+    log = scratch.run_file(regime, run["protocol"], run["variant"], run["seed"],
+                           tuple(run["grid"]) if run.get("grid") else None,
+                           run.get("split", "test")).with_suffix(".rollouts.parquet")
+    if not log.exists():
+        return {**entry, "result": "not rerun", "why": "the rerun wrote no decision log"}
+    dest = path.with_suffix(".rollouts.parquet")
+    shutil.copyfile(log, dest)
+    run["decision_log"] = {"file": dest.name, "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
+                           "backfilled": {"commit": entry["commit"], "at": entry["at"]}}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run) + "\n")
+    tmp.replace(path)
+    shutil.rmtree(scratch.out, ignore_errors=True)
+    return {**entry, "result": "reproduced", "evaluations": len(run["curve"])}
+
+
+def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None = None,
+                  params_file: Path = PARAMS_FILE, log: Log = print) -> dict[str, int]:
+    """Backfill up to ``limit`` runs of ``regime`` (all when None); returns the outcomes counted."""
+    todo = missing(store, regime)
+    counts: dict[str, int] = {}
+    data: dict[bool, dict[str, Any]] = {}  # the regime's data and policy, by the runs' quick flag
+    log(f"[{regime}] {len(todo)} run(s) without a decision log")
+    for path in todo:
+        if limit is not None and sum(counts.values()) >= limit:
+            break
+        run = json.loads(path.read_text())
+        if "decision_log" in run or not store.claim(path):
+            continue  # another process took it
+        try:
+            quick = bool(run.get("quick"))
+            if quick not in data:
+                data[quick] = D.load_data(regime, work, quick, params_file)
+            rel = path.relative_to(store.root).as_posix()
+            entry = backfill_one(store, path, data[quick], work=work, params_file=params_file)
+            _note(store, regime, rel, entry)
+        finally:
+            store.release(path)
+        counts[entry["result"]] = counts.get(entry["result"], 0) + 1
+        log(f"[{regime}] {rel}: {entry['result']}" + (f" ({entry['why']})" if "why" in entry else
+                                                         f" in {entry.get('rerun_s', 0):.0f} s"))
+    log(f"[{regime}] backfill: {counts or 'nothing to do'}; {len(missing(store, regime))} left")
+    return counts

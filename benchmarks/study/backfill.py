@@ -30,6 +30,8 @@ from benchmarks.study.store import RunStore
 
 Log = Callable[[str], Any]
 RECORD = "backfill.json"
+RULE = ("a run without a decision log is trained again from its recorded settings; its log is kept only if every "
+        "evaluation and every ledger field it recorded equal the recorded run's, wall-clock aside")
 # the recorded settings a rerun must share before it trains (a run file field -> the rerun's TrainConfig field)
 SETTINGS = ("batch_size", "lr", "k", "eval_size", "eval_every", "eval_every_rollouts")
 
@@ -57,10 +59,8 @@ def _note(store: RunStore, regime: str, rel: str, entry: Mapping[str, Any]) -> N
     p = store.root / regime / RECORD
     with open(p.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        rec = json.loads(p.read_text()) if p.exists() else {
-            "rule": "a run without a decision log is trained again from its recorded settings; its log is kept "
-                    "only if every evaluation equals the recorded run's at every recorded field, wall-clock aside",
-            "runs": {}}
+        rec = json.loads(p.read_text()) if p.exists() else {"runs": {}}
+        rec["rule"] = RULE
         rec["runs"][rel] = dict(entry)
         tmp = p.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")

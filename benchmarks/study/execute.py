@@ -539,7 +539,9 @@ def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: 
             drv.go(*item)
         drv.tuned(labels)
     if protocol == "reference" and store.target(regime_name) is None:
-        set_target(store, regime_name, store.reference_runs(regime_name))
+        # every seed's run, those another study process still trains included: a target frozen from the runs that
+        # happen to be finished would read fewer than the declared reference seeds
+        set_target(store, regime_name, wait_for_references(store, regime_name, seeds, log))
     if not step_grid(regime_name) and store.target(regime_name) is not None:
         drv.preregister()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -336,6 +337,37 @@ def _verify_setup(tmp_path, monkeypatch, rerun_curve):
 
     monkeypatch.setattr(execute, "run_one", fake_run_one)
     return store, calls
+
+
+def test_the_target_waits_for_reference_runs_another_process_still_trains(tmp_path, monkeypatch):
+    """Two processes share a regime's reference runs: the one that finishes first must not freeze the target from
+    the runs that happen to be done (it once froze steps-fine's from 4 of 5 seeds); it waits for the held seed."""
+    store = RunStore(tmp_path)
+    monkeypatch.setattr(study_data, "load_data", lambda *a, **k: {"policy_sha256": "ab" * 32})
+    monkeypatch.setattr(execute, "preregister", lambda *a, **k: {})
+    monkeypatch.setattr(execute, "log_preregistration", lambda *a, **k: None)
+    held = store.run_file("pool-ws2", "reference", "grpo", 2)
+
+    def fake_run_one(st, regime, proto, lab, seed, **kw):
+        path = st.run_file(regime, proto, lab, seed)
+        if seed == 2:  # another live process holds it
+            held.parent.mkdir(parents=True, exist_ok=True)
+            held.with_suffix(".lock").write_text(str(os.getpid()))
+            return {}, False
+        r = run([0.2, 0.3 + 0.01 * seed, 0.4], seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r))
+        return r, True
+
+    def other_process_finishes(_s):
+        held.write_text(json.dumps(run([0.2, 0.5, 0.6], 2)))
+        held.with_suffix(".lock").unlink()
+
+    monkeypatch.setattr(execute, "run_one", fake_run_one)
+    monkeypatch.setattr(execute.time, "sleep", other_process_finishes)
+    execute.run_protocol("pool-ws2", "reference", [0, 1, 2], out=tmp_path, work=tmp_path / "w", quick=False,
+                         log=lambda m: None)
+    assert store.target("pool-ws2")["reference_seeds"] == [0, 1, 2]
 
 
 def test_a_rebuilt_policy_is_accepted_only_when_reference_seed_0_reruns_identically(tmp_path, monkeypatch):

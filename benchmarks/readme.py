@@ -5,7 +5,8 @@ benchmarks/results/<generator>/<name>.md as the benchmark wrote it (the one gene
 <name>.md), its relative links rewritten to resolve from the document's folder. A table whose <name>_targets.json
 beside it records a quick (smoke) run is not pasted. Three short tables are derived here from the benchmarks'
 JSON files first, into benchmarks/results/readme/: ``evidence_headline.md`` (the README's opening table, at most
-eight rows, with its legend) from warmstarts/training_warmstarts.json, ``training_headline.md`` from
+eight rows, with its legend) and ``value_headline.md`` (the allocators that price what a group teaches, against
+uniform GRPO) from warmstarts/training_warmstarts.json, ``training_headline.md`` from
 study/training_protocols.json (the training study's headline cells, linked from the table of savings across warm
 starts, warmstarts/training_summary.md) and ``allocation_headline.md`` from allocation/allocation_targets.json
 (the simulated allocation benchmark). The README shows the opening table; docs/results.md every other table.
@@ -93,17 +94,14 @@ def _vs_best(r: dict | None) -> str:
     return f"{pct(v['pooled_saving'])} [{pct(v['pooled_lo'])}, {pct(v['pooled_hi'])}] ({n} warm start{'s' * (n != 1)})"
 
 
-def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
-    """The README's opening table (readme/evidence_headline.md): per headline regime and front comparison that has
-    run, the pooled saving in fitted rollouts to target [95% CI] across warm starts, the stratified p and the warm
-    starts where it holds (the rows of warmstarts/training_warmstarts.json), then a bulleted legend."""
-    if len(FRONT) * len(README_REGIMES) > FRONT_ROWS:
-        raise ValueError(f"plan: {len(FRONT)} Comparison.front x {len(README_REGIMES)} Regime.headline could show "
-                         f"more than {FRONT_ROWS} rows in the README's opening table")
+def _shown(rows: list[dict], comparisons: tuple[tuple[str, str, str], ...]) -> list[dict]:
+    """The rows of ``comparisons`` (protocol, ours, baseline) that have run, per README_REGIMES family."""
     by_key = {(r["family"], r["protocol"], r["ours"], r["baseline"]): r for r in rows}
-    shown = [by_key[(g, *c)] for g in README_REGIMES for c in FRONT if (g, *c) in by_key]
-    if not shown:
-        return ""
+    return [by_key[(g, *c)] for g in README_REGIMES for c in comparisons if (g, *c) in by_key]
+
+
+def _saving_rows(shown: list[dict], best_k: list[dict] | tuple = ()) -> list[str]:
+    """The header and one line per row of the README's saving tables."""
     best = {(b["family"], b["protocol"], b["ours"]): b for b in best_k}
     out = ["| regime | allocator | baseline | protocol | fewer rollouts to target [95% CI] | p | holds in | "
            "vs best uniform GRPO [95% CI] |", "|---|---|---|---|---|---|---|---|"]
@@ -115,6 +113,35 @@ def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
                    f"{p_value(r.get('p_holm', r['p_value_stratified']))} | {r['holds_in']} of {r['warm_starts']} "
                    f"warm starts{_own_ps(r)} | "
                    f"{_vs_best(best.get((r['family'], r['protocol'], r['ours'])))} |")
+    return out
+
+
+# the README's rows of the allocators that price what a group teaches (plan.Comparison.value)
+VALUE = tuple((c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.value)
+
+
+def value_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
+    """The README's table of the value-priced allocators (readme/value_headline.md): the value-based baselines and
+    ours against uniform GRPO at equal rollouts, in the opening table's columns and legend."""
+    shown = _shown(rows, VALUE)
+    if not shown:
+        return ""
+    return "\n".join([*_saving_rows(shown, best_k), "",
+                      "Columns as in the opening table. Published: knapsack-rl, vip, mopps, cures (run where prompts "
+                      "recur, `pool`); ours: valor, valor[reuse] (docs/allocators/)."]) + "\n"
+
+
+def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
+    """The README's opening table (readme/evidence_headline.md): per headline regime and front comparison that has
+    run, the pooled saving in fitted rollouts to target [95% CI] across warm starts, the stratified p and the warm
+    starts where it holds (the rows of warmstarts/training_warmstarts.json), then a bulleted legend."""
+    if len(FRONT) * len(README_REGIMES) > FRONT_ROWS:
+        raise ValueError(f"plan: {len(FRONT)} Comparison.front x {len(README_REGIMES)} Regime.headline could show "
+                         f"more than {FRONT_ROWS} rows in the README's opening table")
+    shown = _shown(rows, FRONT)
+    if not shown:
+        return ""
+    out = _saving_rows(shown, best_k)
     protocols = sorted({r["protocol"] for r in shown}, key=list(PROTOCOLS).index)
     out += ["",
             "- **regime**: the task, read over its warm starts (each its own starting policy, uniform GRPO reference "
@@ -188,6 +215,7 @@ def write_headlines(results: Path, protocols: list[dict] | None = None, comparis
     if comparisons is not None:
         (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons,
                                                                                              best_k or []))
+        (output_dir(results, "readme") / "value_headline.md").write_text(value_headline(comparisons, best_k or []))
     if targets.is_file() and not _quick_run(targets):
         (output_dir(results, "readme") / "allocation_headline.md").write_text(
             allocation_headline(json.loads(targets.read_text())))

@@ -71,7 +71,7 @@ def test_generated_tables_equal_what_the_benchmark_files_give(tmp_path: Path) ->
         (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / doc).write_text((ROOT / doc).read_text())
     names = sync_all(results, root=tmp_path)
-    assert names["README.md"] == ["evidence_headline"]
+    assert names["README.md"] == ["evidence_headline", "value_headline"]
     assert {"training_summary", "training_costs", "training_targets", "allocation_headline"} <= \
         set(names["docs/results.md"])
     for doc in DOCS:
@@ -181,3 +181,22 @@ def test_readme_commands_name_modules_and_options_that_exist(module: str, flags:
     source = path.read_text() if path.is_file() else "\n".join(f.read_text() for f in sorted(package.glob("*.py")))
     for flag in flags:
         assert f'"{flag}"' in source, f"README passes {flag} to {module}, which does not define it"
+
+
+def test_the_value_table_lists_every_value_priced_allocator_against_uniform_grpo() -> None:
+    """The README's second table (issue 37): the comparisons marked Comparison.value, the value-based baselines and
+    ours, each against uniform GRPO at equal rollouts, in the opening table's columns; the committed README holds
+    one row per such comparison that ran."""
+    value = [c for c in COMPARISONS if c.value]
+    assert {c.ours for c in value} >= {"knapsack-rl", "vip", "mopps", "cures", "valor"}
+    assert all(c.baseline == "grpo" and c.protocol == "equal-rollouts" for c in value)
+    rows = [comparison("pool", c.protocol, c.ours, c.baseline) for c in value]
+    rows.append(comparison("pool", "equal-batch", "sara", "dapo"))  # not a value comparison: not shown
+    table = readme.value_headline(rows)
+    lines = [ln for ln in table.splitlines() if ln.startswith("| pool |")]
+    assert [ln.split(" | ")[1] for ln in lines] == [c.ours for c in value]
+    assert table.splitlines()[0].startswith("| regime | allocator | baseline | protocol | fewer rollouts to target")
+    assert readme.value_headline([]) == ""
+    body = re.search(r"<!-- value_headline:start -->\n(.*?)<!-- value_headline:end -->", README, re.S).group(1)
+    for lab in ("knapsack-rl", "vip", "mopps", "cures", "valor"):
+        assert f"| pool | {lab} | grpo | equal-rollouts |" in body

@@ -249,13 +249,15 @@ class Comparison:
     """Ours against a baseline under one protocol, read across a regime family's warm starts; ``readme``: one of the
     rows of the table of savings (warmstarts/training_summary.md, pasted into docs/results.md); ``front``: one of the
     README's opening rows, shown in each regime marked Regime.headline (benchmarks/readme.py evidence_headline: at
-    most eight rows in all)."""
+    most eight rows in all); ``value``: one of the README's rows of the allocators that price what a group teaches
+    (issue 37: the value-based baselines and ours, benchmarks/readme.py value_headline)."""
 
     protocol: str
     ours: str
     baseline: str
     readme: bool = False
     front: bool = False
+    value: bool = False
 
 
 # the measurement issue's headline cells, then the other allocators of ours and the published baselines, each
@@ -277,12 +279,12 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "reinforce-ada", "dapo", readme=True),
     Comparison("equal-rollouts", "ar3po", "grpo", readme=True, front=True),
     Comparison("equal-rollouts", "ar3po", "grpo[b22]"),
-    Comparison("equal-rollouts", "knapsack-rl", "grpo", readme=True),
-    Comparison("equal-rollouts", "vip", "grpo", readme=True),
-    Comparison("equal-rollouts", "mopps", "grpo", readme=True),
-    Comparison("equal-rollouts", "cures", "grpo", readme=True),
-    Comparison("equal-rollouts", "valor", "grpo", readme=True, front=True),
-    Comparison("equal-rollouts", "valor[reuse]", "grpo", readme=True),
+    Comparison("equal-rollouts", "knapsack-rl", "grpo", readme=True, value=True),
+    Comparison("equal-rollouts", "vip", "grpo", readme=True, value=True),
+    Comparison("equal-rollouts", "mopps", "grpo", readme=True, value=True),
+    Comparison("equal-rollouts", "cures", "grpo", readme=True, value=True),
+    Comparison("equal-rollouts", "valor", "grpo", readme=True, front=True, value=True),
+    Comparison("equal-rollouts", "valor[reuse]", "grpo", readme=True, value=True),
     # issue 37's second target: ours against the best published baseline of the same cells (AR3PO, the best of them
     # against uniform GRPO on both families), paired in the same warm starts
     Comparison("equal-rollouts", "valor", "ar3po"),

@@ -124,6 +124,14 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
             "pilots of k/4 on 3B prompts; survivors (pilot pass rate in [1/8, 3/4]) completed to k, up to B",
             runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
             headline=("equal-batch",), simulated=True, history=True),
+    # the port decision of the measurement issue (36), declared before its runs: at k = 8 the source's pilot of k/4
+    # is 2 rollouts, whose band [1/8, 3/4] keeps only a 1-of-2 pilot and evicts every 2-of-2 prompt for good; at
+    # its source's k (64-128) a 40,000-rollout budget lasts under 20 steps. So at small k the pilot is k/2 = 4, the
+    # smallest whose band keeps more than one pass count (1, 2 or 3 of 4) and evicts only at 4 of 4 (1/16 at p = 1/2,
+    # against 1/4 with 2); against uniform GRPO at matched updates, on the conditioned warm starts 2-4 of both
+    Variant("pilot-commit[n4]", "pilot-commit", {"n_pilot": 4},
+            "pilots of k/2 = 4 on 3B prompts; survivors (1-3 passes of 4) completed to k, up to B; evicted at 4 of 4",
+            runs={"matched-updates-small": ("hard", "pool")}, published=True, history=True),
     Variant("reinforce-ada", "reinforce-ada", {},
             "rounds of k until k/2 passes and k/2 fails (at most 4); groups of k",
             runs={"equal-batch": ROLLOUT_GRID, "matched-updates-small": ROLLOUT_GRID}, published=True,
@@ -276,6 +284,7 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-batch", "greso", "dapo"),
     Comparison("equal-rollouts", "vigor", "grpo", readme=True),
     Comparison("equal-batch", "pilot-commit", "dapo", readme=True),
+    Comparison("matched-updates-small", "pilot-commit[n4]", "grpo", readme=True),
     Comparison("equal-batch", "reinforce-ada", "dapo", readme=True),
     Comparison("equal-rollouts", "ar3po", "grpo", readme=True, front=True),
     Comparison("equal-rollouts", "ar3po", "grpo[b22]"),

@@ -187,6 +187,8 @@ def candidate_rows(out: Path | RunStore, c: plan.Candidates, ceiling: float | No
                 for lab in (*targeted(c.of, c.protocol), *candidate_labels(_candidates_of(c.of)))
                 if (ours := store.cell(c.regime, c.protocol, lab))]
     rows = [row for tg in plan.SAVING_TARGETS if tg.regime == c.regime for row in saving_target(store, tg, ceiling)]
+    rows += [row for tg in plan.SAVING_TARGETS if tg.regime == c.regime and tg.axis != "cum_rollouts"
+             for row in _other_axis_rows(store, tg)]
     for lab in candidate_labels(c):
         s = family_saving(store, c.regime, c.protocol, lab, c.baseline)
         if len(s.get("regimes", ())) > 1:
@@ -194,6 +196,22 @@ def candidate_rows(out: Path | RunStore, c: plan.Candidates, ceiling: float | No
                          "kind": "saving", "want": None, **s, "met": None})
         rows += _per_warm_start(store, s, c.protocol, lab, c.baseline, always=True)
     return rows + (_best_published_rows(store, c, t) if c.best_published else [])
+
+
+def _other_axis_rows(store: RunStore, tg: plan.Target) -> list[dict[str, Any]]:
+    """Beside a target on another cost axis than rollouts (steps-fine's, in generated tokens): the targeted
+    allocator's saving in rollouts, and every other allocator of ours that ran in the cell on both axes (candidate
+    rows, not targets)."""
+    words = dict(AXES)
+    rows = []
+    others = [lab for lab in plan.ours_in(tg.protocol, tg.regime)
+              if lab != tg.ours and store.cell(tg.regime, tg.protocol, lab)]
+    for lab, axis in [(tg.ours, "cum_rollouts"), *((lab, a) for lab in others for a in (tg.axis, "cum_rollouts"))]:
+        s = family_saving(store, tg.regime, tg.protocol, lab, tg.baseline, axis=axis)
+        if s["value"] is not None or s.get("ours_seeds"):
+            rows.append({"target": f"(candidate) {tg.regime}, {tg.protocol}: {lab}'s saving against {tg.baseline} "
+                         f"in {words[axis]}", "kind": "saving", "want": None, **s, "met": None})
+    return rows
 
 
 def _candidates_of(regime: str) -> plan.Candidates:

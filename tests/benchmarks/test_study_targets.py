@@ -285,3 +285,13 @@ def test_a_token_target_reads_generated_tokens_not_rollouts(tmp_path):
     assert row["value"] == pytest.approx(0.5) and row["p_value"] < 0.05 and row["met"] is True
     by_rollouts = T.family_saving(T.as_store(tmp_path), "steps-fine", "equal-rollouts", "valor[tokens]", "grpo")
     assert by_rollouts["value"] == pytest.approx(0.0)
+    # beside it, candidate rows: the same allocator in rollouts, and another of ours that ran, on both axes
+    assert rows["(candidate) steps-fine, equal-rollouts: valor[tokens]'s saving against grpo in rollouts"][
+        "value"] == pytest.approx(0.0)
+    assert "(candidate) steps-fine, equal-rollouts: valor's saving against grpo in generated tokens" not in rows
+    write_cell(tmp_path, "steps-fine", "equal-rollouts", "valor", "valor",
+               [run_tokens([0, 0.5, 1], s, 100, 40) for s in range(5)])  # half the rollouts, the same per rollout
+    rows = {r["target"]: r for r in T.measure(tmp_path)}
+    for unit in ("generated tokens", "rollouts"):
+        row = rows[f"(candidate) steps-fine, equal-rollouts: valor's saving against grpo in {unit}"]
+        assert row["value"] == pytest.approx(0.5) and row["met"] is None

@@ -133,7 +133,8 @@ def saving_target(store: RunStore, tg: plan.Target, ceiling: float | None = None
     row = {"target": tg.text, "kind": "saving", "want": tg.saving, **s}
     if tg.ceiling:
         row["ceiling_without_prompt_information"] = ceiling
-    row["met"] = _met(s["value"], s["value"] is not None and s["value"] >= tg.saving
+    row["met"] = _met(s["value"], s["value"] is not None and (s["value"] >= tg.saving if tg.saving > 0
+                                                                else s["value"] > 0)
                       and (tg.p is None or (s.get("p_value") or 1.0) < tg.p))
     return [row, *_per_warm_start(store, s, tg.protocol, tg.ours, tg.baseline)]
 

@@ -295,3 +295,19 @@ def test_a_token_target_reads_generated_tokens_not_rollouts(tmp_path):
     for unit in ("generated tokens", "rollouts"):
         row = rows[f"(candidate) steps-fine, equal-rollouts: valor's saving against grpo in {unit}"]
         assert row["value"] == pytest.approx(0.5) and row["met"] is None
+
+
+def test_a_target_of_zero_saving_asks_for_any_saving_above_zero(tmp_path):
+    """valor against AR3PO (issue 37's second target): 'fewer rollouts than', met only above zero."""
+    tg = plan.Target("pool", "equal-rollouts", "valor", "ar3po", 0.0)
+    assert tg.text == "pool, equal-rollouts: valor spends fewer rollouts to target than ar3po"
+    assert tg in plan.SAVING_TARGETS
+    (tmp_path / "study" / "pool").mkdir(parents=True)
+    (tmp_path / "study" / "pool" / "target.json").write_text(json.dumps({"target": 0.5}))
+    write_cell(tmp_path, "pool", "equal-rollouts", "ar3po", "ar3po", [run([0, 0.5, 1], s) for s in range(5)])
+    write_cell(tmp_path, "pool", "equal-rollouts", "valor", "valor", [run([0, 0.5, 1], s) for s in range(5)])
+    (tie, *_) = T.saving_target(T.as_store(tmp_path), tg)
+    assert tie["value"] == pytest.approx(0.0) and tie["met"] is False
+    write_cell(tmp_path, "pool", "equal-rollouts", "valor", "valor", [run([0, 0.5, 1], s, 90) for s in range(5)])
+    (ahead, *_) = T.saving_target(T.as_store(tmp_path), tg)
+    assert ahead["value"] == pytest.approx(0.1) and ahead["met"] is True

@@ -189,6 +189,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.study.tables", "benchmarks.study.execute", "benchmarks.floor", "benchmarks.study_targets",
      "benchmarks.record_policies", "benchmarks.advisor_validation"),
     ("benchmarks.warmstarts", "benchmarks.group_size", "benchmarks.null_controls", "benchmarks.study.round_price",
+     "benchmarks.study.backfill",
      "benchmarks.regimes", "benchmarks.group_value"),
     ("benchmarks.study.summarize",),
     ("benchmarks.study.cli",),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from benchmarks.study import data as D
-from benchmarks.study.execute import TIMED, _commit, _now, run_one, run_params
+from benchmarks.study.execute import _commit, _now, curve_difference, run_one, run_params
 from benchmarks.study.plan import PARAMS_FILE, VARIANTS
 from benchmarks.study.store import RunStore
 
@@ -71,12 +71,8 @@ def same_run(rerun: Mapping[str, Any], recorded: Mapping[str, Any]) -> str | Non
     """Where a rerun first differs from the recorded run: its curve, then its ledger, on the fields the recorded
     run holds (a field a later version added is not a difference; wall-clock fields, ``*_s`` and ``seconds``, are
     not compared); None: the same run."""
-    a, b = rerun["curve"], recorded["curve"]
-    if len(a) != len(b):
-        return f"{len(a)} evaluations against {len(b)}"
-    for i, (x, y) in enumerate(zip(a, b)):
-        if diff := sorted(k for k in set(y) - TIMED if x.get(k) != y[k]):
-            return f"evaluation {i} (step {y.get('step')}): " + ", ".join(f"{k} {x.get(k)} != {y[k]}" for k in diff)
+    if diff := curve_difference(rerun["curve"], recorded["curve"], recorded_only=True):
+        return diff
     led, was = rerun.get("ledger", {}), recorded.get("ledger", {})
     if diff := sorted(k for k in was if not k.endswith("_s") and led.get(k) != was[k]):
         return "ledger: " + ", ".join(f"{k} {led.get(k)} != {was[k]}" for k in diff)
@@ -110,6 +106,7 @@ def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: 
     """Reproduce one run in a scratch store and attach its decision log if the rerun is the recorded run."""
     run = json.loads(path.read_text())
     regime, rel = path.parts[-4], path.relative_to(store.root).as_posix()
+    grid = tuple(run["grid"]) if run.get("grid") else None
     if why := settings_differ(store, run, regime, params_file):
         return {"result": "not rerun", "why": why}
     if run.get("policy_sha256") not in ({data["policy_sha256"]} | store.accepted_policies(regime)):
@@ -124,14 +121,13 @@ def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: 
             shutil.copyfile(frozen, dest)
     t0 = time.perf_counter()
     rerun, _ = run_one(scratch, regime, run["protocol"], run["variant"], run["seed"], work=scratch.out / "work",
-                       quick=bool(run.get("quick")), grid=tuple(run["grid"]) if run.get("grid") else None,
+                       quick=bool(run.get("quick")), grid=grid,
                        split=run.get("split", "test"), data=dict(data), params_file=params_file)
     entry: dict[str, Any] = {"commit": _commit(), "at": _now(), "rerun_s": round(time.perf_counter() - t0, 1)}
     if diff := same_run(rerun, run):
         shutil.rmtree(scratch.out, ignore_errors=True)
         return {**entry, "result": "differs", "why": diff}
-    log = scratch.run_file(regime, run["protocol"], run["variant"], run["seed"],
-                           tuple(run["grid"]) if run.get("grid") else None,
+    log = scratch.run_file(regime, run["protocol"], run["variant"], run["seed"], grid,
                            run.get("split", "test")).with_suffix(".rollouts.parquet")
     if not log.exists():
         return {**entry, "result": "not rerun", "why": "the rerun wrote no decision log"}

@@ -251,12 +251,14 @@ def check_policy(store: RunStore, regime_name: str, digest: str) -> None:
 TIMED = frozenset({"seconds"})
 
 
-def curve_difference(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> str | None:
-    """Where two runs' curves first differ, ignoring wall-clock time (None: identical)."""
+def curve_difference(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *,
+                     recorded_only: bool = False) -> str | None:
+    """Where two runs' curves first differ, ignoring wall-clock time (None: identical); ``recorded_only``: on the
+    fields ``b`` (the recorded run) holds only, so a field a later version added to ``a`` is not a difference."""
     if len(a) != len(b):
         return f"{len(a)} evaluations against {len(b)}"
     for i, (x, y) in enumerate(zip(a, b)):
-        keys = (set(x) | set(y)) - TIMED
+        keys = (set(y) if recorded_only else set(x) | set(y)) - TIMED
         if diff := sorted(k for k in keys if x.get(k) != y.get(k)):
             return f"evaluation {i} (step {x.get('step')}): {', '.join(f'{k} {x.get(k)} != {y.get(k)}' for k in diff)}"
     return None

@@ -49,18 +49,19 @@ def missing(store: RunStore, regime: str) -> list[Path]:
     return out
 
 
-def record(store: RunStore, regime: str) -> dict[str, Any]:
-    p = store.root / regime / RECORD
+def record(store: RunStore, regime: str, name: str = RECORD) -> dict[str, Any]:
+    p = store.root / regime / name
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def _note(store: RunStore, regime: str, rel: str, entry: Mapping[str, Any]) -> None:
-    """Add one run's outcome to ``study/<regime>/backfill.json`` under a file lock (processes share it)."""
-    p = store.root / regime / RECORD
+def note(store: RunStore, regime: str, rel: str, entry: Mapping[str, Any], name: str = RECORD,
+         rule: str = RULE) -> None:
+    """Add one run's outcome to ``study/<regime>/<name>`` under a file lock (processes share it)."""
+    p = store.root / regime / name
     with open(p.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         rec = json.loads(p.read_text()) if p.exists() else {"runs": {}}
-        rec["rule"] = RULE
+        rec["rule"] = rule
         rec["runs"][rel] = dict(entry)
         tmp = p.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
@@ -101,19 +102,30 @@ def settings_differ(store: RunStore, run: Mapping[str, Any], regime: str,
     return None
 
 
-def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
-                 params_file: Path = PARAMS_FILE) -> dict[str, Any]:
-    """Reproduce one run in a scratch store and attach its decision log if the rerun is the recorded run."""
+def _scratch(store: RunStore, path: Path, work: Path) -> RunStore:
+    return RunStore(work / "backfill" / path.relative_to(store.root).as_posix().replace("/", "_"))
+
+
+def clear(path: Path, store: RunStore, work: Path) -> None:
+    """Remove the scratch store of ``path``'s rerun."""
+    shutil.rmtree(_scratch(store, path, work).out, ignore_errors=True)
+
+
+def reproduce(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
+              params_file: Path = PARAMS_FILE) -> tuple[dict[str, Any], dict[str, Any] | None, Path | None]:
+    """Train the run at ``path`` again in a scratch store: (outcome, the rerun's result, its decision log). The
+    outcome's ``result`` is "reproduced" (the scratch store is kept for the caller, who ``clear``s it), "differs"
+    or "not rerun" (the scratch store is gone), with ``why``."""
     run = json.loads(path.read_text())
-    regime, rel = path.parts[-4], path.relative_to(store.root).as_posix()
+    regime = path.parts[-4]
     grid = tuple(run["grid"]) if run.get("grid") else None
     if why := settings_differ(store, run, regime, params_file):
-        return {"result": "not rerun", "why": why}
+        return {"result": "not rerun", "why": why}, None, None
     if run.get("policy_sha256") not in ({data["policy_sha256"]} | store.accepted_policies(regime)):
         return {"result": "not rerun", "why": f"policy {data['policy_sha256'][:12]} is not the run's "
-                f"{str(run.get('policy_sha256'))[:12]}"}
-    scratch = RunStore(work / "backfill" / rel.replace("/", "_"))
-    shutil.rmtree(scratch.out, ignore_errors=True)
+                f"{str(run.get('policy_sha256'))[:12]}"}, None, None
+    scratch = _scratch(store, path, work)
+    clear(path, store, work)
     for frozen in (store.target_path(regime), store.matched_path(regime)):
         if frozen.exists():
             dest = scratch.root / regime / frozen.name
@@ -125,21 +137,37 @@ def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: 
                        split=run.get("split", "test"), data=dict(data), params_file=params_file)
     entry: dict[str, Any] = {"commit": _commit(), "at": _now(), "rerun_s": round(time.perf_counter() - t0, 1)}
     if diff := same_run(rerun, run):
-        shutil.rmtree(scratch.out, ignore_errors=True)
-        return {**entry, "result": "differs", "why": diff}
+        clear(path, store, work)
+        return {**entry, "result": "differs", "why": diff}, None, None
     log = scratch.run_file(regime, run["protocol"], run["variant"], run["seed"], grid,
                            run.get("split", "test")).with_suffix(".rollouts.parquet")
-    if not log.exists():
-        return {**entry, "result": "not rerun", "why": "the rerun wrote no decision log"}
+    return {**entry, "result": "reproduced"}, rerun, log if log.exists() else None
+
+
+def attach_log(path: Path, log: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy a rerun's decision log beside the run file; the run file's ``decision_log`` field for it."""
     dest = path.with_suffix(".rollouts.parquet")
     shutil.copyfile(log, dest)
-    run["decision_log"] = {"file": dest.name, "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
-                           "backfilled": {"commit": entry["commit"], "at": entry["at"]}}
+    return {"file": dest.name, "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
+            "backfilled": {"commit": entry["commit"], "at": entry["at"]}}
+
+
+def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
+                 params_file: Path = PARAMS_FILE) -> dict[str, Any]:
+    """Reproduce one run in a scratch store and attach its decision log if the rerun is the recorded run."""
+    entry, _, log = reproduce(store, path, data, work=work, params_file=params_file)
+    if entry["result"] != "reproduced":
+        return entry
+    if log is None:
+        clear(path, store, work)
+        return {**entry, "result": "not rerun", "why": "the rerun wrote no decision log"}
+    run = json.loads(path.read_text())
+    run["decision_log"] = attach_log(path, log, entry)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(run) + "\n")
     tmp.replace(path)
-    shutil.rmtree(scratch.out, ignore_errors=True)
-    return {**entry, "result": "reproduced", "evaluations": len(run["curve"])}
+    clear(path, store, work)
+    return {**entry, "evaluations": len(run["curve"])}
 
 
 def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None = None,
@@ -161,7 +189,7 @@ def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None
                 data[quick] = D.load_data(regime, work, quick, params_file)
             rel = path.relative_to(store.root).as_posix()
             entry = backfill_one(store, path, data[quick], work=work, params_file=params_file)
-            _note(store, regime, rel, entry)
+            note(store, regime, rel, entry)
         finally:
             store.release(path)
         counts[entry["result"]] = counts.get(entry["result"], 0) + 1

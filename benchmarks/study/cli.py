@@ -12,6 +12,7 @@ from benchmarks.common import RESULTS
 from benchmarks.common import default_out as _default_out
 from benchmarks.study.backfill import backfill_logs
 from benchmarks.study.execute import run_protocol, verify_policy
+from benchmarks.study.heldout import CONTROL_CELLS, heldout_large
 from benchmarks.study.plan import PROTOCOLS, QUICK, REGIMES, WS_SEP
 from benchmarks.study.round_price import round_price
 from benchmarks.study.store import RunStore
@@ -47,8 +48,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backfill-logs", action="store_true",
                     help="give --regime's runs without a decision log one: rerun each from its recorded settings and "
                     "keep the log only if the rerun equals the recorded run (benchmarks/study/backfill.py)")
+    ap.add_argument("--heldout-large", action="store_true",
+                    help="evaluate --regime's runs of --cells on the large held-out set (14,000 problems): rerun each "
+                    "from its recorded settings and keep the new curve only if the rerun equals the recorded run "
+                    "(benchmarks/study/heldout.py)")
+    ap.add_argument("--cells", nargs="+", default=list(CONTROL_CELLS), metavar="PROTOCOL/VARIANT",
+                    help="--heldout-large: the cells, as run folders (default: the DAPO control's, "
+                    f"{' '.join(CONTROL_CELLS)})")
     ap.add_argument("--limit", type=int, default=None, metavar="N",
-                    help="--backfill-logs: at most N runs in this command (resume with the same command)")
+                    help="--backfill-logs, --heldout-large: at most N runs in this command (resume with the same "
+                    "command)")
     ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
     ap.add_argument("--round-steps", type=int, default=6)
     return ap
@@ -71,8 +80,12 @@ def main(argv: list[str] | None = None) -> int:
                     steps=2 if args.quick else args.round_steps)
         print((args.out / "study" / "training_round_price.md").read_text())
         return 0
-    if args.limit is not None and (args.limit < 1 or not args.backfill_logs):
-        parser().error("--limit takes a number of runs >= 1, with --backfill-logs")
+    if args.limit is not None and (args.limit < 1 or not (args.backfill_logs or args.heldout_large)):
+        parser().error("--limit takes a number of runs >= 1, with --backfill-logs or --heldout-large")
+    if args.heldout_large:
+        heldout_large(RunStore(args.out), args.regime, work=args.work, cells=args.cells, limit=args.limit,
+                      log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+        return 0
     if args.backfill_logs:
         backfill_logs(RunStore(args.out), args.regime, work=args.work, limit=args.limit,
                       log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))

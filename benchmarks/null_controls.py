@@ -21,6 +21,11 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
   other than training: DAPO spends more rollouts per update, so its runs end after fewer updates (a run that ends
   below the target counts as never), and a flat target turns small accuracy gaps into large reach gaps. Read at
   equal updates over the range both made, neither applies.
+- **The DAPO control on the large held-out set** (benchmarks/study/heldout.py: the test split's 2,000 problems and
+  12,000 more of the same cells, an evaluation's standard error about a third of a point): the same runs, the
+  control and its diagnosis read on both sets side by side, over the warm starts whose three cells (the reference
+  runs that fix the target, DAPO, matched GRPO) were all evaluated on it (``LargeSet``). A gap that one set shows
+  and the other does not is evaluation noise; one both show is training.
 
 Writes benchmarks/results/null_controls/null_controls.json and null_controls.md (docs/results.md pastes it).
 """
@@ -40,6 +45,7 @@ from benchmarks.study.formats import p_value, pct
 from benchmarks.study.plan import COMPARISON_FAMILIES
 from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs
 from benchmarks.study.store import RunStore, as_store
+from rlvr_core.stats import TARGET_FRACTION, accuracy_se, gain_target
 
 AA = ("null-aa", "grpo[aa]", "grpo")
 DAPO = ("matched-updates", "dapo", "grpo")
@@ -99,6 +105,61 @@ def passes(aa: Mapping[str, Any]) -> bool:
     return aa["pooled_saving"] is not None and lo <= 0 <= hi and abs(aa["pooled_saving"]) <= TOLERANCE
 
 
+class LargeSet:
+    """The runs read on the large held-out set: a run's curve is its ``heldout_large`` curve, and a warm start's
+    target comes from its reference runs' curves there by the study's rule (``gain_target``, the seeds its frozen
+    target lists). ``complete`` lists the warm starts of ``regimes`` whose reference, DAPO and matched GRPO runs all
+    have one; the view holds those only."""
+
+    CELLS = (("reference", "grpo"), ("equal-batch", "dapo"), ("matched-updates", "grpo"))
+
+    def __init__(self, store: RunStore, regimes: Sequence[str]) -> None:
+        self.store = store
+        self.complete = [r for r in regimes if all(
+            runs and all("heldout_large" in run for run in runs)
+            for runs in (self._refs(r), *(store.cell(r, *c) for c in self.CELLS[1:])))]
+
+    def _refs(self, regime: str) -> list[dict[str, Any]]:
+        seeds = set((self.store.target(regime) or {}).get("reference_seeds", []))
+        return [r for r in self.store.reference_runs(regime) if r["seed"] in seeds]
+
+    def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+        if regime not in self.complete:
+            return []
+        return [{**r, "curve": r["heldout_large"]["curve"]} for r in self.store.cell(regime, protocol, label)]
+
+    def target_value(self, regime: str) -> float | None:
+        if regime not in self.complete:
+            return None
+        return gain_target([r["heldout_large"]["curve"] for r in self._refs(regime)], TARGET_FRACTION)["target"]
+
+    def preregistration(self, regime: str) -> dict[str, Any] | None:
+        return self.store.preregistration(regime)
+
+
+def _se(store: Any, regimes: Sequence[str], large: bool) -> dict[str, float] | None:
+    """The median and largest standard error of one evaluation of the control's runs (the test split's from its
+    accuracy and size; the large set's as recorded)."""
+    ses = [e["se"] if large else accuracy_se(e["greedy_acc"], int(r["eval_size"]))
+           for reg in regimes for c in LargeSet.CELLS[1:] for r in store.cell(reg, *c) for e in r["curve"]]
+    return {"median": float(np.median(ses)), "max": float(max(ses))} if ses else None
+
+
+def large_set_rows(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | None:
+    """The DAPO control and its diagnosis on the test split and on the large set, over the same warm starts."""
+    view = LargeSet(store, regimes)
+    if not view.complete:
+        return None
+    out: dict[str, Any] = {"warm_starts": view.complete}
+    for name, cells in (("test", store), ("large", view)):
+        out[name] = {"updates": _row(cells, view.complete, *DAPO, axis="updates"),
+                     "at_updates": paired_budget(cells, view.complete, *DAPO, axis="updates"),
+                     "se": _se(cells, view.complete, name == "large"),
+                     "targets": {r: cells.target_value(r) for r in view.complete}}
+    out["problems"] = store.cell(view.complete[0], *DAPO[:2])[0]["heldout_large"]["problems"]
+    return out
+
+
 def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, splits: int = SPLITS) -> list[dict]:
     """Per family: the A/A row, its false positives, and DAPO against matched GRPO in updates and rollouts."""
     store = as_store(out)
@@ -112,7 +173,8 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
                      "dapo_updates": _row(store, regimes, *DAPO, axis="updates"),
                      "dapo_rollouts": _row(store, regimes, *DAPO),
                      "dapo_at_updates": paired_budget(store, regimes, *DAPO, axis="updates"),
-                     "dapo_final_updates": _final_updates(store, regimes)})
+                     "dapo_final_updates": _final_updates(store, regimes),
+                     "dapo_large_set": large_set_rows(store, regimes)})
     return rows
 
 
@@ -146,7 +208,7 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"| {r['family']} | {_cell(r['aa'])} | {passes} | {'-' if fp is None else pct(fp['p_below_level'])} "
                    f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_cell(r['dapo_updates'])} | "
                    f"{_cell(r['dapo_rollouts'])} |")
-    return "\n".join(out + _equal_updates_md(rows)) + "\n"
+    return "\n".join(out + _equal_updates_md(rows) + _large_set_md(rows)) + "\n"
 
 
 def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -169,6 +231,33 @@ def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         made = ", ".join("-" if fu.get(k) is None else f"{fu[k]:.0f}" for k in ("dapo", "grpo"))
         out.append(f"| {r['family']} | {d['pairs']} ({d['warm_starts']}) | "
                    + " | ".join(cell(d[n]) for n in names) + f" | {cell(d['auc'])} | {made} |")
+    return out
+
+
+def _large_set_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    found = [r for r in rows if r.get("dapo_large_set")]
+    if not found:
+        return []
+
+    def diff(v: Mapping[str, Any] | None) -> str:
+        return "-" if v is None or v["mean"] is None else \
+            f"{100 * v['mean']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
+
+    out = ["", f"The DAPO control on the large held-out set ({found[0]['dapo_large_set']['problems']:,} problems: "
+           "the test split and more of its cells, weighted as the test split; benchmarks/study/heldout.py), beside the "
+           "same runs read on the test split. Each set's target is fixed from the reference runs' curves on that set "
+           "by the study's rule. A gap that only the smaller set shows is evaluation noise.", "",
+           "| regime | warm starts | held-out set | SE of one evaluation, median (largest), points "
+           "| dapo vs matched grpo, updates | accuracy gap at 100% of the updates | area under the curve |",
+           "|---|---|---|---|---|---|---|"]
+    for r in found:
+        d = r["dapo_large_set"]
+        for name, label in (("test", "test split (2,000)"), ("large", f"large ({d['problems']:,})")):
+            x = d[name]
+            se = "-" if x["se"] is None else f"{100 * x['se']['median']:.2f} ({100 * x['se']['max']:.2f})"
+            at = x["at_updates"] or {}
+            out.append(f"| {r['family']} | {', '.join(d['warm_starts'])} | {label} | {se} | {_cell(x['updates'])} "
+                       f"| {diff(at.get('1'))} | {diff(at.get('auc'))} |")
     return out
 
 

@@ -191,7 +191,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.warmstarts", "benchmarks.group_size", "benchmarks.null_controls", "benchmarks.study.round_price",
      "benchmarks.study.backfill",
      "benchmarks.regimes", "benchmarks.group_value"),
-    ("benchmarks.study.summarize",),
+    ("benchmarks.study.summarize", "benchmarks.study.heldout"),
     ("benchmarks.study.cli",),
     ("benchmarks.study.__main__",),
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 from benchmarks import null_controls
 from benchmarks.study import cli, plan
 from benchmarks.study.store import RunStore
+from rlvr_core.stats import TARGET_FRACTION, gain_target
 
 
 def _write(store: RunStore, regime: str, protocol: str, label: str, seed: int, speed: float) -> None:
@@ -103,3 +104,44 @@ def test_the_dapo_control_is_read_again_at_equal_updates(tmp_path: Path) -> None
     assert d["1"]["lo"] > 0 and d["1"]["mean"] > 0  # read to 25 updates, where every run still is
     md = null_controls.markdown([row])
     assert "| pool | 10 (2) |" in md and "at 100% of the updates" in md
+
+
+def _add_large(store: RunStore, regime: str, protocol: str, label: str, seed: int, speed: float) -> None:
+    """Give a run a large-set curve rising ``speed`` per point from 0.25, with a standard error of 0.4 points."""
+    path = store.run_file(regime, protocol, label, seed)
+    run = json.loads(path.read_text())
+    curve = [{**e, "greedy_acc": min(0.25 + speed * i, 0.9), "se": 0.004} for i, e in enumerate(run["curve"])]
+    run["heldout_large"] = {"problems": 14000, "curve": curve}
+    path.write_text(json.dumps(run))
+
+
+def test_the_dapo_control_is_read_on_the_large_set_beside_the_test_split(tmp_path: Path) -> None:
+    """The same runs on both sets over the warm starts whose three cells all have a large-set curve: here DAPO
+    learns faster on the test split only, so the test row shows a saving and the large-set row none; the large
+    set's target comes from its reference curves."""
+    store = _family(tmp_path, 0.042)
+    store.freeze(store.target_path("pool"), {"regime": "pool", "target": 0.5, "reference_seeds": [0, 1, 2, 3, 4]})
+    for s in range(5):
+        _write(store, "pool", "equal-batch", "dapo", s, 0.06 + 0.004 * s)  # faster on the test split
+        for protocol, label in (("reference", "grpo"), ("equal-batch", "dapo"), ("matched-updates", "grpo")):
+            _add_large(store, "pool", protocol, label, s, 0.03 + 0.004 * s)  # the same on the large set
+            if s < 4:  # pool-ws1 misses one run's large curve: it stays out
+                _add_large(store, "pool-ws1", protocol, label, s, 0.03)
+    store = RunStore(tmp_path)
+    (row,) = null_controls.measure(store, bases=("pool",), splits=5)
+    large = row["dapo_large_set"]
+    assert large["warm_starts"] == ["pool"] and large["problems"] == 14000
+    assert large["test"]["updates"]["pooled_saving"] > 0.2 and large["test"]["updates"]["warm_starts"] == 1
+    assert abs(large["large"]["updates"]["pooled_saving"]) < 0.01
+    assert large["large"]["at_updates"]["1"]["mean"] == 0 < large["test"]["at_updates"]["1"]["mean"]
+    assert large["large"]["se"] == {"median": 0.004, "max": 0.004} and large["test"]["se"]["max"] > 0.01
+    assert large["test"]["targets"] == {"pool": 0.5}
+    assert large["large"]["targets"]["pool"] == gain_target(
+        [r["heldout_large"]["curve"] for r in store.reference_runs("pool")], TARGET_FRACTION)["target"] != 0.5
+    md = null_controls.markdown([row])
+    assert "| pool | pool | large (14,000) | 0.40 (0.40) |" in md and "| pool | pool | test split (2,000) |" in md
+
+
+def test_no_large_set_table_before_a_warm_start_is_complete(tmp_path: Path) -> None:
+    (row,) = null_controls.measure(_family(tmp_path, 0.042), bases=("pool",), splits=5)
+    assert row["dapo_large_set"] is None and "large held-out set" not in null_controls.markdown([row])

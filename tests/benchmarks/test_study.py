@@ -209,6 +209,91 @@ def test_backfill_refuses_a_run_this_checkout_would_not_train_as_recorded(tmp_pa
         "ledger: rollouts 9 != 8"
 
 
+def test_large_held_out_set_adds_unseen_problems_of_the_test_splits_cells():
+    """The large set is the test split and fresh problems of its cells that no split holds, drawn the same way each
+    time; the used-up cells (one digit, two-digit products) keep their test rows only; another task is refused."""
+    from benchmarks.study import heldout
+
+    the_set = heldout.large_set("hard", fresh=600)
+    train, test, val = study_data.splits(study_data.dataset(plan.regime_params("hard")))
+    rows = the_set["rows"]
+    assert rows[: len(test)] == test and len(rows) == len(test) + 600 == len(test) + the_set["fresh"]
+    fresh = [r["prompt"] for r in rows[len(test):]]
+    assert len(set(fresh)) == 600 and not set(fresh) & {r["prompt"] for r in (*train, *test, *val)}
+    assert all(r["id"].startswith("arith-heldout-") and set(r) == set(test[0]) for r in rows[len(test):])
+    cells = the_set["cells"][len(test):]
+    assert not any(d == 1 or (d, op) == (2, "*") for d, op in cells)
+    assert math.isclose(sum(the_set["shares"].values()), 1.0)
+    open_cells = [c for c in the_set["shares"] if c[0] > 1 and c != (2, "*")]
+    share = the_set["shares"][(3, "+")] / sum(the_set["shares"][c] for c in open_cells)
+    assert abs(cells.count((3, "+")) / 600 - share) < 0.01  # each open cell gets its share of the test split
+    assert heldout.large_set("hard", fresh=600)["sha256"] == the_set["sha256"]
+    with pytest.raises(ValueError, match="arithmetic only"):
+        heldout.large_set("steps", fresh=10)
+
+
+def test_large_held_out_accuracy_weights_cells_as_the_test_split_does():
+    from benchmarks.study import heldout
+
+    shares = {(1, "+"): 0.25, (2, "+"): 0.75}
+    cells = [(1, "+")] * 4 + [(2, "+")] * 8
+    got = heldout.score([1, 1, 0, 0] + [1, 1, 0, 0, 0, 0, 0, 0], cells, shares)
+    assert got["greedy_acc"] == pytest.approx(0.25 * 0.5 + 0.75 * 0.25)  # not the plain mean, 4/12
+    assert got["se"] == pytest.approx(math.sqrt(0.25 ** 2 * 0.25 / 4 + 0.75 ** 2 * 0.1875 / 8))
+    assert got["greedy_acc_d1"] == 0.5 and got["greedy_acc_d2"] == 0.25 and got["n_problems"] == 12
+    with pytest.raises(ValueError, match="has no row"):
+        heldout.score([1], [(1, "+")], shares)
+    with pytest.raises(ValueError, match="2 evaluations of the large set against 1"):
+        heldout.large_curve([{"step": 0}], [got, got])
+
+
+def test_heldout_large_keeps_a_curve_only_from_a_rerun_that_is_the_recorded_run(quick, tmp_path):
+    """Runs are trained again with one more evaluation, on the large set, after each of their own: a rerun equal
+    to the recorded run gives the run file its large-set curve (one point per recorded evaluation, each with its
+    standard error), a run whose recorded curve this code does not train gains nothing, and every outcome is
+    recorded so that --limit resumes and nothing is tried twice. Training itself is untouched."""
+    import shutil
+
+    from benchmarks.study import heldout
+    from rlvr_core import training
+
+    out = tmp_path / "copy"
+    shutil.copytree(quick, out)
+    dapo = sorted((out / "study" / "easy" / "equal-batch" / "dapo").glob("s*.json"))
+    r = json.loads(dapo[1].read_text())
+    r["curve"][1]["greedy_acc"] += 0.01  # a recorded curve this code does not train
+    dapo[1].write_text(json.dumps(r) + "\n")
+    before = {p: json.loads(p.read_text()) for p in dapo}
+    store, evaluate = RunStore(out), training._Run.evaluate
+    cells = ["equal-batch/dapo"]
+    assert heldout.todo(store, "easy", cells) == dapo
+    args = ["--quick", "--regime", "easy", "--heldout-large", "--cells", *cells, "--out", str(out)]
+    assert cli.main([*args, "--limit", "1"]) == 0
+    assert training._Run.evaluate is evaluate  # the extra evaluation is gone after the block
+    got = json.loads(dapo[0].read_text())
+    large = got.pop("heldout_large")
+    assert got == before[dapo[0]]  # nothing else in the run file changed
+    assert large["problems"] == 2000 + heldout.QUICK_FRESH and len(large["curve"]) == len(got["curve"])
+    for mine, theirs in zip(large["curve"], got["curve"]):
+        assert mine["cum_rollouts"] == theirs["cum_rollouts"] and 0 <= mine["greedy_acc"] <= 1
+        assert 0 <= mine["se"] < 0.02  # 2,200 problems (0: the quick policy fails every cell)
+    assert heldout.todo(store, "easy", cells) == [dapo[1]]  # --limit 1: the next command resumes
+    assert cli.main(args) == 0
+    assert json.loads(dapo[1].read_text()) == before[dapo[1]]
+    rec = backfill_record(store)
+    assert rec[dapo[1].relative_to(out / "study").as_posix()]["result"] == "differs"
+    assert rec[dapo[0].relative_to(out / "study").as_posix()]["result"] == "reproduced"
+    assert heldout.todo(store, "easy", cells) == []
+    with pytest.raises(ValueError, match="not protocol/variant"):
+        heldout.todo(store, "easy", ["dapo"])
+
+
+def backfill_record(store: RunStore) -> dict:
+    from benchmarks.study import backfill, heldout
+
+    return backfill.record(store, "easy", heldout.RECORD)["runs"]
+
+
 def test_round_price_compares_rounds_with_one_batched_call(quick):
     assert cli.main(["--quick", "--regime", "easy", "--round-price", "--out", str(quick)]) == 0
     res = json.loads((quick / "study" / "training_round_price.json").read_text())

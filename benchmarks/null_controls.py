@@ -26,6 +26,11 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
   control and its diagnosis read on both sets side by side, over the warm starts whose three cells (the reference
   runs that fix the target, DAPO, matched GRPO) were all evaluated on it (``LargeSet``). A gap that one set shows
   and the other does not is evaluation noise; one both show is training.
+- **What the two sides train, from their decision logs** (``trained_recurrence``): over the first updates both
+  sides made (the fewest any run of the warm start made), per update the prompts drawn, the groups and rows
+  trained, and how many times a trained group's prompt had been trained before; DAPO minus matched GRPO seed by
+  seed. DAPO draws more prompts per update (it discards the mixed groups past B); this reads whether it therefore
+  trains on prompts it has trained on more often.
 
 Writes benchmarks/results/null_controls/null_controls.json and null_controls.md (docs/results.md pastes it).
 """
@@ -160,6 +165,62 @@ def large_set_rows(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | 
     return out
 
 
+RECURRENCE = ("drawn", "groups", "rows", "trained_before", "distinct")
+
+
+def _log_stats(log: Path) -> tuple[int, Any]:
+    """A decision log's updates (steps that trained rows) and a function of U: per update over its first U updates,
+    the prompts drawn, groups and rows trained, a trained group's earlier trainings (mean), and the distinct prompts
+    trained in all."""
+    import pandas as pd
+
+    d = pd.read_parquet(log, columns=["step", "prompt_id", "trained_rows"]).sort_values(["step", "prompt_id"],
+                                                                                        kind="stable")
+    steps = np.sort(d.loc[d["trained_rows"] > 0, "step"].unique())
+
+    def upto(u: int) -> dict[str, float]:
+        first = d[d["step"] <= steps[u - 1]]
+        trained = first[first["trained_rows"] > 0]
+        before = trained.groupby("prompt_id").cumcount()
+        return {"drawn": len(first) / u, "groups": len(trained) / u, "rows": float(trained["trained_rows"].sum()) / u,
+                "trained_before": float(before.mean()), "distinct": float(trained["prompt_id"].nunique())}
+    return len(steps), upto
+
+
+def trained_recurrence(store: RunStore, regimes: Sequence[str], boot: int = 2000, seed: int = 0) -> dict | None:
+    """DAPO against matched GRPO in what they train over the updates both made, from the decision logs of the warm
+    starts whose two cells all have one: each side's mean per run, and DAPO minus GRPO over the seed pairs with a
+    95% bootstrap interval resampling pairs within each warm start. None where no warm start has every log."""
+    sides = {DAPO[1]: ("equal-batch", DAPO[1]), DAPO[2]: ("matched-updates", DAPO[2])}
+    per: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    pairs, strata, used = [], [], []
+    for reg in regimes:
+        logs = {k: {r["seed"]: store.cell_dir(reg, *cell) / r["decision_log"]["file"]
+                    for r in store.cell(reg, *cell) if "decision_log" in r} for k, cell in sides.items()}
+        if any(len(logs[k]) != len(store.cell(reg, *sides[k])) or not logs[k] for k in sides):
+            continue
+        stats = {k: {s: _log_stats(p) for s, p in v.items()} for k, v in logs.items()}
+        u = min(n for v in stats.values() for n, _ in v.values())
+        read = {k: {s: f(u) for s, (_, f) in v.items()} for k, v in stats.items()}
+        used.append({"regime": reg, "updates": u})
+        for k in sides:
+            per[k] += read[k].values()
+        for s in sorted(set(read[DAPO[1]]) & set(read[DAPO[2]])):
+            pairs.append([read[DAPO[1]][s][m] - read[DAPO[2]][s][m] for m in RECURRENCE])
+            strata.append(reg)
+    if not pairs:
+        return None
+    d, rng = np.asarray(pairs), np.random.default_rng(seed)
+    groups = [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
+    means = np.stack([d[np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups])].mean(axis=0)
+                      for _ in range(boot)])
+    lo, hi = np.percentile(means, [2.5, 97.5], axis=0)
+    return {"warm_starts": used, "pairs": len(pairs),
+            **{k: {m: float(np.mean([x[m] for x in v])) for m in RECURRENCE} for k, v in per.items()},
+            "difference": {m: {"mean": float(d[:, j].mean()), "lo": float(lo[j]), "hi": float(hi[j])}
+                           for j, m in enumerate(RECURRENCE)}}
+
+
 def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, splits: int = SPLITS) -> list[dict]:
     """Per family: the A/A row, its false positives, and DAPO against matched GRPO in updates and rollouts."""
     store = as_store(out)
@@ -174,7 +235,8 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
                      "dapo_rollouts": _row(store, regimes, *DAPO),
                      "dapo_at_updates": paired_budget(store, regimes, *DAPO, axis="updates"),
                      "dapo_final_updates": _final_updates(store, regimes),
-                     "dapo_large_set": large_set_rows(store, regimes)})
+                     "dapo_large_set": large_set_rows(store, regimes),
+                     "dapo_trained": trained_recurrence(store, regimes)})
     return rows
 
 
@@ -208,7 +270,7 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"| {r['family']} | {_cell(r['aa'])} | {passes} | {'-' if fp is None else pct(fp['p_below_level'])} "
                    f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_cell(r['dapo_updates'])} | "
                    f"{_cell(r['dapo_rollouts'])} |")
-    return "\n".join(out + _equal_updates_md(rows) + _large_set_md(rows)) + "\n"
+    return "\n".join(out + _equal_updates_md(rows) + _large_set_md(rows) + _recurrence_md(rows)) + "\n"
 
 
 def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -258,6 +320,31 @@ def _large_set_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             at = x["at_updates"] or {}
             out.append(f"| {r['family']} | {', '.join(d['warm_starts'])} | {label} | {se} | {_cell(x['updates'])} "
                        f"| {diff(at.get('1'))} | {diff(at.get('auc'))} |")
+    return out
+
+
+def _trained_cell(t: Mapping[str, Any], m: str) -> str:
+    d, f = t["difference"][m], ".2f" if m == "trained_before" else ".0f" if m == "distinct" else ".1f"
+    return f"{t[DAPO[1]][m]:{f}} vs {t[DAPO[2]][m]:{f}}: {d['mean']:+{f}} [{d['lo']:+{f}}, {d['hi']:+{f}}]"
+
+
+def _recurrence_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    found = [r for r in rows if r.get("dapo_trained")]
+    if not found:
+        return []
+    names = {"drawn": "prompts drawn per update", "groups": "groups trained per update",
+             "rows": "rows trained per update", "trained_before": "earlier trainings of a trained group's prompt",
+             "distinct": "distinct prompts trained"}
+    out = ["", "What DAPO and matched GRPO train, from their decision logs, over the first updates both made (the "
+           "fewest any run of the warm start made): each side's mean per run, and DAPO minus matched GRPO over the "
+           "seed pairs (95% bootstrap interval resampling pairs within each warm start).", "",
+           "| regime | warm starts (updates read) | pairs | " + " | ".join(names.values()) + " |",
+           "|---|---|---|" + "---|" * len(names)]
+    for r in found:
+        t = r["dapo_trained"]
+
+        ws = ", ".join(f"{w['regime']} ({w['updates']})" for w in t["warm_starts"])
+        out.append(f"| {r['family']} | {ws} | {t['pairs']} | " + " | ".join(_trained_cell(t, m) for m in names) + " |")
     return out
 
 

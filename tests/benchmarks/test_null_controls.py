@@ -145,3 +145,37 @@ def test_the_dapo_control_is_read_on_the_large_set_beside_the_test_split(tmp_pat
 def test_no_large_set_table_before_a_warm_start_is_complete(tmp_path: Path) -> None:
     (row,) = null_controls.measure(_family(tmp_path, 0.042), bases=("pool",), splits=5)
     assert row["dapo_large_set"] is None and "large held-out set" not in null_controls.markdown([row])
+
+
+def _log(store: RunStore, regime: str, protocol: str, label: str, seed: int,
+         steps: list[list[tuple[int, int]]]) -> None:
+    """A decision log: per step, (prompt, trained rows) of each prompt drawn."""
+    import pandas as pd
+
+    path = store.run_file(regime, protocol, label, seed)
+    rows = [{"step": i + 1, "prompt_id": p, "trained_rows": t} for i, step in enumerate(steps) for p, t in step]
+    log = path.with_suffix(".rollouts.parquet")
+    pd.DataFrame(rows).to_parquet(log)
+    run = json.loads(path.read_text())
+    run["decision_log"] = {"file": log.name}
+    path.write_text(json.dumps(run))
+
+
+def test_what_dapo_and_matched_grpo_train_is_read_from_their_decision_logs(tmp_path: Path) -> None:
+    """Over the updates both sides made: DAPO here draws 3 prompts an update, GRPO 2; each trains 2 groups of 8 rows
+    (GRPO one more in a step only DAPO's runs never reach), and DAPO trains prompt 0 a second time."""
+    store = _family(tmp_path, 0.042)
+    for s in range(5):
+        _log(store, "pool", "equal-batch", "dapo", s, [[(0, 8), (1, 8), (2, 0)], [(0, 8), (3, 8), (4, 0)]])
+        _log(store, "pool", "matched-updates", "grpo", s, [[(0, 8), (1, 8)], [(2, 0)], [(3, 8), (4, 8)],
+                                                           [(5, 8), (6, 8), (7, 8)]])
+    store = RunStore(tmp_path)
+    t = null_controls.trained_recurrence(store, ["pool", "pool-ws1"])  # pool-ws1 has no logs: left out
+    assert t["warm_starts"] == [{"regime": "pool", "updates": 2}] and t["pairs"] == 5
+    assert t["dapo"] == {"drawn": 3.0, "groups": 2.0, "rows": 16.0, "trained_before": 0.25, "distinct": 3.0}
+    # GRPO's first 2 updates are steps 1 and 3 (step 2 trained nothing): 5 prompts drawn, 4 groups, none repeated
+    assert t["grpo"] == {"drawn": 2.5, "groups": 2.0, "rows": 16.0, "trained_before": 0.0, "distinct": 4.0}
+    d = t["difference"]
+    assert d["drawn"] == {"mean": 0.5, "lo": 0.5, "hi": 0.5} and d["trained_before"]["mean"] == 0.25
+    md = null_controls.markdown([{**(null_controls.measure(store, bases=("pool",), splits=2)[0])}])
+    assert "| pool | pool (2) | 5 | 3.0 vs 2.5: +0.5 [+0.5, +0.5] |" in md

@@ -130,7 +130,7 @@ def test_the_dapo_control_is_read_on_the_large_set_beside_the_test_split(tmp_pat
     store = RunStore(tmp_path)
     (row,) = null_controls.measure(store, bases=("pool",), splits=5)
     large = row["dapo_large_set"]
-    assert large["warm_starts"] == ["pool"] and large["problems"] == 14000
+    assert large["warm_starts"] == ["pool"] and large["problems"] == 14000 and large["conditioned"] is None
     assert large["test"]["updates"]["pooled_saving"] > 0.2 and large["test"]["updates"]["warm_starts"] == 1
     assert abs(large["large"]["updates"]["pooled_saving"]) < 0.01
     assert large["large"]["at_updates"]["1"]["mean"] == 0 < large["test"]["at_updates"]["1"]["mean"]
@@ -179,3 +179,24 @@ def test_what_dapo_and_matched_grpo_train_is_read_from_their_decision_logs(tmp_p
     assert d["drawn"] == {"mean": 0.5, "lo": 0.5, "hi": 0.5} and d["trained_before"]["mean"] == 0.25
     md = null_controls.markdown([{**(null_controls.measure(store, bases=("pool",), splits=2)[0])}])
     assert "| pool | pool (2) | 5 | 3.0 vs 2.5: +0.5 [+0.5, +0.5] |" in md
+
+
+def test_the_large_set_reading_is_repeated_over_the_conditioned_warm_starts(tmp_path: Path, monkeypatch) -> None:
+    """Where some complete warm start is not conditioned, a second reading covers the conditioned ones only, as the
+    headline rows pool them; the declared reading over all of them comes first."""
+    from benchmarks import warmstarts
+
+    store = _family(tmp_path, 0.042)
+    for regime in ("pool", "pool-ws1"):
+        store.freeze(store.target_path(regime), {"regime": regime, "target": 0.5, "reference_seeds": [0, 1, 2, 3, 4]})
+        for s in range(5):
+            for protocol, label in (("reference", "grpo"), ("equal-batch", "dapo"), ("matched-updates", "grpo")):
+                _add_large(store, regime, protocol, label, s, 0.03 + 0.004 * s)
+    monkeypatch.setattr(warmstarts, "is_conditioned", lambda store, regime: regime == "pool-ws1")
+    (row,) = null_controls.measure(RunStore(tmp_path), bases=("pool",), splits=5)
+    large = row["dapo_large_set"]
+    assert large["warm_starts"] == ["pool", "pool-ws1"] and large["conditioned"]["warm_starts"] == ["pool-ws1"]
+    assert large["conditioned"]["large"]["updates"]["warm_starts"] == 1
+    md = null_controls.markdown([row])
+    assert md.index("| pool | pool, pool-ws1 | large") < md.index("| pool | pool-ws1, conditioned only (read after the "
+                                                                   "row above) | large")

@@ -126,7 +126,7 @@ class LargeSet:
 
     def _refs(self, regime: str) -> list[dict[str, Any]]:
         seeds = set((self.store.target(regime) or {}).get("reference_seeds", []))
-        return [r for r in self.store.reference_runs(regime) if r["seed"] in seeds]
+        return [r for r in self.store.cell(regime, *self.CELLS[0]) if r["seed"] in seeds]  # held in memory
 
     def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
         if regime not in self.complete:

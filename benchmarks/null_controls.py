@@ -48,7 +48,7 @@ import numpy as np
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import p_value, pct
 from benchmarks.study.plan import COMPARISON_FAMILIES
-from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs
+from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs, stratified_draws
 from benchmarks.study.store import RunStore, as_store
 from rlvr_core.stats import TARGET_FRACTION, accuracy_se, gain_target
 
@@ -221,10 +221,8 @@ def trained_recurrence(store: RunStore, regimes: Sequence[str], boot: int = 2000
             strata.append(reg)
     if not pairs:
         return None
-    d, rng = np.asarray(pairs), np.random.default_rng(seed)
-    groups = [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
-    means = np.stack([d[np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups])].mean(axis=0)
-                      for _ in range(boot)])
+    d = np.asarray(pairs)
+    means = d[stratified_draws(strata, boot, seed)].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5], axis=0)
     return {"warm_starts": used, "pairs": len(pairs),
             **{k: {m: float(np.mean([x[m] for x in v])) for m in RECURRENCE} for k, v in per.items()},

@@ -387,6 +387,14 @@ def _budget_stats(curve: Sequence[Mapping[str, float]], budget: float, axis: str
     return [accuracy_at(curve, f * budget, axis) for f in BUDGET_FRACTIONS] + [area_under_curve(curve, budget, axis)]
 
 
+def stratified_draws(strata: Sequence[Any], boot: int, seed: int = 0) -> np.ndarray:
+    """(boot, n) row indices of a bootstrap that resamples the rows of each stratum (e.g. seed pairs within a warm
+    start) with replacement, strata in order of first appearance."""
+    rng = np.random.default_rng(seed)
+    groups = [np.flatnonzero(np.asarray(strata) == s) for s in dict.fromkeys(strata)]
+    return np.stack([np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups]) for _ in range(boot)])
+
+
 def paired_budget(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str, *, boot: int = 2000,
                   seed: int = 0, axis: str = "cum_rollouts") -> dict[str, Any] | None:
     """Statistics that survive a flat curve: accuracy at fixed fractions of the regime's budget and the area under
@@ -408,10 +416,8 @@ def paired_budget(store: Cells, regimes: Sequence[str], protocol: str, ours: str
     if not rows:
         return None
     d = np.asarray(rows, float)
-    rng = np.random.default_rng(seed)
-    groups = [np.flatnonzero(np.asarray(strata) == s) for s in dict.fromkeys(strata)]
-    draws = np.stack([np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups]) for _ in range(boot)])
-    out: dict[str, Any] = {"pairs": len(rows), "warm_starts": len(groups)}
+    draws = stratified_draws(strata, boot, seed)
+    out: dict[str, Any] = {"pairs": len(rows), "warm_starts": len(dict.fromkeys(strata))}
     for j, name in enumerate(names):
         col = d[:, j]
         ok = np.isfinite(col)

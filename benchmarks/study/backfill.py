@@ -21,7 +21,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from benchmarks.study import data as D
 from benchmarks.study.execute import _commit, _now, curve_difference, run_one, run_params
@@ -112,18 +112,18 @@ def clear(path: Path, store: RunStore, work: Path) -> None:
 
 
 def reproduce(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
-              params_file: Path = PARAMS_FILE) -> tuple[dict[str, Any], dict[str, Any] | None, Path | None]:
-    """Train the run at ``path`` again in a scratch store: (outcome, the rerun's result, its decision log). The
+              params_file: Path = PARAMS_FILE) -> tuple[dict[str, Any], Path | None]:
+    """Train the run at ``path`` again in a scratch store: (outcome, the rerun's decision log). The
     outcome's ``result`` is "reproduced" (the scratch store is kept for the caller, who ``clear``s it), "differs"
     or "not rerun" (the scratch store is gone), with ``why``."""
     run = json.loads(path.read_text())
     regime = path.parts[-4]
     grid = tuple(run["grid"]) if run.get("grid") else None
     if why := settings_differ(store, run, regime, params_file):
-        return {"result": "not rerun", "why": why}, None, None
+        return {"result": "not rerun", "why": why}, None
     if run.get("policy_sha256") not in ({data["policy_sha256"]} | store.accepted_policies(regime)):
         return {"result": "not rerun", "why": f"policy {data['policy_sha256'][:12]} is not the run's "
-                f"{str(run.get('policy_sha256'))[:12]}"}, None, None
+                f"{str(run.get('policy_sha256'))[:12]}"}, None
     scratch = _scratch(store, path, work)
     clear(path, store, work)
     for frozen in (store.target_path(regime), store.matched_path(regime)):
@@ -138,10 +138,10 @@ def reproduce(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Pat
     entry: dict[str, Any] = {"commit": _commit(), "at": _now(), "rerun_s": round(time.perf_counter() - t0, 1)}
     if diff := same_run(rerun, run):
         clear(path, store, work)
-        return {**entry, "result": "differs", "why": diff}, None, None
+        return {**entry, "result": "differs", "why": diff}, None
     log = scratch.run_file(regime, run["protocol"], run["variant"], run["seed"], grid,
                            run.get("split", "test")).with_suffix(".rollouts.parquet")
-    return {**entry, "result": "reproduced"}, rerun, log if log.exists() else None
+    return {**entry, "result": "reproduced"}, log if log.exists() else None
 
 
 def attach_log(path: Path, log: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,10 +152,17 @@ def attach_log(path: Path, log: Path, entry: Mapping[str, Any]) -> dict[str, Any
             "backfilled": {"commit": entry["commit"], "at": entry["at"]}}
 
 
+def write_run(path: Path, run: Mapping[str, Any]) -> None:
+    """Rewrite a run file atomically (a killed process leaves the old file or the new one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run) + "\n")
+    tmp.replace(path)
+
+
 def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
                  params_file: Path = PARAMS_FILE) -> dict[str, Any]:
     """Reproduce one run in a scratch store and attach its decision log if the rerun is the recorded run."""
-    entry, _, log = reproduce(store, path, data, work=work, params_file=params_file)
+    entry, log = reproduce(store, path, data, work=work, params_file=params_file)
     if entry["result"] != "reproduced":
         return entry
     if log is None:
@@ -163,37 +170,48 @@ def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: 
         return {**entry, "result": "not rerun", "why": "the rerun wrote no decision log"}
     run = json.loads(path.read_text())
     run["decision_log"] = attach_log(path, log, entry)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run) + "\n")
-    tmp.replace(path)
+    write_run(path, run)
     clear(path, store, work)
     return {**entry, "evaluations": len(run["curve"])}
+
+
+def rerun_each(store: RunStore, regime: str, paths: Sequence[Path], one: Callable[[Path, bool], dict[str, Any]],
+               *, done: str, record: str = RECORD, rule: str = RULE, limit: int | None = None,
+               log: Log = print) -> dict[str, int]:
+    """Rerun up to ``limit`` of ``paths`` (all when None) with ``one(path, quick)``, skipping a run whose file has
+    gained ``done`` or that another process has claimed; each outcome is noted in ``record``. Returns the outcomes
+    counted."""
+    counts: dict[str, int] = {}
+    for path in paths:
+        if limit is not None and sum(counts.values()) >= limit:
+            break
+        run = json.loads(path.read_text())
+        if done in run or not store.claim(path):
+            continue  # another process took it
+        try:
+            rel = path.relative_to(store.root).as_posix()
+            entry = one(path, bool(run.get("quick")))
+            note(store, regime, rel, entry, record, rule)
+        finally:
+            store.release(path)
+        counts[entry["result"]] = counts.get(entry["result"], 0) + 1
+        log(f"[{regime}] {rel}: {entry['result']}" + (f" ({entry['why']})" if "why" in entry else
+                                                         f" in {entry.get('rerun_s', 0):.0f} s"))
+    return counts
 
 
 def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None = None,
                   params_file: Path = PARAMS_FILE, log: Log = print) -> dict[str, int]:
     """Backfill up to ``limit`` runs of ``regime`` (all when None); returns the outcomes counted."""
     todo = missing(store, regime)
-    counts: dict[str, int] = {}
     data: dict[bool, dict[str, Any]] = {}  # the regime's data and policy, by the runs' quick flag
+
+    def one(path: Path, quick: bool) -> dict[str, Any]:
+        if quick not in data:
+            data[quick] = D.load_data(regime, work, quick, params_file)
+        return backfill_one(store, path, data[quick], work=work, params_file=params_file)
+
     log(f"[{regime}] {len(todo)} run(s) without a decision log")
-    for path in todo:
-        if limit is not None and sum(counts.values()) >= limit:
-            break
-        run = json.loads(path.read_text())
-        if "decision_log" in run or not store.claim(path):
-            continue  # another process took it
-        try:
-            quick = bool(run.get("quick"))
-            if quick not in data:
-                data[quick] = D.load_data(regime, work, quick, params_file)
-            rel = path.relative_to(store.root).as_posix()
-            entry = backfill_one(store, path, data[quick], work=work, params_file=params_file)
-            note(store, regime, rel, entry)
-        finally:
-            store.release(path)
-        counts[entry["result"]] = counts.get(entry["result"], 0) + 1
-        log(f"[{regime}] {rel}: {entry['result']}" + (f" ({entry['why']})" if "why" in entry else
-                                                         f" in {entry.get('rerun_s', 0):.0f} s"))
+    counts = rerun_each(store, regime, todo, one, done="decision_log", limit=limit, log=log)
     log(f"[{regime}] backfill: {counts or 'nothing to do'}; {len(missing(store, regime))} left")
     return counts

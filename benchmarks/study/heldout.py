@@ -172,30 +172,19 @@ def heldout_large(store: RunStore, regime: str, *, work: Path, cells: Sequence[s
     """Evaluate up to ``limit`` runs of ``cells`` of ``regime`` (all when None) on the large set; returns the
     outcomes counted."""
     paths = todo(store, regime, cells)
-    log(f"[{regime}] {len(paths)} run(s) of {', '.join(cells)} without the large held-out curve")
-    counts: dict[str, int] = {}
     loaded: dict[bool, tuple[dict[str, Any], dict[str, Any]]] = {}  # the set and the regime's data, by quick flag
-    for path in paths:
-        if limit is not None and sum(counts.values()) >= limit:
-            break
-        run = json.loads(path.read_text())
-        if "heldout_large" in run or not store.claim(path):
-            continue  # another process took it
-        try:
-            quick = bool(run.get("quick"))
-            if quick not in loaded:
-                the_set = large_set(regime, QUICK_FRESH if quick else FRESH, params_file=params_file)
-                loaded[quick] = the_set, D.load_data(regime, work, quick, params_file)
-                log(f"[{regime}] large held-out set: {len(the_set['rows'])} problems ({the_set['fresh']} beside "
-                    f"the test split's {the_set['test_rows']}), sha256 {the_set['sha256'][:12]}")
-            rel = path.relative_to(store.root).as_posix()
-            entry = evaluate_run(store, path, *loaded[quick], work=work, params_file=params_file)
-            B.note(store, regime, rel, entry, RECORD, RULE)
-        finally:
-            store.release(path)
-        counts[entry["result"]] = counts.get(entry["result"], 0) + 1
-        log(f"[{regime}] {rel}: {entry['result']}" + (f" ({entry['why']})" if "why" in entry else
-                                                         f" in {entry.get('rerun_s', 0):.0f} s"))
+
+    def one(path: Path, quick: bool) -> dict[str, Any]:
+        if quick not in loaded:
+            the_set = large_set(regime, QUICK_FRESH if quick else FRESH, params_file=params_file)
+            loaded[quick] = the_set, D.load_data(regime, work, quick, params_file)
+            log(f"[{regime}] large held-out set: {len(the_set['rows'])} problems ({the_set['fresh']} beside "
+                f"the test split's {the_set['test_rows']}), sha256 {the_set['sha256'][:12]}")
+        return evaluate_run(store, path, *loaded[quick], work=work, params_file=params_file)
+
+    log(f"[{regime}] {len(paths)} run(s) of {', '.join(cells)} without the large held-out curve")
+    counts = B.rerun_each(store, regime, paths, one, done="heldout_large", record=RECORD, rule=RULE, limit=limit,
+                          log=log)
     log(f"[{regime}] large held-out set: {counts or 'nothing to do'}; {len(todo(store, regime, cells))} left")
     return counts
 
@@ -205,7 +194,7 @@ def evaluate_run(store: RunStore, path: Path, the_set: Mapping[str, Any], data: 
     """Reproduce one run with the large set's evaluation beside its own; keep the curve if the rerun is the run."""
     found: list[dict[str, float]] = []
     with extra_evaluation(the_set, found):
-        entry, rerun, log = B.reproduce(store, path, data, work=work, params_file=params_file)
+        entry, log = B.reproduce(store, path, data, work=work, params_file=params_file)
     if entry["result"] != "reproduced":
         return entry
     run = json.loads(path.read_text())
@@ -214,9 +203,7 @@ def evaluate_run(store: RunStore, path: Path, the_set: Mapping[str, Any], data: 
                             "evaluated": {"commit": entry["commit"], "at": entry["at"]}}
     if "decision_log" not in run and log is not None:
         run["decision_log"] = B.attach_log(path, log, entry)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run) + "\n")
-    tmp.replace(path)
+    B.write_run(path, run)
     B.clear(path, store, work)
     worst = max(f["se"] for f in found)
     return {**entry, "evaluations": len(found), "largest_se": round(worst, 5)}

@@ -47,7 +47,7 @@ import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import p_value, pct
-from benchmarks.study.plan import COMPARISON_FAMILIES
+from benchmarks.study.plan import COMPARISON_FAMILIES, PROTOCOLS
 from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs, stratified_draws
 from benchmarks.study.store import RunStore, as_store
 from rlvr_core.stats import TARGET_FRACTION, accuracy_se, gain_target
@@ -243,6 +243,8 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
                      "dapo_updates": _row(store, regimes, *DAPO, axis="updates"),
                      "dapo_rollouts": _row(store, regimes, *DAPO),
                      "dapo_at_updates": paired_budget(store, regimes, *DAPO, axis="updates"),
+                     "aa_at_updates": paired_budget(store, regimes, *AA, axis="updates",
+                                                    seed_offset=PROTOCOLS[AA[0]].first_seed),
                      "dapo_final_updates": _final_updates(store, regimes),
                      "dapo_large_set": large_set_rows(store, regimes),
                      "dapo_trained": trained_recurrence(store, regimes)})
@@ -292,16 +294,21 @@ def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     out = ["", "The DAPO control's diagnosis: DAPO's held-out accuracy minus matched GRPO's, in points, seed by seed, "
            "at fractions of the fewest updates any run of the warm start's two cells made, and averaged to there "
            "(area under the curve); 95% bootstrap interval resampling seed pairs within each warm start. Beside it "
-           "the median updates each side made by the end of its rollout budget.", "",
-           "| regime | pairs (warm starts) | " + " | ".join(f"at {float(n):.0%} of the updates" for n in names)
-           + " | area under the curve | updates made: dapo, matched grpo |", "|---|---|" + "---|" * (len(names) + 2)]
+           "the median updates each side made by the end of its rollout budget, and the A/A control read the same "
+           f"way (grpo[aa] seed {PROTOCOLS[AA[0]].first_seed} + i against reference seed i, over the warm starts "
+           "that ran it): the gap the instrument shows at equal updates when allocation is equal.", "",
+           "| regime | comparison | pairs (warm starts) | "
+           + " | ".join(f"at {float(n):.0%} of the updates" for n in names)
+           + " | area under the curve | updates made: dapo, matched grpo |",
+           "|---|---|---|" + "---|" * (len(names) + 2)]
     for r in rows:
-        d, fu = r.get("dapo_at_updates"), r.get("dapo_final_updates") or {}
-        if d is None:
-            continue
+        fu = r.get("dapo_final_updates") or {}
         made = ", ".join("-" if fu.get(k) is None else f"{fu[k]:.0f}" for k in ("dapo", "grpo"))
-        out.append(f"| {r['family']} | {d['pairs']} ({d['warm_starts']}) | "
-                   + " | ".join(cell(d[n]) for n in names) + f" | {cell(d['auc'])} | {made} |")
+        for key, label, end in (("dapo_at_updates", "dapo vs matched grpo", made),
+                                ("aa_at_updates", "A/A: grpo[aa] vs grpo", "-")):
+            if (d := r.get(key)) is not None:
+                out.append(f"| {r['family']} | {label} | {d['pairs']} ({d['warm_starts']}) | "
+                           + " | ".join(cell(d[n]) for n in names) + f" | {cell(d['auc'])} | {end} |")
     return out
 
 

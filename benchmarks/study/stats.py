@@ -396,18 +396,19 @@ def stratified_draws(strata: Sequence[Any], boot: int, seed: int = 0) -> np.ndar
 
 
 def paired_budget(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base: str, *, boot: int = 2000,
-                  seed: int = 0, axis: str = "cum_rollouts") -> dict[str, Any] | None:
+                  seed: int = 0, axis: str = "cum_rollouts", seed_offset: int = 0) -> dict[str, Any] | None:
     """Statistics that survive a flat curve: accuracy at fixed fractions of the regime's budget and the area under
     the curve to it, each as ours - base over the (warm start, seed) pairs both cells ran, with the mean difference
     and a 95% bootstrap interval resampling pairs within each warm start. None where no pair exists. On another
     ``axis`` (``updates``) the budget of a warm start is the least any run of its two cells reached on it, so that
-    every run is read over the same range."""
+    every run is read over the same range. Ours' seed s pairs with base's seed s - ``seed_offset`` (the A/A's runs
+    take seeds 5-9 against the reference runs' 0-4)."""
     names = [f"{f:g}" for f in BUDGET_FRACTIONS] + ["auc"]
     rows, strata = [], []
     for regime, _t, a, b in matched_cells(store, regimes, protocol, ours, base)[0]:
         budget = REGIMES[base_regime(regime, REGIMES)[0]].budget if axis == "cum_rollouts" else \
             min(r["curve"][-1][axis] for r in (*a, *b))
-        by_seed = {r["seed"]: r for r in b}
+        by_seed = {r["seed"] + seed_offset: r for r in b}
         for r in a:
             if r["seed"] in by_seed:
                 x, y = _budget_stats(r["curve"], budget, axis), _budget_stats(by_seed[r["seed"]]["curve"], budget, axis)

@@ -103,7 +103,22 @@ def test_the_dapo_control_is_read_again_at_equal_updates(tmp_path: Path) -> None
     assert row["dapo_final_updates"] == {"dapo": 25.0, "grpo": 55.0}
     assert d["1"]["lo"] > 0 and d["1"]["mean"] > 0  # read to 25 updates, where every run still is
     md = null_controls.markdown([row])
-    assert "| pool | 10 (2) |" in md and "at 100% of the updates" in md
+    assert "| pool | dapo vs matched grpo | 10 (2) |" in md and "at 100% of the updates" in md
+
+
+def test_the_a_a_is_read_at_equal_updates_with_its_seeds_paired(tmp_path: Path) -> None:
+    """grpo[aa] seed 5 + i pairs with reference seed i: here it rises 0.002 per evaluation faster than its pair, so
+    every pair differs by 1.1 points at half of the 55 updates all the runs made (5.5 evaluations in)."""
+    (row,) = null_controls.measure(_family(tmp_path, 0.042), bases=("pool",), splits=5)
+    aa = row["aa_at_updates"]
+    assert aa["pairs"] == 10 and aa["warm_starts"] == 2
+    assert abs(aa["0.5"]["mean"] - 0.011) < 1e-9 and abs(aa["0.5"]["lo"] - 0.011) < 1e-9
+    md = null_controls.markdown([row])
+    assert "| pool | A/A: grpo[aa] vs grpo | 10 (2) | " in md and " | +1.1 [+1.1, +1.1] | " in md
+    store = RunStore(tmp_path / "no-aa")
+    store.freeze(store.target_path("pool"), {"regime": "pool", "target": 0.5})
+    (row,) = null_controls.measure(store, bases=("pool",))
+    assert row["aa_at_updates"] is None and "| pool | A/A: grpo[aa] vs grpo |" not in null_controls.markdown([row])
 
 
 def _add_large(store: RunStore, regime: str, protocol: str, label: str, seed: int, speed: float) -> None:

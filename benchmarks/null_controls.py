@@ -176,24 +176,28 @@ def large_set_rows(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | 
     return out
 
 
-RECURRENCE = ("drawn", "groups", "rows", "trained_before", "distinct")
+RECURRENCE = ("drawn", "groups", "rows", "tokens", "pass_rate", "trained_before", "distinct")
 
 
 def _log_stats(log: Path) -> tuple[int, Any]:
     """A decision log's updates (steps that trained rows) and a function of U: per update over its first U updates,
-    the prompts drawn, groups and rows trained, a trained group's earlier trainings (mean), and the distinct prompts
-    trained in all."""
+    the prompts drawn, groups, rows and tokens trained (a group's tokens times its trained share of its rollouts),
+    a trained group's pass rate and earlier trainings (means over trained groups), and the distinct prompts trained
+    in all."""
     import pandas as pd
 
-    d = pd.read_parquet(log, columns=["step", "prompt_id", "trained_rows"]).sort_values(["step", "prompt_id"],
-                                                                                        kind="stable")
+    d = pd.read_parquet(log, columns=["step", "prompt_id", "trained_rows", "rollouts", "passes", "tokens"]
+                        ).sort_values(["step", "prompt_id"], kind="stable")
     steps = np.sort(d.loc[d["trained_rows"] > 0, "step"].unique())
 
     def upto(u: int) -> dict[str, float]:
         first = d[d["step"] <= steps[u - 1]]
         trained = first[first["trained_rows"] > 0]
         before = trained.groupby("prompt_id").cumcount()
+        share = trained["trained_rows"] / trained["rollouts"]
         return {"drawn": len(first) / u, "groups": len(trained) / u, "rows": float(trained["trained_rows"].sum()) / u,
+                "tokens": float((trained["tokens"] * share).sum()) / u,
+                "pass_rate": float((trained["passes"] / trained["rollouts"]).mean()),
                 "trained_before": float(before.mean()), "distinct": float(trained["prompt_id"].nunique())}
     return len(steps), upto
 
@@ -342,8 +346,11 @@ def _large_set_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+_DIGITS = {"trained_before": ".2f", "pass_rate": ".3f", "distinct": ".0f", "tokens": ".0f"}
+
+
 def _trained_cell(t: Mapping[str, Any], m: str) -> str:
-    d, f = t["difference"][m], ".2f" if m == "trained_before" else ".0f" if m == "distinct" else ".1f"
+    d, f = t["difference"][m], _DIGITS.get(m, ".1f")
     return f"{t[DAPO[1]][m]:{f}} vs {t[DAPO[2]][m]:{f}}: {d['mean']:+{f}} [{d['lo']:+{f}}, {d['hi']:+{f}}]"
 
 
@@ -352,7 +359,9 @@ def _recurrence_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not found:
         return []
     names = {"drawn": "prompts drawn per update", "groups": "groups trained per update",
-             "rows": "rows trained per update", "trained_before": "earlier trainings of a trained group's prompt",
+             "rows": "rows trained per update", "tokens": "tokens trained per update",
+             "pass_rate": "a trained group's pass rate",
+             "trained_before": "earlier trainings of a trained group's prompt",
              "distinct": "distinct prompts trained"}
     out = ["", "What DAPO and matched GRPO train, from their decision logs, over the first updates both made (the "
            "fewest any run of the warm start made): each side's mean per run, and DAPO minus matched GRPO over the "

@@ -164,11 +164,13 @@ def test_no_large_set_table_before_a_warm_start_is_complete(tmp_path: Path) -> N
 
 def _log(store: RunStore, regime: str, protocol: str, label: str, seed: int,
          steps: list[list[tuple[int, int]]]) -> None:
-    """A decision log: per step, (prompt, trained rows) of each prompt drawn."""
+    """A decision log: per step, (prompt, trained rows) of each prompt drawn; 8 rollouts of 3 tokens each, a trained
+    group passing 2 of them and one not trained none."""
     import pandas as pd
 
     path = store.run_file(regime, protocol, label, seed)
-    rows = [{"step": i + 1, "prompt_id": p, "trained_rows": t} for i, step in enumerate(steps) for p, t in step]
+    rows = [{"step": i + 1, "prompt_id": p, "trained_rows": t, "rollouts": 8, "passes": 2 if t else 0, "tokens": 24}
+            for i, step in enumerate(steps) for p, t in step]
     log = path.with_suffix(".rollouts.parquet")
     pd.DataFrame(rows).to_parquet(log)
     run = json.loads(path.read_text())
@@ -187,9 +189,11 @@ def test_what_dapo_and_matched_grpo_train_is_read_from_their_decision_logs(tmp_p
     store = RunStore(tmp_path)
     t = null_controls.trained_recurrence(store, ["pool", "pool-ws1"])  # pool-ws1 has no logs: left out
     assert t["warm_starts"] == [{"regime": "pool", "updates": 2}] and t["pairs"] == 5
-    assert t["dapo"] == {"drawn": 3.0, "groups": 2.0, "rows": 16.0, "trained_before": 0.25, "distinct": 3.0}
+    assert t["dapo"] == {"drawn": 3.0, "groups": 2.0, "rows": 16.0, "tokens": 48.0, "pass_rate": 0.25,
+                         "trained_before": 0.25, "distinct": 3.0}
     # GRPO's first 2 updates are steps 1 and 3 (step 2 trained nothing): 5 prompts drawn, 4 groups, none repeated
-    assert t["grpo"] == {"drawn": 2.5, "groups": 2.0, "rows": 16.0, "trained_before": 0.0, "distinct": 4.0}
+    assert t["grpo"] == {"drawn": 2.5, "groups": 2.0, "rows": 16.0, "tokens": 48.0, "pass_rate": 0.25,
+                         "trained_before": 0.0, "distinct": 4.0}
     d = t["difference"]
     assert d["drawn"] == {"mean": 0.5, "lo": 0.5, "hi": 0.5} and d["trained_before"]["mean"] == 0.25
     md = null_controls.markdown([{**(null_controls.measure(store, bases=("pool",), splits=2)[0])}])

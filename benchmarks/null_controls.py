@@ -24,8 +24,8 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
 - **The DAPO control on the large held-out set** (benchmarks/study/heldout.py: the test split's 2,000 problems and
   12,000 more of the same cells, an evaluation's standard error about a third of a point): the same runs, the
   control and its diagnosis read on both sets side by side, over the warm starts whose three cells (the reference
-  runs that fix the target, DAPO, matched GRPO) were all evaluated on it (``LargeSet``). A gap that one set shows
-  and the other does not is evaluation noise; one both show is training.
+  runs that fix the target, DAPO, matched GRPO) were all evaluated on it (``benchmarks.large_set.LargeSet``). A
+  gap that one set shows and the other does not is evaluation noise; one both show is training.
 - **What the two sides train, from their decision logs** (``trained_recurrence``): over the first updates both
   sides made (the fewest any run of the warm start made), per update the prompts drawn, the groups and rows
   trained, and how many times a trained group's prompt had been trained before; DAPO minus matched GRPO seed by
@@ -46,11 +46,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.large_set import LargeSet, evaluation_se
 from benchmarks.study.formats import p_value, pct
 from benchmarks.study.plan import COMPARISON_FAMILIES, PROTOCOLS
 from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs, stratified_draws
 from benchmarks.study.store import RunStore, as_store
-from rlvr_core.stats import TARGET_FRACTION, accuracy_se, gain_target
 
 AA = ("null-aa", "grpo[aa]", "grpo")
 DAPO = ("matched-updates", "dapo", "grpo")
@@ -110,44 +110,8 @@ def passes(aa: Mapping[str, Any]) -> bool:
     return aa["pooled_saving"] is not None and lo <= 0 <= hi and abs(aa["pooled_saving"]) <= TOLERANCE
 
 
-class LargeSet:
-    """The runs read on the large held-out set: a run's curve is its ``heldout_large`` curve, and a warm start's
-    target comes from its reference runs' curves there by the study's rule (``gain_target``, the seeds its frozen
-    target lists). ``complete`` lists the warm starts of ``regimes`` whose reference, DAPO and matched GRPO runs all
-    have one; the view holds those only."""
-
-    CELLS = (("reference", "grpo"), ("equal-batch", "dapo"), ("matched-updates", "grpo"))
-
-    def __init__(self, store: RunStore, regimes: Sequence[str]) -> None:
-        self.store = store
-        self.complete = [r for r in regimes if all(
-            runs and all("heldout_large" in run for run in runs)
-            for runs in (self._refs(r), *(store.cell(r, *c) for c in self.CELLS[1:])))]
-
-    def _refs(self, regime: str) -> list[dict[str, Any]]:
-        seeds = set((self.store.target(regime) or {}).get("reference_seeds", []))
-        return [r for r in self.store.cell(regime, *self.CELLS[0]) if r["seed"] in seeds]  # held in memory
-
-    def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
-        if regime not in self.complete:
-            return []
-        return [{**r, "curve": r["heldout_large"]["curve"]} for r in self.store.cell(regime, protocol, label)]
-
-    def target_value(self, regime: str) -> float | None:
-        if regime not in self.complete:
-            return None
-        return gain_target([r["heldout_large"]["curve"] for r in self._refs(regime)], TARGET_FRACTION)["target"]
-
-    def preregistration(self, regime: str) -> dict[str, Any] | None:
-        return self.store.preregistration(regime)
-
-
-def _se(store: Any, regimes: Sequence[str], large: bool) -> dict[str, float] | None:
-    """The median and largest standard error of one evaluation of the control's runs (the test split's from its
-    accuracy and size; the large set's as recorded)."""
-    ses = [e["se"] if large else accuracy_se(e["greedy_acc"], int(r["eval_size"]))
-           for reg in regimes for c in LargeSet.CELLS[1:] for r in store.cell(reg, *c) for e in r["curve"]]
-    return {"median": float(np.median(ses)), "max": float(max(ses))} if ses else None
+# the DAPO control's cells beside the reference runs, as the large-set view reads them
+LARGE_CELLS = (("equal-batch", "dapo"), ("matched-updates", "grpo"))
 
 
 def _on_both_sets(store: RunStore, view: LargeSet, regimes: Sequence[str]) -> dict[str, Any]:
@@ -155,7 +119,7 @@ def _on_both_sets(store: RunStore, view: LargeSet, regimes: Sequence[str]) -> di
     for name, cells in (("test", store), ("large", view)):
         out[name] = {"updates": _row(cells, regimes, *DAPO, axis="updates"),
                      "at_updates": paired_budget(cells, regimes, *DAPO, axis="updates"),
-                     "se": _se(cells, regimes, name == "large"),
+                     "se": evaluation_se(cells, regimes, LARGE_CELLS, name == "large"),
                      "targets": {r: cells.target_value(r) for r in regimes}}
     return out
 
@@ -166,11 +130,10 @@ def large_set_rows(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | 
     set, the conditioned ones among them, the warm starts the headline rows pool (read after the first)."""
     from benchmarks.warmstarts import is_conditioned
 
-    view = LargeSet(store, regimes)
+    view = LargeSet(store, regimes, LARGE_CELLS)
     if not view.complete:
         return None
-    out = {**_on_both_sets(store, view, view.complete),
-           "problems": store.cell(view.complete[0], *DAPO[:2])[0]["heldout_large"]["problems"]}
+    out = {**_on_both_sets(store, view, view.complete), "problems": view.problems()}
     cond = [r for r in view.complete if is_conditioned(store, r)]
     out["conditioned"] = _on_both_sets(store, view, cond) if cond and cond != view.complete else None
     return out

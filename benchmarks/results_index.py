@@ -57,6 +57,7 @@ WRITERS: tuple[Writer, ...] = (
     Writer("floor/*", "python -m benchmarks.floor", "floor", SUMMARY),
     Writer("group_size/*", "python -m benchmarks.group_size", "group_size", SUMMARY),
     Writer("null_controls/*", "python -m benchmarks.null_controls", "null_controls", SUMMARY),
+    Writer("large_set/*", "python -m benchmarks.large_set", "large_set", SUMMARY),
     Writer("readme/*", "python -m benchmarks.readme", "readme",
            "from warmstarts/training_warmstarts.json, study/training_protocols.json and "
            "allocation/allocation_targets.json; pasted into README.md and docs/results.md"),

@@ -38,13 +38,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.large_set import RECORD
 from benchmarks.study import backfill as B
 from benchmarks.study import data as D
 from benchmarks.study.plan import PARAMS_FILE, regime_params
 from benchmarks.study.store import RunStore
 
 Log = Callable[[str], Any]
-RECORD = "heldout_large.json"
 FRESH = 12000  # problems beside the test split's 2,000: an SE of at most 0.5 points at any accuracy
 QUICK_FRESH = 200  # a --quick run's (its runs evaluate 100 problems)
 SEED = 36

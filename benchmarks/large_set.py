@@ -24,7 +24,8 @@ was read (2026-12-06):
 
 A saving that the test split shows and the large set does not was evaluation noise.
 
-Writes benchmarks/results/large_set/large_set.json and large_set.md (docs/results.md pastes it).
+Writes benchmarks/results/large_set/large_set.json, large_set.md (docs/results.md pastes it) and, once a row is
+read, large_set.png (each read row's saving on both sets).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.common import RESULTS, output_dir
+from benchmarks.common import RESULTS, output_dir, save_figure
 from benchmarks.study import backfill as B
 from benchmarks.study.formats import p_value, pct
 from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, Comparison
@@ -178,7 +179,7 @@ def _read(x: Mapping[str, Any]) -> str:
             f"{x['warm_starts']} (p {per})")
 
 
-def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+def markdown(rows: Sequence[Mapping[str, Any]], figure: bool = False) -> str:
     size = next((r["problems"] for r in rows if r.get("problems")), None)
     out = ["The rows against uniform GRPO read on the large held-out set"
            f"{f' ({size:,} problems)' if size else ''} beside the test split, over the same runs and conditioned warm "
@@ -200,6 +201,8 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         se = " / ".join(f"{100 * r[k]['se']['median']:.2f}" for k in ("test", "large"))
         out.append(f"| {r['family']} | {r['ours']} | {r['protocol']} | {ws} | {se} | {_read(r['test'])} "
                    f"| **{_read(r['large'])}** |")
+    if figure:
+        out += ["", "![the rows read on both sets](benchmarks/results/large_set/large_set.png)"]
     todo = resume_command([c for r in rows for c in r["missing_cells"]])
     if todo:
         out += ["", "To evaluate the runs left, one command per warm start, about 3 minutes a run. A command may be "
@@ -209,10 +212,42 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def plot(path: Path, rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Each read row's saving and interval on both sets, one line per row; False (nothing drawn) when none is
+    read. An interval end at "never" is drawn to the axis' edge."""
+    read = [r for r in rows if r.get("large")]
+    if not read:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.55 * len(read)))
+    for j, (name, colour, dy) in enumerate((("test", "0.55", -0.14), ("large", "tab:blue", 0.14))):
+        for i, r in enumerate(read):
+            x = r[name]
+            mid = 100 * (x["pooled_saving"] if x["pooled_saving"] is not None else np.nan)
+            lo, hi = (100 * v if v is not None else (-100 if k == "lo" else 100)
+                      for k, v in (("lo", x["pooled_lo"]), ("hi", x["pooled_hi"])))
+            ax.errorbar(mid, i + dy, xerr=[[mid - lo], [hi - mid]], fmt="o", color=colour, capsize=3,
+                        label=(("test split (2,000)", "large set")[j] if i == 0 else None))
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(read)), [f"{r['family']}: {r['ours']} ({r['protocol']})" for r in read], fontsize=8)
+    ax.set_ylim(len(read) - 0.5, -0.5)  # the first row on top
+    ax.set_xlabel("fewer rollouts to target than uniform GRPO, % (pooled; 95% interval)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle("the README's rows on the test split and on the large held-out set")
+    save_figure(fig, path, dpi=100)
+    return True
+
+
 def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
     folder = output_dir(results, "large_set")
     (folder / "large_set.json").write_text(json.dumps(list(rows), indent=1) + "\n")
-    (folder / "large_set.md").write_text(markdown(rows))
+    drawn = plot(folder / "large_set.png", rows)
+    (folder / "large_set.md").write_text(markdown(rows, figure=drawn))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

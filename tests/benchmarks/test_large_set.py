@@ -70,6 +70,8 @@ def test_a_row_is_not_read_until_every_run_has_a_large_curve(tmp_path: Path, con
     # one command per warm start, whatever rows its runs serve
     assert "--regime pool --heldout-large --cells 'equal-rollouts/ar3po' 'equal-rollouts/valor'\n" in md
     assert "--regime pool --warm-start 1 --heldout-large --cells 'equal-rollouts/ar3po'\n" in md
+    large_set.write([row], tmp_path / "results")  # nothing read: no figure
+    assert not (tmp_path / "results" / "large_set" / "large_set.png").exists()
 
 
 def test_a_complete_row_is_read_on_both_sets(tmp_path: Path, conditioned) -> None:
@@ -88,6 +90,10 @@ def test_a_complete_row_is_read_on_both_sets(tmp_path: Path, conditioned) -> Non
     md = large_set.markdown([row])
     assert "(14,000 problems)" in md and "| pool | ar3po | equal-rollouts | pool, pool-ws1 |" in md
     assert " / 0.40 | " in md and "runs to evaluate" not in md and "```" not in md
+    large_set.write([row], tmp_path / "results")
+    folder = tmp_path / "results" / "large_set"
+    assert (folder / "large_set.png").stat().st_size > 1000
+    assert "large_set.png)" in (folder / "large_set.md").read_text()
 
 
 def test_unconditioned_warm_starts_stay_out(tmp_path: Path, monkeypatch) -> None:

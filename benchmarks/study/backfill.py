@@ -175,12 +175,16 @@ def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: 
     return {**entry, "evaluations": len(run["curve"])}
 
 
+NO_POLICY = {"result": "not rerun", "why": "the run recorded no policy digest, so no policy can be shown to be its"}
+
+
 def rerun_each(store: RunStore, regime: str, paths: Sequence[Path], one: Callable[[Path, bool], dict[str, Any]],
                *, done: str, record: str = RECORD, rule: str = RULE, limit: int | None = None,
                log: Log = print) -> dict[str, int]:
     """Rerun up to ``limit`` of ``paths`` (all when None) with ``one(path, quick)``, skipping a run whose file has
-    gained ``done`` or that another process has claimed; each outcome is noted in ``record``. Returns the outcomes
-    counted."""
+    gained ``done`` or that another process has claimed; a run without a policy digest is not rerun (``NO_POLICY``,
+    before ``one`` loads the regime's data or builds its policy). Each outcome is noted in ``record``. Returns the
+    outcomes counted."""
     counts: dict[str, int] = {}
     for path in paths:
         if limit is not None and sum(counts.values()) >= limit:
@@ -190,7 +194,8 @@ def rerun_each(store: RunStore, regime: str, paths: Sequence[Path], one: Callabl
             continue  # another process took it
         try:
             rel = path.relative_to(store.root).as_posix()
-            entry = one(path, bool(run.get("quick")))
+            # no digest, no policy to rerun from (reproduce would refuse it too): say so before loading any data
+            entry = one(path, bool(run.get("quick"))) if run.get("policy_sha256") else NO_POLICY
             note(store, regime, rel, entry, record, rule)
         finally:
             store.release(path)

@@ -188,6 +188,24 @@ def test_backfill_gives_a_run_its_decision_log_only_when_the_rerun_is_the_record
         cli.main(["--regime", "easy", "--limit", "2", "--out", str(out)])  # --limit belongs to --backfill-logs
 
 
+def test_a_run_without_a_policy_digest_is_not_rerun_and_nothing_is_loaded_for_it(tmp_path):
+    """Its policy cannot be shown to be the run's, so the rerun is refused before the regime's data (and a warm start
+    it would build) is loaded; the outcome is recorded, so the run is not tried again."""
+    from benchmarks.study import backfill
+
+    store = RunStore(tmp_path)
+    path = store.run_file("hard", "reference", "grpo", 0)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"variant": "grpo", "protocol": "reference", "seed": 0}))
+
+    def one(path, quick):
+        raise AssertionError("loaded data for a run without a policy digest")
+
+    counts = backfill.rerun_each(store, "hard", [path], one, done="decision_log", log=lambda _m: None)
+    assert counts == {"not rerun": 1}
+    assert backfill.record(store, "hard")["runs"]["hard/reference/grpo/s0.json"] == backfill.NO_POLICY
+
+
 def test_backfill_refuses_a_run_this_checkout_would_not_train_as_recorded(tmp_path):
     from benchmarks.study import backfill
 

@@ -47,9 +47,9 @@ import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.large_set import LargeSet, evaluation_se
-from benchmarks.study.formats import p_value, pct
+from benchmarks.study.formats import p_value, pct, points_ci
 from benchmarks.study.plan import COMPARISON_FAMILIES, PROTOCOLS
-from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs, stratified_draws
+from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs, stratified_t_interval
 from benchmarks.study.store import RunStore, as_store
 
 AA = ("null-aa", "grpo[aa]", "grpo")
@@ -76,8 +76,10 @@ class Split:
         self.store, self.pooled, self.ours = store, pooled, ours
 
     def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+        """One side's runs, their seeds renumbered 0, 1, ... so that paired statistics pair the sides at random."""
         runs, mine = self.pooled[regime], set(self.ours[regime].tolist())
-        return [r for i, r in enumerate(runs) if (i in mine) == (label == AA[1])]
+        side = [r for i, r in enumerate(runs) if (i in mine) == (label == AA[1])]
+        return [{**r, "seed": j} for j, r in enumerate(side)]
 
     def target_value(self, regime: str) -> float | None:
         return self.store.target_value(regime)
@@ -86,20 +88,32 @@ class Split:
         return self.store.preregistration(regime)
 
 
+GAP_AXES = ("updates", "cum_rollouts")  # the accuracy gaps' axes: the DAPO diagnosis's and the fixed-budget table's
+GAP_STATS = ("1", "auc")  # at the end of the common range, and averaged over it
+
+
 def false_positives(store: RunStore, regimes: Sequence[str], splits: int = SPLITS, seed: int = 0) -> dict[str, Any]:
     """The A/A runs of ``regimes`` re-split ``splits`` times: the share of splits with p < LEVEL and with the
-    interval wholly above zero."""
+    interval wholly above zero; and, for the accuracy gaps read on seed pairs (stats.paired_budget, the sides paired
+    at random), the share whose 95% interval excludes zero (5% expected) on each GAP_AXES, per GAP_STATS."""
     pooled = {r: store.cell(r, *AA[:2]) + store.cell(r, AA[0], AA[2]) for r in regimes}
     pooled = {r: runs for r, runs in pooled.items() if store.cell(r, *AA[:2])}
     rng = np.random.default_rng(seed)
     low_p = above = 0
+    gaps = {x: dict.fromkeys(GAP_STATS, 0) for x in GAP_AXES}
     for _ in range(splits):
         ours = {r: rng.permutation(len(runs))[: len(runs) // 2] for r, runs in pooled.items()}
-        row = _row(Split(store, pooled, ours), list(pooled), *AA, boot=500)
+        view = Split(store, pooled, ours)
+        row = _row(view, list(pooled), *AA, boot=500)
         low_p += row["p_value_stratified"] is not None and row["p_value_stratified"] < LEVEL
         above += row["pooled_lo"] is not None and row["pooled_lo"] > 0
+        for x in GAP_AXES:
+            d = paired_budget(view, list(pooled), *AA, axis=x)
+            for k in GAP_STATS:
+                gaps[x][k] += d[k]["lo"] is not None and not d[k]["lo"] <= 0 <= d[k]["hi"]
     return {"splits": splits, "warm_starts": len(pooled), "runs": sum(map(len, pooled.values())),
-            "p_below_level": low_p / splits, "interval_above_zero": above / splits, "level": LEVEL}
+            "p_below_level": low_p / splits, "interval_above_zero": above / splits, "level": LEVEL,
+            "gap_excludes_zero": {x: {k: n / splits for k, n in v.items()} for x, v in gaps.items()}}
 
 
 def passes(aa: Mapping[str, Any]) -> bool:
@@ -165,10 +179,10 @@ def _log_stats(log: Path) -> tuple[int, Any]:
     return len(steps), upto
 
 
-def trained_recurrence(store: RunStore, regimes: Sequence[str], boot: int = 2000, seed: int = 0) -> dict | None:
+def trained_recurrence(store: RunStore, regimes: Sequence[str]) -> dict | None:
     """DAPO against matched GRPO in what they train over the updates both made, from the decision logs of the warm
     starts whose two cells all have one: each side's mean per run, and DAPO minus GRPO over the seed pairs with a
-    95% bootstrap interval resampling pairs within each warm start. None where no warm start has every log."""
+    95% interval (``stratified_t_interval``, warm starts as strata). None where no warm start has every log."""
     sides = {DAPO[1]: ("equal-batch", DAPO[1]), DAPO[2]: ("matched-updates", DAPO[2])}
     per: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
     pairs, strata, used = [], [], []
@@ -189,11 +203,10 @@ def trained_recurrence(store: RunStore, regimes: Sequence[str], boot: int = 2000
     if not pairs:
         return None
     d = np.asarray(pairs)
-    means = d[stratified_draws(strata, boot, seed)].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5], axis=0)
+    ci = [stratified_t_interval(d[:, j], strata) for j in range(len(RECURRENCE))]
     return {"warm_starts": used, "pairs": len(pairs),
             **{k: {m: float(np.mean([x[m] for x in v])) for m in RECURRENCE} for k, v in per.items()},
-            "difference": {m: {"mean": float(d[:, j].mean()), "lo": float(lo[j]), "hi": float(hi[j])}
+            "difference": {m: {"mean": float(d[:, j].mean()), "lo": ci[j][0], "hi": ci[j][1]}
                            for j, m in enumerate(RECURRENCE)}}
 
 
@@ -234,33 +247,39 @@ def _cell(r: Mapping[str, Any] | None) -> str:
             f"{r['base_runs']} runs, {r['warm_starts']} warm start{'s' * (r['warm_starts'] != 1)}")
 
 
+def _gap_fp(fp: Mapping[str, Any] | None) -> str:
+    if fp is None or "gap_excludes_zero" not in fp:
+        return "-"
+    g = fp["gap_excludes_zero"]
+    return "; ".join(f"{'at equal updates' if x == 'updates' else 'at fixed budget'}: {pct(g[x]['1'])} at the end, "
+                     f"{pct(g[x]['auc'])} for the area" for x in GAP_AXES)
+
+
 def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     out = ["Savings in fitted rollouts (or updates) to each warm start's own target, pooled over its family's warm "
            "starts as the headline rows are (95% bootstrap interval, one-sided rank test stratified by warm start). "
            f"A/A passes when its interval covers zero and its point estimate is within {pct(TOLERANCE)}; its false "
            f"positives re-split each warm start's ten runs {SPLITS} times (expected: {pct(LEVEL)} with p < "
-           f"{LEVEL:g}, 2.5% with the interval above zero).", "",
+           f"{LEVEL:g}, 2.5% with the interval above zero), and read the accuracy gaps of the tables below and of "
+           "the fixed-budget table on those splits, the two sides paired at random.", "",
            "| regime | A/A: grpo[aa] vs grpo | passes | A/A splits with p < 0.05 | A/A splits with interval above 0 "
-           "| dapo vs matched grpo, updates | dapo vs matched grpo, rollouts |", "|---|---|---|---|---|---|---|"]
+           "| A/A splits whose accuracy-gap interval excludes 0 (5% expected) "
+           "| dapo vs matched grpo, updates | dapo vs matched grpo, rollouts |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fp = r["aa_false_positives"]
         passes = "-" if r["aa_passes"] is None else "yes" if r["aa_passes"] else "**no**"
         out.append(f"| {r['family']} | {_cell(r['aa'])} | {passes} | {'-' if fp is None else pct(fp['p_below_level'])} "
-                   f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_cell(r['dapo_updates'])} | "
-                   f"{_cell(r['dapo_rollouts'])} |")
+                   f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_gap_fp(fp)} "
+                   f"| {_cell(r['dapo_updates'])} | {_cell(r['dapo_rollouts'])} |")
     return "\n".join(out + _equal_updates_md(rows) + _large_set_md(rows) + _recurrence_md(rows)) + "\n"
 
 
 def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     names = [f"{f:g}" for f in BUDGET_FRACTIONS]
 
-    def cell(v: Mapping[str, Any]) -> str:
-        return "-" if v["mean"] is None else \
-            f"{100 * v['mean']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
-
     out = ["", "The DAPO control's diagnosis: DAPO's held-out accuracy minus matched GRPO's, in points, seed by seed, "
            "at fractions of the fewest updates any run of the warm start's two cells made, and averaged to there "
-           "(area under the curve); 95% bootstrap interval resampling seed pairs within each warm start. Beside it "
+           "(area under the curve); 95% t interval from the spread within each warm start. Beside it "
            "the median updates each side made by the end of its rollout budget, and the A/A control read the same "
            f"way (grpo[aa] seed {PROTOCOLS[AA[0]].first_seed} + i against reference seed i, over the warm starts "
            "that ran it): the gap the instrument shows at equal updates when allocation is equal.", "",
@@ -275,7 +294,7 @@ def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                                 ("aa_at_updates", "A/A: grpo[aa] vs grpo", "-")):
             if (d := r.get(key)) is not None:
                 out.append(f"| {r['family']} | {label} | {d['pairs']} ({d['warm_starts']}) | "
-                           + " | ".join(cell(d[n]) for n in names) + f" | {cell(d['auc'])} | {end} |")
+                           + " | ".join(points_ci(d[n]) for n in names) + f" | {points_ci(d['auc'])} | {end} |")
     return out
 
 
@@ -283,10 +302,6 @@ def _large_set_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     found = [r for r in rows if r.get("dapo_large_set")]
     if not found:
         return []
-
-    def diff(v: Mapping[str, Any] | None) -> str:
-        return "-" if v is None or v["mean"] is None else \
-            f"{100 * v['mean']:+.1f} [{100 * v['lo']:+.1f}, {100 * v['hi']:+.1f}]"
 
     out = ["", f"The DAPO control on the large held-out set ({found[0]['dapo_large_set']['problems']:,} problems: "
            "the test split and more of its cells, weighted as the test split; benchmarks/study/heldout.py), beside the "
@@ -304,8 +319,9 @@ def _large_set_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 x = reading[name]
                 se = "-" if x["se"] is None else f"{100 * x['se']['median']:.2f} ({100 * x['se']['max']:.2f})"
                 at = x["at_updates"] or {}
+                gaps = " | ".join(points_ci(at[k]) if k in at else "-" for k in ("1", "auc"))
                 out.append(f"| {r['family']} | {', '.join(reading['warm_starts'])}{which} | {label} | {se} "
-                           f"| {_cell(x['updates'])} | {diff(at.get('1'))} | {diff(at.get('auc'))} |")
+                           f"| {_cell(x['updates'])} | {gaps} |")
     return out
 
 
@@ -314,7 +330,8 @@ _DIGITS = {"trained_before": ".2f", "pass_rate": ".3f", "distinct": ".0f", "toke
 
 def _trained_cell(t: Mapping[str, Any], m: str) -> str:
     d, f = t["difference"][m], _DIGITS.get(m, ".1f")
-    return f"{t[DAPO[1]][m]:{f}} vs {t[DAPO[2]][m]:{f}}: {d['mean']:+{f}} [{d['lo']:+{f}}, {d['hi']:+{f}}]"
+    ci = "" if d["lo"] is None else f" [{d['lo']:+{f}}, {d['hi']:+{f}}]"
+    return f"{t[DAPO[1]][m]:{f}} vs {t[DAPO[2]][m]:{f}}: {d['mean']:+{f}}{ci}"
 
 
 def _recurrence_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -328,7 +345,7 @@ def _recurrence_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              "distinct": "distinct prompts trained"}
     out = ["", "What DAPO and matched GRPO train, from their decision logs, over the first updates both made (the "
            "fewest any run of the warm start made): each side's mean per run, and DAPO minus matched GRPO over the "
-           "seed pairs (95% bootstrap interval resampling pairs within each warm start).", "",
+           "seed pairs (95% t interval from the spread within each warm start).", "",
            "| regime | warm starts (updates read) | pairs | " + " | ".join(names.values()) + " |",
            "|---|---|---|" + "---|" * len(names)]
     for r in found:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study.formats import p_eq, p_value, pct, points
+from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci
 from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
 from benchmarks.study.stats import BUDGET_FRACTIONS, compare, conditioning, holm, paired_budget, pooled_costs
 from benchmarks.study.store import RunStore, as_store
@@ -135,19 +135,18 @@ def budget_md(rows: Sequence[Mapping[str, Any]]) -> str:
         return ""
     names = [f"{f:g}" for f in BUDGET_FRACTIONS]
 
-    def cell(v: Mapping[str, Any]) -> str:
-        return "-" if v["mean"] is None else f"{points(v['mean'])} [{points(v['lo'])}, {points(v['hi'])}]"
-
     out = ["Held-out accuracy of the allocator minus its baseline's, in points, at fixed fractions of the regime's "
            "rollout budget (each run's isotonic fit) and averaged over the whole budget (area under the curve): the "
-           "mean over the (warm start, seed) pairs both cells ran, 95% bootstrap interval resampling pairs within "
-           "each warm start. These read a flat curve where a reach to target cannot.", "",
+           "mean over the (warm start, seed) pairs both cells ran, with a 95% t interval from the spread within each "
+           "warm start (checked on the A/A runs: docs/results.md, null controls). These read a flat curve where a "
+           "reach to target cannot.", "",
            "| regime | protocol | allocator vs baseline | pairs (warm starts) | "
            + " | ".join(f"at {pct(float(n))} of budget" for n in names) + " | area under the curve |",
            "|---|---|---|---|" + "---|" * (len(names) + 1)]
     for r in rows:
         out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['pairs']} "
-                   f"({r['warm_starts']}) | " + " | ".join(cell(r[n]) for n in names) + f" | {cell(r['auc'])} |")
+                   f"({r['warm_starts']}) | " + " | ".join(points_ci(r[n]) for n in (*names, "auc"))
+                   + " |")
     return "\n".join(out) + "\n"
 
 

@@ -36,6 +36,14 @@ def points(v: float | None) -> str:
     return NEVER if v is None or not math.isfinite(v) else f"{100 * v:+.1f}"
 
 
+def points_ci(v: Mapping[str, Any]) -> str:
+    """A mean difference in points with its interval (stats.paired_budget's entries): ``+0.5 [+0.1, +0.9]``; ``-``
+    without pairs; the mean alone where no interval could be formed."""
+    if v["mean"] is None:
+        return "-"
+    return points(v["mean"]) + ("" if v["lo"] is None else f" [{points(v['lo'])}, {points(v['hi'])}]")
+
+
 def p_value(v: float | None) -> str:
     """A p-value: three decimals, ``< 0.001`` below that."""
     return "-" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"

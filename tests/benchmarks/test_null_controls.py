@@ -43,12 +43,14 @@ def test_an_a_a_from_the_same_runs_passes_and_its_false_positives_are_counted(tm
     assert row["aa_passes"] is True and abs(aa["pooled_saving"]) <= null_controls.TOLERANCE
     fp = row["aa_false_positives"]
     assert fp["splits"] == 20 and fp["runs"] == 20 and fp["warm_starts"] == 2
-    for share in (fp["p_below_level"], fp["interval_above_zero"]):  # shares of the 20 splits, far below half
-        assert round(share * 20) == share * 20 and share < 0.5
+    gaps = fp["gap_excludes_zero"]
+    assert set(gaps) == {"updates", "cum_rollouts"} and all(set(g) == {"1", "auc"} for g in gaps.values())
+    for share in (fp["p_below_level"], fp["interval_above_zero"], *(v for g in gaps.values() for v in g.values())):
+        assert round(share * 20) == share * 20 and share < 0.5  # shares of the 20 splits, far below half
     # DAPO's cells equal matched GRPO's (the same speeds, other seeds): about zero in updates and rollouts
     assert abs(row["dapo_updates"]["pooled_saving"]) < 0.05 and row["dapo_updates"]["axis"] == "updates"
     md = null_controls.markdown([row])
-    assert "| pool | " in md and "| yes |" in md
+    assert "| pool | " in md and "| yes |" in md and "at equal updates: " in md and "at fixed budget: " in md
 
 
 def test_an_a_a_that_separates_fails(tmp_path: Path) -> None:

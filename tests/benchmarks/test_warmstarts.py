@@ -224,3 +224,16 @@ def test_headline_rows_pool_conditioned_warm_starts_and_name_the_others(tmp_path
     assert full["warm_starts"] == 2 and full["left_out_unconditioned"] == []
     assert head["warm_starts"] == 1 and head["left_out_unconditioned"] == ["pool-ws1"]
     assert "pool-ws1 left out: not conditioned" in W.summary_md([head])
+
+
+def test_the_paired_interval_pools_the_spread_within_each_warm_start() -> None:
+    """Each warm start's own mean is taken out, so a shift between warm starts does not widen the interval:
+    variance 4 / (6 - 2), t(0.975, 4) = 2.776; one pair per warm start leaves no degree of freedom."""
+    import math
+
+    from benchmarks.study.stats import stratified_t_interval
+
+    lo, hi = stratified_t_interval([1, 2, 3, 10, 11, 12], ["a"] * 3 + ["b"] * 3)
+    half = 2.7764451 * math.sqrt(1 / 6)
+    assert lo == pytest.approx(6.5 - half) and hi == pytest.approx(6.5 + half)
+    assert stratified_t_interval([1.0, 2.0], ["a", "b"]) == (None, None)

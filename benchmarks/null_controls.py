@@ -11,7 +11,8 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
 - **A/A false positives**: the ten runs of each warm start re-split at random into two sets of five (``SPLITS``
   seeded draws, the same split drawn for every warm start of a family at once), each split read as a comparison:
   the share whose stratified p lies below 0.05 (the stated level) and the share whose 95% interval lies wholly
-  above zero (a claimed saving; 2.5% expected).
+  above zero (a claimed saving; 2.5% expected); and, the two sides paired at random, the share whose accuracy-gap
+  interval (stats.paired_budget, at equal updates and at a fixed budget) excludes zero (5% expected).
 - **DAPO against matched GRPO** in updates to target: DAPO picks its groups as GRPO does, so at matched effective
   groups per update (the matched-updates protocol) its saving in updates should be about zero; beside it the same
   cells in rollouts.
@@ -20,17 +21,18 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
   (benchmarks.study.stats.paired_budget on the updates axis). A reach to target can fail the control for reasons
   other than training: DAPO spends more rollouts per update, so its runs end after fewer updates (a run that ends
   below the target counts as never), and a flat target turns small accuracy gaps into large reach gaps. Read at
-  equal updates over the range both made, neither applies.
+  equal updates over the range both made, neither applies. The A/A is read the same way beside it (grpo[aa] seed
+  5 + i against reference seed i).
 - **The DAPO control on the large held-out set** (benchmarks/study/heldout.py: the test split's 2,000 problems and
   12,000 more of the same cells, an evaluation's standard error about a third of a point): the same runs, the
   control and its diagnosis read on both sets side by side, over the warm starts whose three cells (the reference
   runs that fix the target, DAPO, matched GRPO) were all evaluated on it (``benchmarks.large_set.LargeSet``). A
   gap that one set shows and the other does not is evaluation noise; one both show is training.
 - **What the two sides train, from their decision logs** (``trained_recurrence``): over the first updates both
-  sides made (the fewest any run of the warm start made), per update the prompts drawn, the groups and rows
-  trained, and how many times a trained group's prompt had been trained before; DAPO minus matched GRPO seed by
-  seed. DAPO draws more prompts per update (it discards the mixed groups past B); this reads whether it therefore
-  trains on prompts it has trained on more often.
+  sides made (the fewest any run of the warm start made), per update the prompts drawn and the groups, rows and
+  tokens trained, a trained group's pass rate, and how many times its prompt had been trained before; DAPO minus
+  matched GRPO seed by seed. DAPO draws more prompts per update (it discards the mixed groups past B); this reads
+  whether it therefore trains on prompts it has trained on more often, or on other groups.
 
 Writes benchmarks/results/null_controls/null_controls.json and null_controls.md (docs/results.md pastes it).
 """

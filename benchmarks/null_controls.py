@@ -28,6 +28,14 @@ of warm starts (docs/training-study.md, "Null controls", declared before their r
   control and its diagnosis read on both sets side by side, over the warm starts whose three cells (the reference
   runs that fix the target, DAPO, matched GRPO) were all evaluated on it (``benchmarks.large_set.LargeSet``). A
   gap that one set shows and the other does not is evaluation noise; one both show is training.
+- **The DAPO control replicated on fresh seeds** (protocol ``null-dapo``, declared before its runs, after the
+  control had failed on pool): the same two configurations, DAPO at B and GRPO at the matched-updates batch, on
+  seeds 5-9 of pool, pool-ws2, pool-ws3 and pool-ws4 (the warm starts of the control's large-set reading; pool-ws1's
+  policy is not kept in artifacts/warmstart). Read as the control is, on seeds 5-9 alone (the replication) and on
+  seeds 0-9 pooled: updates to target (passes when the interval covers zero and the point estimate lies within
+  10%) and the accuracy gap at equal updates, at the end and for the area (passes when its interval covers zero);
+  on the test split, and on the large set once every run of the replication is evaluated there. No seeds are
+  added after it is read.
 - **What the two sides train, from their decision logs** (``trained_recurrence``): over the first updates both
   sides made (the fewest any run of the warm start made), per update the prompts drawn and the groups, rows and
   tokens trained, a trained group's pass rate, and how many times its prompt had been trained before; DAPO minus

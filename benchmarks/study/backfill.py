@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from benchmarks.study import data as D
 from benchmarks.study.execute import _commit, _now, curve_difference, run_one, run_params
-from benchmarks.study.plan import PARAMS_FILE, VARIANTS
+from benchmarks.study.plan import PARAMS_FILE, VARIANTS, matched_entry
 from benchmarks.study.store import RunStore
 
 Log = Callable[[str], Any]
@@ -87,10 +87,10 @@ def settings_differ(store: RunStore, run: Mapping[str, Any], regime: str,
     if label not in VARIANTS:
         return f"variant {label!r} is no longer in the plan"
     batch = None
-    if protocol.startswith("matched-updates"):
+    if entry := matched_entry(protocol, label):
         if (m := store.matched(regime)) is None:
             return "no matched.json to size its batch"
-        batch = int(m[protocol])
+        batch = int(m[entry])
     cfg = run_params(regime, label, run["seed"], quick=bool(run.get("quick")),
                      grid=tuple(run["grid"]) if run.get("grid") else None, protocol=protocol, params_file=params_file,
                      batch=batch).train

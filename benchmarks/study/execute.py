@@ -34,6 +34,7 @@ from benchmarks.study.plan import (
     grid_seeds,
     grid_tag,
     labels,
+    matched_entry,
     regime,
     regime_params,
     select,
@@ -103,7 +104,8 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
     """Train one run and write its result file (atomically) at ``path``."""
     from rlvr_core.training import check_and_train
 
-    batch = matched_sizes(store, regime_name, protocol) if protocol.startswith("matched-updates") else None
+    entry = matched_entry(protocol, label)
+    batch = matched_sizes(store, regime_name, entry) if entry else None
     params = run_params(regime_name, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file,
                         batch=batch)
     rows = data["test"] if split == "test" else data["validation"]
@@ -297,7 +299,7 @@ def verify_policy(store: RunStore, regime_name: str, *, work: Path, params_file:
         "rerun_commit": _commit(), "verified_at": _now()})
 
 
-def matched_sizes(store: RunStore, regime_name: str, protocol: str) -> int:
+def matched_sizes(store: RunStore, regime_name: str, entry: str) -> int:
     """The prompt batch of a matched-updates run, frozen in ``study/<regime>/matched.json`` from the reference
     (uniform GRPO) runs before any matched run: E = their median effective groups per update at batch B.
     ``matched-updates`` (grpo): round(B x B / E) prompts, whose expected effective groups equal the equal-batch
@@ -316,7 +318,7 @@ def matched_sizes(store: RunStore, regime_name: str, protocol: str) -> int:
         m = store.freeze(store.matched_path(regime_name), {
             "reference_batch": b, "effective_groups_per_update": e, "reference_seeds": [r["seed"] for r in runs],
             "matched-updates": max(1, round(b * b / e)), "matched-updates-small": max(1, round(e)), "set_at": _now()})
-    return int(m[protocol])
+    return int(m[entry])
 
 
 def preregister(store: RunStore, regime_name: str, data: Mapping[str, Any], quick: bool,

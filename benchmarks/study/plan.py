@@ -79,10 +79,11 @@ _EB_ALL = {"equal-batch": ALL, "matched-updates-small": ALL}
 VARIANTS: dict[str, Variant] = {v.label: v for v in (
     Variant("grpo", "grpo", {}, "B prompts x k, train on all",
             runs={"reference": ALL, "equal-rollouts": ALL, "tuned": ALL, "matched-updates": ALL,
-                  "group-size": ROLLOUT_GRID},
+                  "group-size": ROLLOUT_GRID, "null-dapo": ("pool",)},
             headline=("reference", "matched-updates"), simulated=True, round_priced=True),
     Variant("dapo", "dapo", {}, "G = B per generation batch, until B mixed groups (cap 8 batches)",
-            runs={**_EB_ALL, "tuned": ALL}, headline=("equal-batch",), simulated=True, round_priced=True),
+            runs={**_EB_ALL, "tuned": ALL, "null-dapo": ("pool",)}, headline=("equal-batch",), simulated=True,
+            round_priced=True),
     Variant("greso", "greso", {}, "DAPO + pre-rollout skipping", runs={**_EB_ALL, "tuned": ALL},
             simulated=True, history=True),
     Variant("sara", "sara", {}, "uniform prior, B committed groups per step", runs={**_EB_ALL, "tuned": ALL},
@@ -201,7 +202,9 @@ class Protocol:
     """A protocol of the study: ``baseline``, the variant its cells are rank-tested against; ``shares``: (protocol,
     labels or None for the variants of ``shares_variants_of``) whose runs this protocol's cells hold too;
     ``order``: the run order of its variants (the rest follow in table order); ``note``: what it fixes;
-    ``first_seed``: its runs' seeds start here (the reference runs' stay 0, 1, ...)."""
+    ``first_seed``: its runs' seeds start here (the reference runs' stay 0, 1, ...); ``matched``: (label, entry of
+    the regime's matched.json) for a variant run at that entry's prompt batch (execute.matched_sizes), as the
+    matched-updates protocols run all of theirs."""
 
     name: str
     baseline: str
@@ -210,6 +213,7 @@ class Protocol:
     shares: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
     shares_variants_of: str = ""
     first_seed: int = 0
+    matched: tuple[tuple[str, str], ...] = ()
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
@@ -226,6 +230,13 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
              order=tuple(f"grpo[k{k}]" if k != 8 else "grpo" for k in K_GRID), shares=(("reference", ("grpo",)),)),
     Protocol("null-aa", "grpo", "uniform GRPO against itself on disjoint seeds (5-9 against the reference runs' "
              "0-4): a null control", shares=(("reference", ("grpo",)),), first_seed=5),
+    # the DAPO control replicated on fresh seeds (docs/training-study.md, "Null controls"), declared before its runs:
+    # on pool its reading failed, and the diagnosis at equal updates put DAPO half a point below matched GRPO, about
+    # 2.5 A/A standard deviations; the same two configurations (DAPO at B, GRPO at the matched-updates batch) on
+    # seeds 5-9 of the warm starts it was read on, so that the gap either recurs on new seeds or does not
+    Protocol("null-dapo", "grpo", "DAPO against GRPO at the matched-updates prompt batch on seeds 5-9 (the DAPO "
+             "control's 0-4): its replication", order=("dapo", "grpo"), first_seed=5,
+             matched=(("grpo", "matched-updates"),)),
     # equal effective groups per update against uniform GRPO at the same lr and schedule (matched_sizes): grpo with
     # a prompt batch whose expected effective groups equal the equal-batch allocators' B, compared with the
     # regime's equal-batch cells; and the converse, the equal-batch variants at B = GRPO-B's effective groups per
@@ -242,6 +253,13 @@ def baseline_of(protocol: str) -> str:
     """The allocator each protocol's cells are tested against: dapo at equal batch (the same B effective groups
     per update), uniform grpo elsewhere."""
     return PROTOCOLS[protocol].baseline
+
+
+def matched_entry(protocol: str, label: str) -> str | None:
+    """The entry of a regime's matched.json whose prompt batch a run of ``label`` under ``protocol`` trains at
+    (None: the regime's own): every run of a matched-updates protocol, and the variants a protocol names in
+    ``matched``."""
+    return protocol if protocol.startswith("matched-updates") else dict(PROTOCOLS[protocol].matched).get(label)
 
 
 def shared_sources(protocol: str) -> tuple[tuple[str, frozenset[str] | None], ...]:
@@ -497,7 +515,7 @@ STEPS_FINE_CRITERIA = {**CRITERIA, "min_rise_rollouts": 0}
 EVAL_GRID = 1536  # rollouts between evaluations of every rollout-grid regime (6 GRPO steps at B=32, k=8)
 STEP_GRID_PROTOCOLS = ("equal-batch", "equal-rollouts", "tuned")
 ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small", "group-size",
-                          "null-aa")
+                          "null-aa", "null-dapo")
 WS_SEP = "-ws"  # "<regime>-ws<J>": the regime from warm start seed J (warmstart.seed = J)
 
 

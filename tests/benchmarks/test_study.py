@@ -373,6 +373,26 @@ def test_matched_sizes_come_from_the_reference_runs_and_are_frozen(tmp_path):
         execute.matched_sizes(RunStore(tmp_path), "dead", "matched-updates")
 
 
+def test_the_dapo_replication_trains_grpo_at_the_matched_batch_and_dapo_at_b(tmp_path):
+    from benchmarks.study import backfill
+
+    assert plan.labels("null-dapo", "pool-ws2") == ("dapo", "grpo") and plan.labels("null-dapo", "hard-ws2") == ()
+    assert plan.PROTOCOLS["null-dapo"].first_seed == 5 and plan.PROTOCOLS["null-dapo"].shares == ()
+    assert plan.matched_entry("null-dapo", "grpo") == "matched-updates" and plan.matched_entry("null-dapo", "dapo") is None
+    assert plan.matched_entry("matched-updates-small", "sara") == "matched-updates-small"
+    for s, eff in enumerate((11.0, 12.2, 13.0)):
+        _ref_file(tmp_path, "pool", s, eff)
+    store = RunStore(tmp_path)
+    assert execute.matched_sizes(store, "pool", "matched-updates") == 84  # frozen before a matched run trains
+    for label, batch in (("grpo", 84), ("dapo", 32)):
+        cfg = execute.run_params("pool", label, 5, protocol="null-dapo",
+                                 batch=84 if label == "grpo" else None).train
+        run = {"variant": label, "protocol": "null-dapo", "seed": 5, "grid": None, "batch_size": batch, "lr": cfg.lr,
+               "k": cfg.k, "allocator_params": cfg.allocator_params.get(label, {})}
+        assert backfill.settings_differ(store, run, "pool") is None, label  # sizes grpo's batch from matched.json
+        assert "batch_size" in backfill.settings_differ(store, {**run, "batch_size": 116 - batch}, "pool")
+
+
 def test_matched_protocols_share_the_cells_they_are_compared_with():
     p = execute.run_params("pool", "grpo", 0, protocol="matched-updates", batch=84).train
     assert p.batch_size == 84 and p.eval_every == 0 and p.eval_every_rollouts == plan.EVAL_GRID

@@ -163,6 +163,61 @@ def large_set_rows(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | 
     return out
 
 
+REPLICATION = ("null-dapo", DAPO[1], DAPO[2])
+
+
+class Replicated:
+    """``cells`` (the store or a LargeSet view) with the replication's runs added to the DAPO control's cells:
+    matched-updates' dapo and grpo hold seeds 0-9."""
+
+    def __init__(self, cells: Any) -> None:
+        self.cells = cells
+
+    def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+        runs = self.cells.cell(regime, protocol, label)
+        if protocol == DAPO[0] and label in DAPO[1:]:
+            runs = runs + self.cells.cell(regime, REPLICATION[0], label)
+        return runs
+
+    def target_value(self, regime: str) -> float | None:
+        return self.cells.target_value(regime)
+
+    def preregistration(self, regime: str) -> dict[str, Any] | None:
+        return self.cells.preregistration(regime)
+
+
+def _control(cells: Any, regimes: Sequence[str], protocol: str) -> dict[str, Any]:
+    """The DAPO control as declared for its replication: updates to target, the accuracy gap at equal updates, and
+    whether each passes (the A/A rule for the first; the interval at the end and for the area covering zero)."""
+    updates = _row(cells, regimes, protocol, DAPO[1], DAPO[2], axis="updates")
+    gaps = paired_budget(cells, regimes, protocol, DAPO[1], DAPO[2], axis="updates")
+    covers = gaps is not None and all(gaps[k]["lo"] is not None and gaps[k]["lo"] <= 0 <= gaps[k]["hi"]
+                                      for k in ("1", "auc"))
+    return {"updates": updates, "updates_pass": updates is not None and passes(updates), "at_updates": gaps,
+            "gap_pass": covers}
+
+
+def replication(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | None:
+    """The DAPO control's replication over the warm starts of ``regimes`` that ran it: seeds 5-9 alone and seeds
+    0-9 pooled, on the test split, and on the large set once every run of those warm starts has a large-set curve
+    (until then the runs still to evaluate and the commands)."""
+    from benchmarks.large_set import missing_cells, resume_command
+
+    ran = [r for r in regimes if store.cell(r, *REPLICATION[:2]) and store.cell(r, REPLICATION[0], REPLICATION[2])]
+    if not ran:
+        return None
+    view = LargeSet(store, ran, (*LARGE_CELLS, *((REPLICATION[0], lab) for lab in REPLICATION[1:])))
+    out: dict[str, Any] = {"warm_starts": ran, "runs": {lab: sum(len(store.cell(r, REPLICATION[0], lab)) for r in ran)
+                                                         for lab in REPLICATION[1:]},
+                           "large_missing": len(view.missing),
+                           "large_commands": resume_command(missing_cells(view.missing))}
+    for name, cells in (("test", store), ("large", view)):
+        if name == "test" or view.complete == ran:
+            out[name] = {"replication": _control(cells, ran, REPLICATION[0]),
+                         "pooled": _control(Replicated(cells), ran, DAPO[0])}
+    return out
+
+
 RECURRENCE = ("drawn", "groups", "rows", "tokens", "pass_rate", "trained_before", "distinct")
 
 
@@ -237,6 +292,7 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
                                                     seed_offset=PROTOCOLS[AA[0]].first_seed),
                      "dapo_final_updates": _final_updates(store, regimes),
                      "dapo_large_set": large_set_rows(store, regimes),
+                     "dapo_replication": replication(store, regimes),
                      "dapo_trained": trained_recurrence(store, regimes)})
     return rows
 
@@ -281,7 +337,8 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"| {r['family']} | {_cell(r['aa'])} | {passes} | {'-' if fp is None else pct(fp['p_below_level'])} "
                    f"| {'-' if fp is None else pct(fp['interval_above_zero'])} | {_gap_fp(fp)} "
                    f"| {_cell(r['dapo_updates'])} | {_cell(r['dapo_rollouts'])} |")
-    return "\n".join(out + _equal_updates_md(rows) + _large_set_md(rows) + _recurrence_md(rows)) + "\n"
+    return "\n".join(out + _equal_updates_md(rows) + _large_set_md(rows) + _replication_md(rows)
+                     + _recurrence_md(rows)) + "\n"
 
 
 def _equal_updates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -333,6 +390,41 @@ def _large_set_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 out.append(f"| {r['family']} | {', '.join(reading['warm_starts'])}{which} | {label} | {se} "
                            f"| {_cell(x['updates'])} | {gaps} |")
     return out
+
+
+def _replication_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    found = [r for r in rows if r.get("dapo_replication")]
+    if not found:
+        return []
+    out = ["", f"The DAPO control replicated on fresh seeds (protocol {REPLICATION[0]}: DAPO at B and GRPO at the "
+           f"matched-updates batch on seeds {PROTOCOLS[REPLICATION[0]].first_seed}-"
+           f"{PROTOCOLS[REPLICATION[0]].first_seed + 4}), declared with its reading before its runs: updates to "
+           f"target passes when its interval covers zero and its point estimate is within {pct(TOLERANCE)}; the "
+           "accuracy gap at equal updates passes when its intervals at the end and for the area cover zero. Read on "
+           "the new seeds alone and on seeds 0-9 pooled; on the large set once all its runs are evaluated there.", "",
+           "| regime | warm starts | seeds | held-out set | dapo vs matched grpo, updates | passes "
+           "| accuracy gap at 100% of the updates | area under the curve | passes |", "|---" * 9 + "|"]
+    for r in found:
+        d = r["dapo_replication"]
+        for name, label in (("test", "test split (2,000)"), ("large", "large (14,000)")):
+            if name not in d:
+                out.append(f"| {r['family']} | {', '.join(d['warm_starts'])} | 5-9, 0-9 | {label} | "
+                           f"{d['large_missing']} runs to evaluate | - | - | - | - |")
+                continue
+            for key, seeds in (("replication", "5-9"), ("pooled", "0-9")):
+                x = d[name][key]
+                at = x["at_updates"] or {}
+                gaps = " | ".join(points_ci(at[k]) if k in at else "-" for k in ("1", "auc"))
+                out.append(f"| {r['family']} | {', '.join(d['warm_starts'])} | {seeds} | {label} "
+                           f"| {_cell(x['updates'])} | {_yes(x['updates_pass'])} | {gaps} | {_yes(x['gap_pass'])} |")
+        if d["large_commands"]:
+            out += ["", "To evaluate the replication's runs on the large set (resumable):", "", "```bash",
+                    *d["large_commands"], "```"]
+    return out
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
 
 
 _DIGITS = {"trained_before": ".2f", "pass_rate": ".3f", "distinct": ".0f", "tokens": ".0f"}

@@ -221,3 +221,40 @@ def test_the_large_set_reading_is_repeated_over_the_conditioned_warm_starts(tmp_
     md = null_controls.markdown([row])
     assert md.index("| pool | pool, pool-ws1 | large") < md.index("| pool | pool-ws1, conditioned only (read after the "
                                                                    "row above) | large")
+
+
+def test_the_dapo_replication_is_read_alone_and_pooled_and_on_the_large_set_once_complete(tmp_path: Path) -> None:
+    """Seeds 5-9 of the replication: here DAPO is slower than matched GRPO on the new seeds, so the replication
+    fails on its own and the pooled reading lies between it and the original control's; the large set is read only
+    once every run of the warm starts that ran it has a curve there."""
+    store = _family(tmp_path, 0.042)
+    store.freeze(store.target_path("pool"), {"regime": "pool", "target": 0.5, "reference_seeds": [0, 1, 2, 3, 4]})
+    assert null_controls.replication(store, ["pool", "pool-ws1"]) is None  # not run yet: no table
+    assert "replicated" not in null_controls.markdown(null_controls.measure(store, bases=("pool",), splits=5))
+    for s in range(5):
+        _write(store, "pool", "null-dapo", "dapo", 5 + s, 0.03 + 0.004 * s)
+        _write(store, "pool", "null-dapo", "grpo", 5 + s, 0.05 + 0.004 * s)
+    rep = null_controls.replication(RunStore(tmp_path), ["pool", "pool-ws1"])
+    assert rep["warm_starts"] == ["pool"] and rep["runs"] == {"dapo": 5, "grpo": 5} and "large" not in rep
+    alone, pooled = rep["test"]["replication"], rep["test"]["pooled"]
+    assert alone["updates"]["ours_runs"] == alone["updates"]["base_runs"] == 5 and alone["updates"]["axis"] == "updates"
+    assert pooled["updates"]["ours_runs"] == pooled["updates"]["base_runs"] == 10
+    assert alone["updates"]["pooled_saving"] < -0.3 and alone["updates_pass"] is False
+    assert alone["at_updates"]["pairs"] == 5 and pooled["at_updates"]["pairs"] == 10
+    assert alone["at_updates"]["1"]["mean"] < pooled["at_updates"]["1"]["mean"] < 0 and alone["gap_pass"] is False
+    # the 10 replication runs and pool's 15 reference and control runs lack a large curve: the command for them
+    assert rep["large_missing"] == 25 and rep["large_commands"] == [
+        "python -m benchmarks.study --regime pool --heldout-large --cells 'reference/grpo' 'equal-batch/dapo' "
+        "'matched-updates/grpo' 'null-dapo/dapo' 'null-dapo/grpo'"]
+    md = null_controls.markdown([{"family": "pool", "aa": None, "aa_passes": None, "aa_false_positives": None,
+                                  "dapo_updates": None, "dapo_rollouts": None, "dapo_replication": rep}])
+    assert "| pool | pool | 5-9 | test split (2,000) |" in md and "| 0-9 | test split" in md
+    assert "| pool | pool | 5-9, 0-9 | large (14,000) | 25 runs to evaluate |" in md and "--heldout-large" in md
+    for s in range(5):  # every run evaluated on the large set, where the two sides learn alike
+        for protocol, label in (("reference", "grpo"), ("equal-batch", "dapo"), ("matched-updates", "grpo")):
+            _add_large(store, "pool", protocol, label, s, 0.03 + 0.004 * s)
+        for label in ("dapo", "grpo"):
+            _add_large(store, "pool", "null-dapo", label, 5 + s, 0.03 + 0.004 * s)
+    large = null_controls.replication(RunStore(tmp_path), ["pool", "pool-ws1"])["large"]
+    assert large["replication"]["updates_pass"] and large["pooled"]["updates_pass"]
+    assert large["replication"]["gap_pass"] and large["replication"]["at_updates"]["1"]["mean"] == 0

@@ -378,7 +378,8 @@ def test_the_dapo_replication_trains_grpo_at_the_matched_batch_and_dapo_at_b(tmp
 
     assert plan.labels("null-dapo", "pool-ws2") == ("dapo", "grpo") and plan.labels("null-dapo", "hard-ws2") == ()
     assert plan.PROTOCOLS["null-dapo"].first_seed == 5 and plan.PROTOCOLS["null-dapo"].shares == ()
-    assert plan.matched_entry("null-dapo", "grpo") == "matched-updates" and plan.matched_entry("null-dapo", "dapo") is None
+    assert plan.matched_entry("null-dapo", "grpo") == "matched-updates"
+    assert plan.matched_entry("null-dapo", "dapo") is None
     assert plan.matched_entry("matched-updates-small", "sara") == "matched-updates-small"
     for s, eff in enumerate((11.0, 12.2, 13.0)):
         _ref_file(tmp_path, "pool", s, eff)

@@ -102,13 +102,22 @@ def evaluation_se(cells: Any, regimes: Sequence[str], read: Sequence[tuple[str, 
     return {"median": float(np.median(ses)), "max": float(max(ses))} if ses else None
 
 
-def _reading(cells: Any, regimes: Sequence[str], c: Comparison, large: bool) -> dict[str, Any] | None:
-    row = compare(cells, regimes, c.protocol, c.ours, c.baseline)
+def pooled_row(cells: Any, regimes: Sequence[str], protocol: str, ours: str, base: str, axis: str = "cum_rollouts",
+               boot: int = 2000) -> dict[str, Any] | None:
+    """The headline's reading of ours against base over ``regimes`` (``stats.compare``) with its pooled saving's
+    bootstrap interval (``pooled_lo``, ``pooled_hi``); None where no warm start ran both cells."""
+    row = compare(cells, regimes, protocol, ours, base, axis=axis)
     if row is None:
         return None
-    ci = pooled_costs(cells, regimes, c.protocol, c.ours, c.baseline, ("cum_rollouts",))["cum_rollouts"]
-    return {**row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"],
-            "se": evaluation_se(cells, regimes, ((c.protocol, c.ours), (c.protocol, c.baseline)), large),
+    ci = pooled_costs(cells, regimes, protocol, ours, base, (axis,), boot=boot)[axis]
+    return {**row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]}
+
+
+def _reading(cells: Any, regimes: Sequence[str], c: Comparison, large: bool) -> dict[str, Any] | None:
+    row = pooled_row(cells, regimes, c.protocol, c.ours, c.baseline)
+    if row is None:
+        return None
+    return {**row, "se": evaluation_se(cells, regimes, ((c.protocol, c.ours), (c.protocol, c.baseline)), large),
             "targets": {r: cells.target_value(r) for r in regimes}}
 
 
@@ -251,9 +260,8 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    rows = measure(RunStore(RESULTS))
-    write(rows, RESULTS)
-    print(markdown(rows))
+    write(measure(RunStore(RESULTS)), RESULTS)
+    print((RESULTS / "large_set" / "large_set.md").read_text(), end="")
     return 0
 
 

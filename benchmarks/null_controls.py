@@ -56,10 +56,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.large_set import LargeSet, evaluation_se
+from benchmarks.large_set import LargeSet, evaluation_se, pooled_row
 from benchmarks.study.formats import p_value, pct, points_ci
 from benchmarks.study.plan import COMPARISON_FAMILIES, PROTOCOLS
-from benchmarks.study.stats import BUDGET_FRACTIONS, compare, paired_budget, pooled_costs, stratified_t_interval
+from benchmarks.study.stats import BUDGET_FRACTIONS, paired_budget, stratified_t_interval
 from benchmarks.study.store import RunStore, as_store
 
 AA = ("null-aa", "grpo[aa]", "grpo")
@@ -67,15 +67,6 @@ DAPO = ("matched-updates", "dapo", "grpo")
 SPLITS = 200  # random re-splits of the A/A runs per family
 LEVEL = 0.05
 TOLERANCE = 0.10  # the A/A point estimate's allowed distance from zero
-
-
-def _row(store: Any, regimes: Sequence[str], protocol: str, ours: str, base: str, axis: str = "cum_rollouts",
-         boot: int = 2000) -> dict[str, Any] | None:
-    row = compare(store, regimes, protocol, ours, base, axis=axis)
-    if row is None:
-        return None
-    ci = pooled_costs(store, regimes, protocol, ours, base, (axis,), boot=boot)[axis]
-    return {**row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]}
 
 
 class Split:
@@ -114,7 +105,7 @@ def false_positives(store: RunStore, regimes: Sequence[str], splits: int = SPLIT
     for _ in range(splits):
         ours = {r: rng.permutation(len(runs))[: len(runs) // 2] for r, runs in pooled.items()}
         view = Split(store, pooled, ours)
-        row = _row(view, list(pooled), *AA, boot=500)
+        row = pooled_row(view, list(pooled), *AA, boot=500)
         low_p += row["p_value_stratified"] is not None and row["p_value_stratified"] < LEVEL
         above += row["pooled_lo"] is not None and row["pooled_lo"] > 0
         for x in GAP_AXES:
@@ -141,7 +132,7 @@ LARGE_CELLS = (("equal-batch", "dapo"), ("matched-updates", "grpo"))
 def _on_both_sets(store: RunStore, view: LargeSet, regimes: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"warm_starts": list(regimes)}
     for name, cells in (("test", store), ("large", view)):
-        out[name] = {"updates": _row(cells, regimes, *DAPO, axis="updates"),
+        out[name] = {"updates": pooled_row(cells, regimes, *DAPO, axis="updates"),
                      "at_updates": paired_budget(cells, regimes, *DAPO, axis="updates"),
                      "se": evaluation_se(cells, regimes, LARGE_CELLS, name == "large"),
                      "targets": {r: cells.target_value(r) for r in regimes}}
@@ -189,7 +180,7 @@ class Replicated:
 def _control(cells: Any, regimes: Sequence[str], protocol: str) -> dict[str, Any]:
     """The DAPO control as declared for its replication: updates to target, the accuracy gap at equal updates, and
     whether each passes (the A/A rule for the first; the interval at the end and for the area covering zero)."""
-    updates = _row(cells, regimes, protocol, DAPO[1], DAPO[2], axis="updates")
+    updates = pooled_row(cells, regimes, protocol, DAPO[1], DAPO[2], axis="updates")
     gaps = paired_budget(cells, regimes, protocol, DAPO[1], DAPO[2], axis="updates")
     covers = gaps is not None and all(gaps[k]["lo"] is not None and gaps[k]["lo"] <= 0 <= gaps[k]["hi"]
                                       for k in ("1", "auc"))
@@ -281,12 +272,12 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, sp
     rows = []
     for base in bases:
         regimes = store.family(base)
-        aa = _row(store, regimes, *AA)
+        aa = pooled_row(store, regimes, *AA)
         rows.append({"family": base, "aa": aa,
                      "aa_passes": None if aa is None else passes(aa),
                      "aa_false_positives": false_positives(store, regimes, splits) if aa is not None else None,
-                     "dapo_updates": _row(store, regimes, *DAPO, axis="updates"),
-                     "dapo_rollouts": _row(store, regimes, *DAPO),
+                     "dapo_updates": pooled_row(store, regimes, *DAPO, axis="updates"),
+                     "dapo_rollouts": pooled_row(store, regimes, *DAPO),
                      "dapo_at_updates": paired_budget(store, regimes, *DAPO, axis="updates"),
                      "aa_at_updates": paired_budget(store, regimes, *AA, axis="updates",
                                                     seed_offset=PROTOCOLS[AA[0]].first_seed),

@@ -96,6 +96,16 @@ def test_a_complete_row_is_read_on_both_sets(tmp_path: Path, conditioned) -> Non
     assert "large_set.png)" in (folder / "large_set.md").read_text()
 
 
+def test_main_prints_what_it_wrote_figure_link_included(tmp_path: Path, conditioned, monkeypatch, capsys) -> None:
+    _store(tmp_path / "results")
+    _evaluate(tmp_path / "results", ("pool", "pool-ws1"))
+    monkeypatch.setattr(large_set, "RESULTS", tmp_path / "results")
+    assert large_set.main([]) == 0
+    printed = capsys.readouterr().out
+    assert printed == (tmp_path / "results" / "large_set" / "large_set.md").read_text()
+    assert "large_set.png)" in printed and "| pool | ar3po |" in printed
+
+
 def test_unconditioned_warm_starts_stay_out(tmp_path: Path, monkeypatch) -> None:
     _store(tmp_path)
     store = _evaluate(tmp_path, ("pool-ws1",))  # pool, left out, need not be evaluated

@@ -523,8 +523,8 @@ STEPS_FINE_CRITERIA = {**CRITERIA, "min_rise_rollouts": 0}
 
 EVAL_GRID = 1536  # rollouts between evaluations of every rollout-grid regime (6 GRPO steps at B=32, k=8)
 STEP_GRID_PROTOCOLS = ("equal-batch", "equal-rollouts", "tuned")
-ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "matched-updates", "matched-updates-small", "group-size",
-                          "null-aa", "null-dapo")
+ROLLOUT_GRID_PROTOCOLS = ("reference", "equal-batch", "equal-rollouts", "matched-updates", "matched-updates-small",
+                          "group-size", "null-aa", "null-dapo")
 WS_SEP = "-ws"  # "<regime>-ws<J>": the regime from warm start seed J (warmstart.seed = J)
 
 
@@ -612,8 +612,10 @@ def step_grid(name: str) -> bool:
 
 
 def reported_protocols(name: str) -> tuple[str, ...]:
-    """The protocols of a regime's plan (training_study.md counts their runs)."""
-    return STEP_GRID_PROTOCOLS if step_grid(name) else ROLLOUT_GRID_PROTOCOLS
+    """The protocols of a regime's plan (training_study.md counts their runs): those with a variant to run there
+    (null-dapo runs on pool's warm starts only), and the reference runs."""
+    return tuple(p for p in (STEP_GRID_PROTOCOLS if step_grid(name) else ROLLOUT_GRID_PROTOCOLS)
+                 if p == "reference" or labels(p, name))
 
 
 def budget_of(name: str) -> int | None:

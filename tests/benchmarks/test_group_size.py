@@ -45,6 +45,9 @@ def test_every_k_of_the_grid_spends_the_same_rollouts_per_update() -> None:
     store = RunStore(Path("/nonexistent"))
     assert store.run_file("pool", "reference", "grpo", 0).parent.name == "grpo"
     assert "group-size" in plan.reported_protocols("pool") and "group-size" not in plan.reported_protocols("hard")
+    # a protocol with nothing to run in a regime is not in its plan: the DAPO replication runs on pool only
+    assert "null-dapo" in plan.reported_protocols("pool-ws3") and "null-dapo" not in plan.reported_protocols("hard-ws3")
+    assert "equal-rollouts" in plan.reported_protocols("hard-ws3") and plan.expected_runs("null-dapo", "pool-ws3") == 15
     # 4 k x 5 test seeds (k = 8's the reference runs) + 4 k x 2 selection seeds on the validation split
     assert plan.expected_runs("group-size", "pool") == 4 * 5 + 4 * len(plan.GRID_SEEDS)
 

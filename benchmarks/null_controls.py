@@ -56,7 +56,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.large_set import LargeSet, evaluation_se, pooled_row
+from benchmarks.large_set import LargeSet, evaluation_se, missing_cells, pooled_row, resume_command
 from benchmarks.study.formats import p_value, pct, points_ci
 from benchmarks.study.plan import COMPARISON_FAMILIES, PROTOCOLS
 from benchmarks.study.stats import BUDGET_FRACTIONS, paired_budget, stratified_t_interval
@@ -192,8 +192,6 @@ def replication(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | Non
     """The DAPO control's replication over the warm starts of ``regimes`` that ran it: seeds 5-9 alone and seeds
     0-9 pooled, on the test split, and on the large set once every run of those warm starts has a large-set curve
     (until then the runs still to evaluate and the commands)."""
-    from benchmarks.large_set import missing_cells, resume_command
-
     ran = [r for r in regimes if store.cell(r, *REPLICATION[:2]) and store.cell(r, REPLICATION[0], REPLICATION[2])]
     if not ran:
         return None

@@ -198,6 +198,8 @@ def replication(store: RunStore, regimes: Sequence[str]) -> dict[str, Any] | Non
     view = LargeSet(store, ran, (*LARGE_CELLS, *((REPLICATION[0], lab) for lab in REPLICATION[1:])))
     out: dict[str, Any] = {"warm_starts": ran, "runs": {lab: sum(len(store.cell(r, REPLICATION[0], lab)) for r in ran)
                                                          for lab in REPLICATION[1:]},
+                           "seeds": sorted({run["seed"] for r in ran for lab in REPLICATION[1:]
+                                            for run in store.cell(r, REPLICATION[0], lab)}),
                            "large_missing": len(view.missing),
                            "large_commands": resume_command(missing_cells(view.missing))}
     for name, cells in (("test", store), ("large", view)):
@@ -385,22 +387,24 @@ def _replication_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     found = [r for r in rows if r.get("dapo_replication")]
     if not found:
         return []
+    seeds = found[0]["dapo_replication"]["seeds"]
+    fresh, pooled = f"{seeds[0]}-{seeds[-1]}", f"0-{seeds[-1]}"
     out = ["", f"The DAPO control replicated on fresh seeds (protocol {REPLICATION[0]}: DAPO at B and GRPO at the "
-           f"matched-updates batch on seeds {PROTOCOLS[REPLICATION[0]].first_seed}-"
-           f"{PROTOCOLS[REPLICATION[0]].first_seed + 4}), declared with its reading before its runs: updates to "
+           f"matched-updates batch on seeds {fresh}), declared with its reading before its runs: updates to "
            f"target passes when its interval covers zero and its point estimate is within {pct(TOLERANCE)}; the "
            "accuracy gap at equal updates passes when its intervals at the end and for the area cover zero. Read on "
-           "the new seeds alone and on seeds 0-9 pooled; on the large set once all its runs are evaluated there.", "",
+           f"the new seeds alone and on seeds {pooled} pooled; on the large set once all its runs are evaluated "
+           "there.", "",
            "| regime | warm starts | seeds | held-out set | dapo vs matched grpo, updates | passes "
            "| accuracy gap at 100% of the updates | area under the curve | passes |", "|---" * 9 + "|"]
     for r in found:
         d = r["dapo_replication"]
         for name, label in (("test", "test split (2,000)"), ("large", "large (14,000)")):
             if name not in d:
-                out.append(f"| {r['family']} | {', '.join(d['warm_starts'])} | 5-9, 0-9 | {label} | "
+                out.append(f"| {r['family']} | {', '.join(d['warm_starts'])} | {fresh}, {pooled} | {label} | "
                            f"{d['large_missing']} runs to evaluate | - | - | - | - |")
                 continue
-            for key, seeds in (("replication", "5-9"), ("pooled", "0-9")):
+            for key, seeds in (("replication", fresh), ("pooled", pooled)):
                 x = d[name][key]
                 at = x["at_updates"] or {}
                 gaps = " | ".join(points_ci(at[k]) if k in at else "-" for k in ("1", "auc"))

@@ -23,6 +23,10 @@ training run fills them through ``decide``, docs/design.md §7.1):
 - ``reused_rows`` of those, completions an allocator reused from an earlier step (AR3PO's buffer)
 - ``status``    ``committed`` (in the training batch), ``dropped`` (its group was mixed but left out: a surplus)
   or ``abandoned`` (sampled, not mixed, left out)
+- ``prior``     the allocator's mean pass rate for the prompt before the step's rollouts (the mean of its Beta
+  prior or posterior, or its history's estimate: ``Allocator.step_beliefs``); NaN where it holds none (GRPO,
+  DAPO, a prompt without history under knapsack-rl)
+- ``p_eff``     the probability, at its decision, that its full group ends mixed (SARA and sara+dps); NaN elsewhere
 
 A prompt drawn into a step but given no rollout has no row (every row holds at least one rollout, as the
 advisor and the replay read them); the step's ``skipped_prompts`` in metrics.jsonl counts them. How many times a
@@ -60,11 +64,12 @@ from rlvr_core.types import Rollouts, TrainBatch
 
 FILENAME = "rollouts.parquet"
 COLUMNS: tuple[str, ...] = ("step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens")
-DECISION_COLUMNS: tuple[str, ...] = ("first_round", "last_round", "trained_rows", "reused_rows", "status")
+DECISION_COLUMNS: tuple[str, ...] = ("first_round", "last_round", "trained_rows", "reused_rows", "status", "prior",
+                                     "p_eff")
 STATUSES: tuple[str, ...] = ("committed", "dropped", "abandoned")
 # the running sums of a (step, prompt): rollouts, passes, reward_sum, tokens, first_round, last_round, trained_rows,
-# reused_rows, status (an index into STATUSES; -1: no decision recorded)
-_WIDTH = 9
+# reused_rows, status (an index into STATUSES; -1: no decision recorded), prior, p_eff (NaN: none)
+_WIDTH = 11
 FEATURE_COLUMNS: tuple[str, ...] = ("difficulty", "digits", "op", "level", "subject", "source")
 
 
@@ -122,7 +127,8 @@ class RolloutLog:
     def _row(self, step: int, prompt: int, round_index: int) -> np.ndarray:
         key = (int(step), int(prompt))
         if key not in self._running:
-            self._running[key] = np.array([0, 0, 0, 0, round_index, round_index, 0, 0, -1], np.float64)
+            self._running[key] = np.array([0, 0, 0, 0, round_index, round_index, 0, 0, -1, np.nan, np.nan],
+                                          np.float64)
         return self._running[key]
 
     def add(self, step: int, rollouts: Rollouts, round_index: int = 0) -> None:
@@ -138,9 +144,10 @@ class RolloutLog:
             row[:4] += s
             row[5] = round_index
 
-    def decide(self, step: int, batch: TrainBatch) -> None:
+    def decide(self, step: int, batch: TrainBatch, beliefs: Mapping[int, tuple[float, float]] | None = None) -> None:
         """Record the allocator's decisions of ``step`` from its training batch: each sampled prompt's trained
-        and reused rows and its status (module docstring)."""
+        and reused rows and its status, and from ``beliefs`` (``Allocator.step_beliefs``: prompt -> (prior,
+        p_eff)) what the allocator believed of it (module docstring)."""
         ro = batch.rollouts
         if len(ro):
             reused = np.asarray([isinstance(p, Mapping) and bool(p.get("reused")) for p in ro.payload], bool) \
@@ -151,9 +158,11 @@ class RolloutLog:
                 if row is not None:  # trained on reused rows alone: no rollout this step, no row
                     mine = ro.prompt_id == q
                     row[6], row[7], row[8] = (mine & signal).sum(), (mine & signal & reused).sum(), 0
-        for (st, _), row in self._running.items():
+        for (st, q), row in self._running.items():
             if st == step and row[8] < 0:
                 row[8] = STATUSES.index("dropped" if 0 < row[1] < row[0] else "abandoned")
+            if st == step and beliefs and q in beliefs:
+                row[9], row[10] = beliefs[q]
 
     def end_step(self, step: int) -> None:
         """``step`` finished (its metrics are written): its rows join the log; rows of an unfinished step,
@@ -184,6 +193,7 @@ class RolloutLog:
                 for j, name in enumerate(DECISION_COLUMNS[:4], start=4):
                     new[name] = vals[:, j].astype(np.int64)
                 new["status"] = [STATUSES[int(c)] if c >= 0 else None for c in vals[:, 8]]
+                new["prior"], new["p_eff"] = vals[:, 9], vals[:, 10]
             for name, col in self.features.items():
                 new[name] = [col[i] for i in ids.tolist()]
         parts = [f for f in self._frames if len(f)] + ([new] if new is not None else [])

@@ -330,7 +330,8 @@ class _Run:
                                                retries=cfg.engine_retries, retry_delay_s=cfg.engine_retry_delay_s,
                                                step=step)
         self.scorer.check_step(step)  # TrainingStopped when most of the step's rewards are verifier failures
-        self.rollout_log.decide(step, batch)  # the decision log: each prompt's trained rows and status
+        # the decision log: each prompt's trained rows and status, and the allocator's prior and p_eff
+        self.rollout_log.decide(step, batch, self.allocator.step_beliefs)
         ex = stats.extra
         return batch, stats, (time.perf_counter() - t0) - ex["generate_seconds"] - ex["verify_seconds"]
 

@@ -138,7 +138,8 @@ def test_rollout_log_holds_every_rollout_per_step_and_prompt(setup, tmp_path):
                           train_rows=ds["train"], test_rows=ds["test"], run_dir=tmp_path / "r")
     log = read_log(tmp_path / "r" / "rollouts.parquet")
     assert list(log.columns) == ["step", "prompt_id", "rollouts", "passes", "reward_sum", "tokens", "first_round",
-                                 "last_round", "trained_rows", "reused_rows", "status", "difficulty", "op"]
+                                 "last_round", "trained_rows", "reused_rows", "status", "prior", "p_eff",
+                                 "difficulty", "op"]
     last = res.metrics[-1]
     assert log["rollouts"].sum() == last["cum_rollouts"]
     assert log["tokens"].sum() == last["cum_tokens"]
@@ -186,6 +187,18 @@ def test_the_rollout_log_is_the_runs_decision_log(setup, tmp_path, allocator):
         assert (log.status == "committed").all() and (log.last_round == 0).all()
     if allocator == "dapo":  # groups that are not mixed are sampled, then left out
         assert (log.status == "abandoned").any()
+    if allocator == "sara":  # its uniform prior, and p_eff as each decision read it
+        assert (log.prior == 0.5).all()
+        mixed = (log.passes > 0) & (log.passes < log.rollouts)
+        assert (log[mixed].p_eff == 1.0).all()  # a mixed prefix ends mixed
+        # below tau_low (0.5) before the full group: exactly the prompts it abandoned
+        k, tau_low = _cfg().k, 0.5
+        assert sum(r["abandoned"] for r in res.metrics[1:]) > 0
+        for rec in res.metrics[1:]:
+            sub = log[log.step == rec["step"]]
+            assert ((sub.p_eff < tau_low) & (sub.rollouts < k)).sum() == rec["abandoned"]
+    else:  # they hold no prior and compute no p_eff
+        assert log.prior.isna().all() and log.p_eff.isna().all()
 
 
 def test_bad_train_config_is_refused_before_any_rollout():

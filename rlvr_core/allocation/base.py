@@ -16,6 +16,14 @@ which training group). The base class checks the protocol, the step budget,
 keeps the step's rollouts in a ledger with per-prompt counts, and builds the
 ``TrainBatch`` and ``StepStats``.
 
+After ``finish_step``, ``step_beliefs`` holds, for each prompt of the step
+that got a rollout, what the allocator believed of it: ``prior``, its mean
+pass rate before the step's rollouts (a Beta prior's or posterior's mean, an
+estimate from its history), and ``p_eff``, the probability at its decision
+that its full group ends mixed (SARA). NaN where the allocator holds no such
+value; allocators that hold none (GRPO, DAPO, ...) leave it empty. The
+training loop writes them to the decision log (``rlvr_core.rollout_log``).
+
 The reward contract (docs/design.md §3.2) is checked here, once, for every
 allocator, as each round's rewards come in (``observe``): a reward must be a
 finite number; a pass is a reward above ``reward_threshold``; with the threshold
@@ -247,6 +255,7 @@ class Allocator(ABC):
         self._pending: dict[int, int] | None = None
         self._done = True
         self._counters: dict[str, int] = {}
+        self.step_beliefs: dict[int, tuple[float, float]] = {}
 
     # ----- what subclasses provide -------------------------------------------------
     @property
@@ -270,6 +279,12 @@ class Allocator(ABC):
 
     def _on_finish(self) -> None:  # noqa: B027 - optional hook, deliberately not abstract
         """Update cross-step state (histories, posteriors) at the end of a step."""
+
+    def _beliefs(self) -> tuple[np.ndarray | float, np.ndarray | float] | None:
+        """Per ledger slot, (prior, p_eff) for ``step_beliefs``; NaN where the allocator holds no such value, and
+        None (the default) where it holds neither. Called by ``finish_step`` before ``_on_finish``, so that a
+        posterior has not yet taken the step's evidence."""
+        return None
 
     def _extra_state(self) -> dict[str, Any]:
         return {}
@@ -304,6 +319,7 @@ class Allocator(ABC):
         self._pending = None
         self._done = False
         self._counters = {"committed": 0, "abandoned": 0, "skipped": 0, "hit_cap": 0}
+        self.step_beliefs = {}
         self._on_start()
 
     def propose(self) -> dict[int, int]:
@@ -361,10 +377,20 @@ class Allocator(ABC):
             committed=c["committed"], abandoned=c["abandoned"], skipped=c["skipped"], hit_cap=c["hit_cap"],
             extra={k: v for k, v in c.items() if k not in ("committed", "abandoned", "skipped", "hit_cap")},
         )
+        self.step_beliefs = self._step_beliefs()
         self._on_finish()
         self.source = None
         self._done = True
         return TrainBatch(batch_rows, group_id.astype(np.int64), effective), stats
+
+    def _step_beliefs(self) -> dict[int, tuple[float, float]]:
+        """{prompt: (prior, p_eff)} of the step's prompts that got a rollout, from ``_beliefs`` (empty: none)."""
+        got = self._beliefs()
+        if got is None:
+            return {}
+        led = self.ledger
+        prior, peff = (np.broadcast_to(np.asarray(x, np.float64), (led.num_slots,)) for x in got)
+        return {int(q): (float(prior[i]), float(peff[i])) for i, q in enumerate(led.prompt.tolist()) if led.n[i] > 0}
 
     # ----- state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

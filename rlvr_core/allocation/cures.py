@@ -122,6 +122,10 @@ class CurESAllocator(Allocator):
         n = apportion(np.sqrt(p * (1 - p)), len(ids) * pr.k, pr.n_min, pr.n_max)
         return dict(zip(ids.tolist(), n.tolist()))
 
+    def _beliefs(self) -> tuple[np.ndarray, float]:
+        """Each prompt's pass rate from its counter before the step (the one its rollouts were shared by)."""
+        return self.pass_rate(self.ledger.prompt)[0], np.nan
+
     def _on_finish(self) -> None:
         led = self.ledger
         for q, n, s in zip(led.prompt.tolist(), led.n.tolist(), np.rint(led.s).tolist()):

@@ -173,6 +173,11 @@ class KnapsackRLAllocator(Allocator):
         n = knapsack_budgets(*self.estimates(ids), self.params)
         return dict(zip(ids.tolist(), n.tolist()))
 
+    def _beliefs(self) -> tuple[np.ndarray, float]:
+        """Each prompt's pass-rate estimate from its history (NaN: too few rollouts behind it to be used)."""
+        p, used = self.estimates(self.ledger.prompt)
+        return np.where(used, p, np.nan), np.nan
+
     def _on_finish(self) -> None:
         rows, slot = self.ledger.all_rows()
         passed = (rows.reward > self.params.pass_above).astype(int)

@@ -94,6 +94,11 @@ class MoPPSAllocator(Allocator):
         self.ledger.add_prompts(ids)
         return dict.fromkeys(ids.tolist(), p.k)
 
+    def _beliefs(self) -> tuple[np.ndarray, float]:
+        """The mean of each prompt's Beta posterior before the step (the one its Thompson draw was taken from)."""
+        a, b = self.posterior(self.ledger.prompt)
+        return a / (a + b), np.nan
+
     def _on_finish(self) -> None:
         p, led = self.params, self.ledger
         a, b = self.posterior(led.prompt)

@@ -354,6 +354,10 @@ class SARAAllocator(Allocator):
         self.posterior.record(led.prompt, np.rint(led.s), led.n, self._keys(led.prompt))
         self.posterior.end_step()
 
+    def _beliefs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The mean of each prompt's Beta prior of the step, and p_eff as its last decision computed it."""
+        return self.a / (self.a + self.b), self.peff
+
     def _extra_state(self) -> dict[str, Any]:
         st = {"posterior": self.posterior.state_dict()}
         if hasattr(self, "status"):

@@ -234,6 +234,10 @@ class VALORAllocator(Allocator):
         if led.rounds >= p.max_rounds:  # the last round: whatever is still live ends here
             self.status[live[~stop]] = DONE
 
+    def _beliefs(self) -> tuple[np.ndarray, float]:
+        """The mean of each prompt's Beta prior of the step (VALOR prices values, not p_eff)."""
+        return self.a / (self.a + self.b), np.nan
+
     def _on_finish(self) -> None:
         led = self.ledger
         rows, slot = led.all_rows()

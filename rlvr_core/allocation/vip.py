@@ -116,6 +116,11 @@ class VIPAllocator(Allocator):
         n = vip_budgets(var, lin, len(ids) * p.k, p.n_min, p.n_max)
         return dict(zip(ids.tolist(), n.tolist()))
 
+    def _beliefs(self) -> tuple[np.ndarray, float]:
+        """The mean of each prompt's Beta posterior before the step (the one its budgets were shared by)."""
+        a, b = self.posterior.prior(self.ledger.prompt, self._keys(self.ledger.prompt))
+        return a / (a + b), np.nan
+
     def _on_finish(self) -> None:
         led = self.ledger
         self.posterior.record(led.prompt, np.rint(led.s), led.n, self._keys(led.prompt))

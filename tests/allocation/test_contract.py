@@ -154,3 +154,56 @@ def test_protocol_misuse_is_reported():
     short[next(iter(short))] -= 1
     with pytest.raises(ValueError, match="do not answer"):
         alloc.observe(eng.generate(short))
+
+
+def _held_prior(alloc, ids, src):
+    """What ``alloc`` (a copy taken before the step) holds of each prompt's pass rate, by its own state; None: no
+    such state."""
+    name = alloc.name
+    if name in ("sara", "sara+dps", "valor", "vip"):
+        a, b = alloc.posterior.prior(ids, src.context_keys(ids) if alloc.params.prior.context else None)
+        return a / (a + b)
+    if name == "mopps":
+        a, b = alloc.posterior(ids)
+        return a / (a + b)
+    if name == "cures":
+        return alloc.pass_rate(ids)[0]
+    if name == "knapsack-rl":
+        p, used = alloc.estimates(ids)
+        return np.where(used, p, np.nan)
+    return None
+
+
+@pytest.mark.parametrize("name,kw", CASES)
+def test_step_beliefs_are_what_the_allocator_held_at_its_decisions(name, kw):
+    """``step_beliefs`` (the decision log's prior and p_eff): for each prompt that got rollouts, the prior is the
+    allocator's pass-rate belief before the step's evidence, and p_eff (SARA's) is 1 for a mixed prefix; an
+    allocator that holds neither leaves it empty. A pool of 40 prompts, so that prompts recur within 10 steps."""
+    eng = SimulatedEngine("ushape", seed=1, pool_size=40)
+    src = PromptSource(eng.pool_size, seed=1, context=CONTEXT[:40])
+    alloc = make_allocator(name, k=8, batch_size=8, seed=1, **kw)
+    seen: set[float] = set()
+    for _ in range(10):
+        pre = copy.deepcopy(alloc)
+        run_allocation_step(alloc, eng, src)
+        eng.update_weights()
+        led = alloc.ledger
+        ids = led.prompt[led.n > 0]
+        held = _held_prior(pre, ids, src)
+        if held is None:
+            assert alloc.step_beliefs == {}
+            continue
+        assert sorted(alloc.step_beliefs) == sorted(ids.tolist())
+        prior = np.array([alloc.step_beliefs[q][0] for q in ids.tolist()])
+        peff = np.array([alloc.step_beliefs[q][1] for q in ids.tolist()])
+        np.testing.assert_allclose(prior, held, equal_nan=True)
+        seen |= set(prior[np.isfinite(prior)].round(6).tolist())
+        if name in ("sara", "sara+dps"):
+            s = led.s[led.n > 0]
+            mixed = (s > 0) & (s < led.n[led.n > 0])
+            assert ((peff >= 0) & (peff <= 1)).all() and (peff[mixed] == 1.0).all()
+        else:
+            assert np.isnan(peff).all()
+    if _held_prior(alloc, np.zeros(0, np.int64), src) is not None:  # the beliefs move with the evidence
+        uniform = getattr(getattr(alloc.params, "prior", None), "kind", "") == "uniform"
+        assert len(seen) == 1 if uniform else len(seen) > 1

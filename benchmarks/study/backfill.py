@@ -1,6 +1,6 @@
 """Decision logs for the runs made before every run kept one (docs/design.md §7.1), by reproducing them.
 
-    python -m benchmarks.study --backfill-logs --regime pool --warm-start 3 [--limit N]
+    python -m benchmarks.study --backfill-logs --regime pool --warm-start 3 [--cells P/V ...] [--limit N]
 
 A run whose file has no ``decision_log`` is trained again from its recorded settings in a scratch store, under
 this checkout's code, and its log is kept only if the rerun is the recorded run: every evaluation equal to the
@@ -36,11 +36,14 @@ RULE = ("a run without a decision log is trained again from its recorded setting
 SETTINGS = ("batch_size", "lr", "k", "eval_size", "eval_every", "eval_every_rollouts")
 
 
-def missing(store: RunStore, regime: str) -> list[Path]:
-    """The run files of ``regime`` without a decision log and not yet tried, in path order."""
+def missing(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
+    """The run files of ``regime`` without a decision log and not yet tried, in path order; ``cells``: only the
+    runs of these cells (run folders ``protocol/variant``), in their order."""
     tried = set(record(store, regime).get("runs", {}))
     out = []
-    for p in sorted((store.root / regime).glob("*/*/s*.json")):
+    paths = sorted((store.root / regime).glob("*/*/s*.json")) if cells is None else \
+        [p for c in cells for p in sorted((store.root / regime / c).glob("s*.json"))]
+    for p in paths:
         if p.relative_to(store.root).as_posix() in tried:
             continue
         r = json.loads(p.read_text())
@@ -206,9 +209,11 @@ def rerun_each(store: RunStore, regime: str, paths: Sequence[Path], one: Callabl
 
 
 def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None = None,
-                  params_file: Path = PARAMS_FILE, log: Log = print) -> dict[str, int]:
-    """Backfill up to ``limit`` runs of ``regime`` (all when None); returns the outcomes counted."""
-    todo = missing(store, regime)
+                  cells: Sequence[str] | None = None, params_file: Path = PARAMS_FILE,
+                  log: Log = print) -> dict[str, int]:
+    """Backfill up to ``limit`` runs of ``regime`` (all when None; ``cells``: of these cells only, as
+    ``missing``); returns the outcomes counted."""
+    todo = missing(store, regime, cells)
     data: dict[bool, dict[str, Any]] = {}  # the regime's data and policy, by the runs' quick flag
 
     def one(path: Path, quick: bool) -> dict[str, Any]:
@@ -218,5 +223,5 @@ def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None
 
     log(f"[{regime}] {len(todo)} run(s) without a decision log")
     counts = rerun_each(store, regime, todo, one, done="decision_log", limit=limit, log=log)
-    log(f"[{regime}] backfill: {counts or 'nothing to do'}; {len(missing(store, regime))} left")
+    log(f"[{regime}] backfill: {counts or 'nothing to do'}; {len(missing(store, regime, cells))} left")
     return counts

@@ -52,9 +52,9 @@ def parser() -> argparse.ArgumentParser:
                     help="evaluate --regime's runs of --cells on the large held-out set (14,000 problems): rerun each "
                     "from its recorded settings and keep the new curve only if the rerun equals the recorded run "
                     "(benchmarks/study/heldout.py)")
-    ap.add_argument("--cells", nargs="+", default=list(CONTROL_CELLS), metavar="PROTOCOL/VARIANT",
+    ap.add_argument("--cells", nargs="+", default=None, metavar="PROTOCOL/VARIANT",
                     help="--heldout-large: the cells, as run folders (default: the DAPO control's, "
-                    f"{' '.join(CONTROL_CELLS)})")
+                    f"{' '.join(CONTROL_CELLS)}); --backfill-logs: only these cells' runs (default: every run)")
     ap.add_argument("--limit", type=int, default=None, metavar="N",
                     help="--backfill-logs, --heldout-large: at most N runs in this command (resume with the same "
                     "command)")
@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit is not None and (args.limit < 1 or not (args.backfill_logs or args.heldout_large)):
         parser().error("--limit takes a number of runs >= 1, with --backfill-logs or --heldout-large")
     if args.heldout_large:
-        heldout_large(RunStore(args.out), args.regime, work=args.work, cells=args.cells, limit=args.limit,
-                      log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+        heldout_large(RunStore(args.out), args.regime, work=args.work, cells=args.cells or list(CONTROL_CELLS),
+                      limit=args.limit, log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
         return 0
     if args.backfill_logs:
-        backfill_logs(RunStore(args.out), args.regime, work=args.work, limit=args.limit,
+        backfill_logs(RunStore(args.out), args.regime, work=args.work, limit=args.limit, cells=args.cells,
                       log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
         return 0
     if args.verify_policy:

@@ -170,6 +170,10 @@ def test_backfill_gives_a_run_its_decision_log_only_when_the_rerun_is_the_record
         path.with_suffix(".rollouts.parquet").unlink()
     store = RunStore(out)
     assert backfill.missing(store, "easy") == [same, other]
+    for folder in {same.parent.name, other.parent.name}:  # --cells: one cell's runs only
+        assert backfill.missing(store, "easy", [f"equal-batch/{folder}"]) == [
+            p for p in (same, other) if p.parent.name == folder]
+    assert backfill.missing(store, "easy", ["equal-batch/absent"]) == []
     assert cli.main(["--quick", "--regime", "easy", "--backfill-logs", "--limit", "1", "--out", str(out)]) == 0
     got = json.loads(same.read_text())
     assert got["decision_log"]["sha256"] == want == hashlib.sha256(

@@ -67,9 +67,6 @@ COLUMNS: tuple[str, ...] = ("step", "prompt_id", "rollouts", "passes", "reward_s
 DECISION_COLUMNS: tuple[str, ...] = ("first_round", "last_round", "trained_rows", "reused_rows", "status", "prior",
                                      "p_eff")
 STATUSES: tuple[str, ...] = ("committed", "dropped", "abandoned")
-# the running sums of a (step, prompt): rollouts, passes, reward_sum, tokens, first_round, last_round, trained_rows,
-# reused_rows, status (an index into STATUSES; -1: no decision recorded), prior, p_eff (NaN: none)
-_WIDTH = 11
 FEATURE_COLUMNS: tuple[str, ...] = ("difficulty", "digits", "op", "level", "subject", "source")
 
 
@@ -125,6 +122,9 @@ class RolloutLog:
         self._frames.append(old[old["step"] <= upto])
 
     def _row(self, step: int, prompt: int, round_index: int) -> np.ndarray:
+        """The running sums of (``step``, ``prompt``): rollouts, passes, reward_sum, tokens, first_round,
+        last_round, trained_rows, reused_rows, status (an index into STATUSES; -1: no decision recorded), prior,
+        p_eff (NaN: none)."""
         key = (int(step), int(prompt))
         if key not in self._running:
             self._running[key] = np.array([0, 0, 0, 0, round_index, round_index, 0, 0, -1, np.nan, np.nan],

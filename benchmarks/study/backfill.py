@@ -11,6 +11,14 @@ whose settings this checkout would not reproduce (allocator parameters, batch, l
 log and is recorded with the reason in ``study/<regime>/backfill.json``, which also counts the runs reproduced, so
 no run is tried twice. Runs are claimed as the study claims them, so several processes can share a regime, and
 ``--limit`` bounds one command's work: each command is resumable, and the next one goes on where it stopped.
+
+    python -m benchmarks.study --backfill-beliefs --regime pool --warm-start 3 [--cells P/V ...] [--limit N]
+
+A log written before the allocator's beliefs were recorded has no ``prior`` and ``p_eff`` columns. Where the run's
+allocator holds them (it overrides ``Allocator._beliefs``), the run is reproduced the same way, and the new log
+replaces the old one only if the rerun is the recorded run and the new log equals the old one at every row and column
+the old one has. The run file's ``decision_log`` then records the replaced log's digest (``replaced``) and the rerun
+(``backfilled``); outcomes go to ``study/<regime>/backfill_beliefs.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,11 @@ Log = Callable[[str], Any]
 RECORD = "backfill.json"
 RULE = ("a run without a decision log is trained again from its recorded settings; its log is kept only if every "
         "evaluation and every ledger field it recorded equal the recorded run's, wall-clock aside")
+BELIEFS_RECORD = "backfill_beliefs.json"
+BELIEFS_RULE = ("a run whose decision log lacks the prior and p_eff columns its allocator holds is trained again from "
+                "its recorded settings; the new log replaces the old only if the rerun is the recorded run (as for a "
+                "backfilled log) and the new log equals the old at every row and column the old has")
+BELIEFS = ("prior", "p_eff")
 # the recorded settings a rerun must share before it trains (a run file field -> the rerun's TrainConfig field)
 SETTINGS = ("batch_size", "lr", "k", "eval_size", "eval_every", "eval_every_rollouts")
 
@@ -49,6 +62,62 @@ def missing(store: RunStore, regime: str, cells: Sequence[str] | None = None) ->
         r = json.loads(p.read_text())
         if "curve" in r and "decision_log" not in r:
             out.append(p)
+    return out
+
+
+def holds_beliefs(allocator: str) -> bool:
+    """Whether the allocator registered as ``allocator`` reports a prior or p_eff (overrides ``_beliefs``)."""
+    from rlvr_core.allocation import ALLOCATORS
+    from rlvr_core.allocation.base import Allocator
+
+    return allocator in ALLOCATORS and ALLOCATORS.get(allocator)._beliefs is not Allocator._beliefs
+
+
+def _columns(log: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(log).names
+
+
+def lacks_beliefs(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
+    """The run files of ``regime`` (``cells``: of these cells, as ``missing``) whose decision log has no ``prior``
+    column though their allocator holds one, not yet tried, in path order."""
+    tried = set(record(store, regime, BELIEFS_RECORD).get("runs", {}))
+    paths = sorted((store.root / regime).glob("*/*/s*.json")) if cells is None else \
+        [p for c in cells for p in sorted((store.root / regime / c).glob("s*.json"))]
+    out = []
+    for p in paths:
+        if p.relative_to(store.root).as_posix() in tried:
+            continue
+        r = json.loads(p.read_text())
+        log = p.parent / r.get("decision_log", {}).get("file", "-")
+        if "decision_log" in r and holds_beliefs(r.get("allocator", "")) and log.is_file() and \
+                BELIEFS[0] not in _columns(log):
+            out.append(p)
+    return out
+
+
+def coverage(store: RunStore, regime: str) -> dict[str, int]:
+    """How far ``regime``'s runs have decision logs: ``runs`` (run files with a curve), ``logged``, ``to_backfill``
+    (no log, not yet tried: ``missing``), ``not_reproduced`` (no log, tried: the rerun differed or was refused),
+    ``holds`` (logged runs whose allocator holds beliefs), ``beliefs`` (of those, logs with ``prior`` and ``p_eff``)
+    and ``to_fill`` (the rest not yet tried: ``lacks_beliefs``)."""
+    tried = record(store, regime).get("runs", {})
+    out = dict.fromkeys(("runs", "logged", "to_backfill", "not_reproduced", "holds", "beliefs"), 0)
+    for p in sorted((store.root / regime).glob("*/*/s*.json")):
+        r = json.loads(p.read_text())
+        if "curve" not in r:
+            continue
+        out["runs"] += 1
+        if "decision_log" not in r:
+            out["not_reproduced" if p.relative_to(store.root).as_posix() in tried else "to_backfill"] += 1
+            continue
+        out["logged"] += 1
+        if holds_beliefs(r.get("allocator", "")):
+            out["holds"] += 1
+            log = p.parent / r["decision_log"]["file"]
+            out["beliefs"] += log.is_file() and set(BELIEFS) <= set(_columns(log))
+    out["to_fill"] = len(lacks_beliefs(store, regime))
     return out
 
 
@@ -178,22 +247,60 @@ def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: 
     return {**entry, "evaluations": len(run["curve"])}
 
 
+def log_difference(new: Path, old: Path) -> str | None:
+    """Where the log ``new`` first differs from ``old`` at old's rows and columns (None: nowhere)."""
+    import pandas as pd
+
+    a, b = pd.read_parquet(new), pd.read_parquet(old)
+    if missing_cols := [c for c in b.columns if c not in a.columns]:
+        return f"the rerun's log has no column {missing_cols[0]!r}"
+    if len(a) != len(b):
+        return f"the rerun's log has {len(a)} rows, the recorded one {len(b)}"
+    for c in b.columns:
+        if not a[c].reset_index(drop=True).equals(b[c].reset_index(drop=True)):
+            return f"column {c!r} differs"
+    return None
+
+
+def replace_log(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,
+                params_file: Path = PARAMS_FILE) -> dict[str, Any]:
+    """Reproduce one run; its new log (with the beliefs columns) replaces the old one if the rerun is the recorded
+    run and the new log equals the old at every row and column the old one has."""
+    entry, log = reproduce(store, path, data, work=work, params_file=params_file)
+    if entry["result"] != "reproduced":
+        return entry
+    run = json.loads(path.read_text())
+    old = path.parent / run["decision_log"]["file"]
+    why = "the rerun wrote no decision log" if log is None else log_difference(log, old)
+    if why is None and not set(BELIEFS) <= set(_columns(log)):
+        why = "the rerun's log has no prior or p_eff column"
+    if why is not None:
+        clear(path, store, work)
+        return {**entry, "result": "differs", "why": why}
+    replaced = run["decision_log"]["sha256"]
+    run["decision_log"] = {**attach_log(path, log, entry), "replaced": replaced}
+    write_run(path, run)
+    clear(path, store, work)
+    return {**entry, "evaluations": len(run["curve"]), "replaced": replaced}
+
+
 NO_POLICY = {"result": "not rerun", "why": "the run recorded no policy digest, so no policy can be shown to be its"}
 
 
 def rerun_each(store: RunStore, regime: str, paths: Sequence[Path], one: Callable[[Path, bool], dict[str, Any]],
-               *, done: str, record: str = RECORD, rule: str = RULE, limit: int | None = None,
-               log: Log = print) -> dict[str, int]:
+               *, done: str | Callable[[Mapping[str, Any]], bool], record: str = RECORD, rule: str = RULE,
+               limit: int | None = None, log: Log = print) -> dict[str, int]:
     """Rerun up to ``limit`` of ``paths`` (all when None) with ``one(path, quick)``, skipping a run whose file has
-    gained ``done`` or that another process has claimed; a run without a policy digest is not rerun (``NO_POLICY``,
-    before ``one`` loads the regime's data or builds its policy). Each outcome is noted in ``record``. Returns the
-    outcomes counted."""
+    gained ``done`` (a field, or a test of the run file) or that another process has claimed; a run without a policy
+    digest is not rerun (``NO_POLICY``, before ``one`` loads the regime's data or builds its policy). Each outcome is
+    noted in ``record``. Returns the outcomes counted."""
     counts: dict[str, int] = {}
+    finished = done if callable(done) else (lambda r: done in r)
     for path in paths:
         if limit is not None and sum(counts.values()) >= limit:
             break
         run = json.loads(path.read_text())
-        if done in run or not store.claim(path):
+        if finished(run) or not store.claim(path):
             continue  # another process took it
         try:
             rel = path.relative_to(store.root).as_posix()
@@ -224,4 +331,24 @@ def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None
     log(f"[{regime}] {len(todo)} run(s) without a decision log")
     counts = rerun_each(store, regime, todo, one, done="decision_log", limit=limit, log=log)
     log(f"[{regime}] backfill: {counts or 'nothing to do'}; {len(missing(store, regime, cells))} left")
+    return counts
+
+
+def backfill_beliefs(store: RunStore, regime: str, *, work: Path, limit: int | None = None,
+                     cells: Sequence[str] | None = None, params_file: Path = PARAMS_FILE,
+                     log: Log = print) -> dict[str, int]:
+    """Give up to ``limit`` runs of ``regime`` whose log lacks their allocator's beliefs (``lacks_beliefs``; all when
+    None) a log with them; returns the outcomes counted."""
+    todo = lacks_beliefs(store, regime, cells)
+    data: dict[bool, dict[str, Any]] = {}
+
+    def one(path: Path, quick: bool) -> dict[str, Any]:
+        if quick not in data:
+            data[quick] = D.load_data(regime, work, quick, params_file)
+        return replace_log(store, path, data[quick], work=work, params_file=params_file)
+
+    log(f"[{regime}] {len(todo)} run(s) whose decision log lacks its allocator's prior and p_eff")
+    counts = rerun_each(store, regime, todo, one, done=lambda r: "replaced" in r.get("decision_log", {}),
+                        record=BELIEFS_RECORD, rule=BELIEFS_RULE, limit=limit, log=log)
+    log(f"[{regime}] beliefs: {counts or 'nothing to do'}; {len(lacks_beliefs(store, regime, cells))} left")
     return counts

@@ -10,7 +10,7 @@ from pathlib import Path
 from benchmarks import study
 from benchmarks.common import RESULTS
 from benchmarks.common import default_out as _default_out
-from benchmarks.study.backfill import backfill_logs
+from benchmarks.study.backfill import backfill_beliefs, backfill_logs
 from benchmarks.study.execute import run_protocol, verify_policy
 from benchmarks.study.heldout import CONTROL_CELLS, heldout_large
 from benchmarks.study.plan import PROTOCOLS, QUICK, REGIMES, WS_SEP
@@ -48,16 +48,21 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backfill-logs", action="store_true",
                     help="give --regime's runs without a decision log one: rerun each from its recorded settings and "
                     "keep the log only if the rerun equals the recorded run (benchmarks/study/backfill.py)")
+    ap.add_argument("--backfill-beliefs", action="store_true",
+                    help="give --regime's runs whose decision log predates the prior and p_eff columns, and whose "
+                    "allocator holds them, a log with them: rerun each as --backfill-logs does and replace the log "
+                    "only if the new one equals it at every row and column it has")
     ap.add_argument("--heldout-large", action="store_true",
                     help="evaluate --regime's runs of --cells on the large held-out set (14,000 problems): rerun each "
                     "from its recorded settings and keep the new curve only if the rerun equals the recorded run "
                     "(benchmarks/study/heldout.py)")
     ap.add_argument("--cells", nargs="+", default=None, metavar="PROTOCOL/VARIANT",
                     help="--heldout-large: the cells, as run folders (default: the DAPO control's, "
-                    f"{' '.join(CONTROL_CELLS)}); --backfill-logs: only these cells' runs (default: every run)")
+                    f"{' '.join(CONTROL_CELLS)}); --backfill-logs, --backfill-beliefs: only these cells' runs "
+                    "(default: every run)")
     ap.add_argument("--limit", type=int, default=None, metavar="N",
-                    help="--backfill-logs, --heldout-large: at most N runs in this command (resume with the same "
-                    "command)")
+                    help="--backfill-logs, --backfill-beliefs, --heldout-large: at most N runs in this command (resume "
+                    "with the same command)")
     ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
     ap.add_argument("--round-steps", type=int, default=6)
     return ap
@@ -80,24 +85,26 @@ def main(argv: list[str] | None = None) -> int:
                     steps=2 if args.quick else args.round_steps)
         print((args.out / "study" / "training_round_price.md").read_text())
         return 0
-    if args.limit is not None and (args.limit < 1 or not (args.backfill_logs or args.heldout_large)):
-        parser().error("--limit takes a number of runs >= 1, with --backfill-logs or --heldout-large")
+    reruns = args.backfill_logs or args.backfill_beliefs or args.heldout_large
+    if args.limit is not None and (args.limit < 1 or not reruns):
+        parser().error("--limit takes a number of runs >= 1, with --backfill-logs, --backfill-beliefs or "
+                       "--heldout-large")
+    stamped = lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True)  # noqa: E731
     if args.heldout_large:
         heldout_large(RunStore(args.out), args.regime, work=args.work, cells=args.cells or list(CONTROL_CELLS),
-                      limit=args.limit, log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+                      limit=args.limit, log=stamped)
         return 0
-    if args.backfill_logs:
-        backfill_logs(RunStore(args.out), args.regime, work=args.work, limit=args.limit, cells=args.cells,
-                      log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+    if args.backfill_logs or args.backfill_beliefs:
+        fill = backfill_logs if args.backfill_logs else backfill_beliefs
+        fill(RunStore(args.out), args.regime, work=args.work, limit=args.limit, cells=args.cells, log=stamped)
         return 0
     if args.verify_policy:
-        verify_policy(RunStore(args.out), args.regime, work=args.work,
-                      log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+        verify_policy(RunStore(args.out), args.regime, work=args.work, log=stamped)
         return 0
     if not args.summarize_only:
         t0 = time.perf_counter()
         run_protocol(args.regime, args.protocol, seeds, out=args.out, work=args.work, quick=args.quick,
-                     variants=args.variants, log=lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True))
+                     variants=args.variants, log=stamped)
         print(f"{args.regime}/{args.protocol}: done in {time.perf_counter() - t0:.0f} s", flush=True)
     records = aggregate(args.out, args.out, redraw=args.redraw)
     print(f"{len(records)} cells -> {args.out / 'study' / 'training_protocols.json'}")

@@ -71,7 +71,7 @@ def study_doc(store: Any, records: Sequence[Mapping[str, Any]], targets_md: str,
     lines += ["", "## Targets", "", "Measured by benchmarks/study_targets.py (its docstring gives the rules: "
               "a baseline run that misses counts at its whole budget, ours as never).", "", targets_md.rstrip()]
     lines += ["", "Candidates measured the same way, without a target of their own:", "", candidates_md.rstrip()]
-    return "\n".join(lines + remaining(store)) + "\n"
+    return "\n".join(lines + remaining(store) + decision_logs(store)) + "\n"
 
 
 def remaining(store: Any) -> list[str]:
@@ -91,6 +91,29 @@ def remaining(store: Any) -> list[str]:
                          f"`python -m benchmarks.study --regime {base}{flag} --protocol {proto} --seeds 5` |")
     return lines + ["", "Finished runs are skipped; a run killed midway resumes from its checkpoints under runs/study. "
                     "Two processes may share a (regime, protocol): each run is claimed by a lock file."]
+
+
+def decision_logs(store: Any) -> list[str]:
+    """training_study.md's decision logs (docs/design.md §7.1): per regime, its runs with a log, those left to
+    backfill and those that cannot be, the logs holding the prior and p_eff their allocator holds, and the commands
+    that resume both."""
+    from benchmarks.study.backfill import coverage
+
+    lines = ["", "## Decision logs", "", "Runs made before every run kept a decision log get one by reproduction "
+             "(`--backfill-logs`), kept only when the rerun is the recorded run; logs made before the `prior` and "
+             "`p_eff` columns get them the same way where the allocator holds them (`--backfill-beliefs`). "
+             "Not reproduced: tried, and the rerun differed or was refused (`study/<regime>/backfill.json`).", "",
+             "| regime | run files | with a decision log | to backfill | not reproduced | with prior and p_eff, of "
+             "those whose allocator holds them | resume with |", "|---|---|---|---|---|---|---|"]
+    for regime in store.regimes():
+        c = coverage(store, regime)
+        base, ws = base_regime(regime)
+        cmd = f"python -m benchmarks.study --regime {base}{f' --warm-start {ws}' if ws is not None else ''}"
+        todo = [f"`{cmd} {flag}`" for flag, n in (("--backfill-logs", c["to_backfill"]),
+                                                 ("--backfill-beliefs", c["to_fill"])) if n]
+        lines.append(f"| {regime} | {c['runs']} | {c['logged']} | {c['to_backfill']} | {c['not_reproduced']} | "
+                     f"{c['beliefs']} of {c['holds']} | {'; '.join(todo) or '-'} |")
+    return lines
 
 
 def _cost_note(extra: Mapping[str, Any] | None) -> str:

@@ -14,7 +14,7 @@ import pytest
 from benchmarks import regimes
 from benchmarks import training as training_bench
 from benchmarks.common import RESULTS, default_out
-from benchmarks.study import cli, execute, plan, stats
+from benchmarks.study import cli, execute, plan, stats, tables
 from benchmarks.study import data as study_data
 from benchmarks.study.store import RunStore
 
@@ -190,6 +190,55 @@ def test_backfill_gives_a_run_its_decision_log_only_when_the_rerun_is_the_record
     assert "backfill: nothing to do" not in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main(["--regime", "easy", "--limit", "2", "--out", str(out)])  # --limit belongs to --backfill-logs
+
+
+def test_backfill_beliefs_replaces_a_log_only_by_the_same_log_with_prior_and_p_eff(tmp_path, capsys):
+    """A log written before the allocator's beliefs were recorded (no prior, no p_eff) is replaced by the rerun's
+    when the rerun is the recorded run: the very log the run first wrote, both columns back; a log the rerun does not
+    give is kept, the outcome recorded; an allocator that holds no beliefs is never rerun for them."""
+    from benchmarks.study import backfill
+
+    out = tmp_path / "study"
+    assert cli.main(["--quick", "--regime", "easy", "--protocol", "equal-batch", "--variants", "sara",
+                     "--out", str(out)]) == 0
+    assert {json.loads(p.read_text())["allocator"] for p in (out / "study" / "easy").glob("*/*/s*.json")} == {
+        "grpo", "sara"}
+    same, other = sorted((out / "study" / "easy").glob("equal-batch/*/s*.json"))
+    grpo = sorted((out / "study" / "easy").glob("reference/*/s*.json"))
+    full = {p: p.with_suffix(".rollouts.parquet").read_bytes() for p in (same, other)}
+    assert pd.read_parquet(same.with_suffix(".rollouts.parquet"))["prior"].notna().all()
+    for path in (same, other, *grpo):  # as a log made before the beliefs were recorded
+        log = path.with_suffix(".rollouts.parquet")
+        df = pd.read_parquet(log).drop(columns=list(backfill.BELIEFS))
+        if path == other:
+            df.loc[0, "tokens"] += 1  # a log this code does not write
+        df.to_parquet(log, index=False)
+        r = json.loads(path.read_text())
+        r["decision_log"]["sha256"] = hashlib.sha256(log.read_bytes()).hexdigest()
+        path.write_text(json.dumps(r) + "\n")
+    stripped = json.loads(same.read_text())["decision_log"]["sha256"]
+    store = RunStore(out)
+    assert backfill.lacks_beliefs(store, "easy") == [same, other]  # grpo holds none: never rerun for them
+    assert backfill.coverage(store, "easy") == {"runs": 4, "logged": 4, "to_backfill": 0, "not_reproduced": 0,
+                                                "holds": 2, "beliefs": 0, "to_fill": 2}
+    row = next(line for line in tables.decision_logs(store) if line.startswith("| easy |"))
+    assert row == "| easy | 4 | 4 | 0 | 0 | 0 of 2 | `python -m benchmarks.study --regime easy --backfill-beliefs` |"
+    assert cli.main(["--quick", "--regime", "easy", "--backfill-beliefs", "--limit", "1", "--out", str(out)]) == 0
+    got = json.loads(same.read_text())["decision_log"]
+    assert same.with_suffix(".rollouts.parquet").read_bytes() == full[same]
+    assert got["sha256"] == hashlib.sha256(full[same]).hexdigest() and got["replaced"] == stripped
+    assert set(got["backfilled"]) == {"commit", "at"}
+    assert backfill.lacks_beliefs(store, "easy") == [other]  # --limit 1: the next command resumes
+    assert cli.main(["--quick", "--regime", "easy", "--backfill-beliefs", "--out", str(out)]) == 0
+    rec = backfill.record(store, "easy", backfill.BELIEFS_RECORD)["runs"]
+    assert rec[same.relative_to(out / "study").as_posix()]["result"] == "reproduced"
+    one = rec[other.relative_to(out / "study").as_posix()]
+    assert (one["result"], one["why"]) == ("differs", "column 'tokens' differs")
+    assert "prior" not in pd.read_parquet(other.with_suffix(".rollouts.parquet")).columns  # kept as it was
+    assert "replaced" not in json.loads(other.read_text())["decision_log"]
+    assert backfill.lacks_beliefs(store, "easy") == []  # tried once, never again
+    assert backfill.coverage(store, "easy")["beliefs"] == 1 and backfill.coverage(store, "easy")["to_fill"] == 0
+    assert "beliefs: nothing to do" not in capsys.readouterr().out
 
 
 def test_a_run_without_a_policy_digest_is_not_rerun_and_nothing_is_loaded_for_it(tmp_path):

@@ -49,14 +49,19 @@ BELIEFS = ("prior", "p_eff")
 SETTINGS = ("batch_size", "lr", "k", "eval_size", "eval_every", "eval_every_rollouts")
 
 
+def run_files(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
+    """The run files of ``regime`` in path order; ``cells``: only the runs of these cells (run folders
+    ``protocol/variant``), in their order."""
+    if cells is None:
+        return sorted((store.root / regime).glob("*/*/s*.json"))
+    return [p for c in cells for p in sorted((store.root / regime / c).glob("s*.json"))]
+
+
 def missing(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
-    """The run files of ``regime`` without a decision log and not yet tried, in path order; ``cells``: only the
-    runs of these cells (run folders ``protocol/variant``), in their order."""
+    """The run files of ``regime`` (``cells``: as ``run_files``) without a decision log and not yet tried."""
     tried = set(record(store, regime).get("runs", {}))
     out = []
-    paths = sorted((store.root / regime).glob("*/*/s*.json")) if cells is None else \
-        [p for c in cells for p in sorted((store.root / regime / c).glob("s*.json"))]
-    for p in paths:
+    for p in run_files(store, regime, cells):
         if p.relative_to(store.root).as_posix() in tried:
             continue
         r = json.loads(p.read_text())
@@ -79,20 +84,24 @@ def _columns(log: Path) -> list[str]:
     return pq.read_schema(log).names
 
 
+def log_of(path: Path, run: Mapping[str, Any]) -> Path | None:
+    """The decision log the run file at ``path`` names, when it names the one beside it and that one exists (a
+    run file is input: a name elsewhere is no log of its)."""
+    log = path.with_suffix(".rollouts.parquet")
+    named = run.get("decision_log")
+    return log if isinstance(named, Mapping) and named.get("file") == log.name and log.is_file() else None
+
+
 def lacks_beliefs(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
-    """The run files of ``regime`` (``cells``: of these cells, as ``missing``) whose decision log has no ``prior``
-    column though their allocator holds one, not yet tried, in path order."""
+    """The run files of ``regime`` (``cells``: as ``run_files``) whose decision log has no ``prior`` column though
+    their allocator holds one, not yet tried, in path order."""
     tried = set(record(store, regime, BELIEFS_RECORD).get("runs", {}))
-    paths = sorted((store.root / regime).glob("*/*/s*.json")) if cells is None else \
-        [p for c in cells for p in sorted((store.root / regime / c).glob("s*.json"))]
     out = []
-    for p in paths:
+    for p in run_files(store, regime, cells):
         if p.relative_to(store.root).as_posix() in tried:
             continue
         r = json.loads(p.read_text())
-        log = p.parent / r.get("decision_log", {}).get("file", "-")
-        if "decision_log" in r and holds_beliefs(r.get("allocator", "")) and log.is_file() and \
-                BELIEFS[0] not in _columns(log):
+        if holds_beliefs(r.get("allocator", "")) and (log := log_of(p, r)) and BELIEFS[0] not in _columns(log):
             out.append(p)
     return out
 
@@ -104,7 +113,7 @@ def coverage(store: RunStore, regime: str) -> dict[str, int]:
     and ``to_fill`` (the rest not yet tried: ``lacks_beliefs``)."""
     tried = record(store, regime).get("runs", {})
     out = dict.fromkeys(("runs", "logged", "to_backfill", "not_reproduced", "holds", "beliefs"), 0)
-    for p in sorted((store.root / regime).glob("*/*/s*.json")):
+    for p in run_files(store, regime):
         r = json.loads(p.read_text())
         if "curve" not in r:
             continue
@@ -115,8 +124,7 @@ def coverage(store: RunStore, regime: str) -> dict[str, int]:
         out["logged"] += 1
         if holds_beliefs(r.get("allocator", "")):
             out["holds"] += 1
-            log = p.parent / r["decision_log"]["file"]
-            out["beliefs"] += log.is_file() and set(BELIEFS) <= set(_columns(log))
+            out["beliefs"] += bool((log := log_of(p, r)) and set(BELIEFS) <= set(_columns(log)))
     out["to_fill"] = len(lacks_beliefs(store, regime))
     return out
 
@@ -270,8 +278,9 @@ def replace_log(store: RunStore, path: Path, data: Mapping[str, Any], *, work: P
     if entry["result"] != "reproduced":
         return entry
     run = json.loads(path.read_text())
-    old = path.parent / run["decision_log"]["file"]
-    why = "the rerun wrote no decision log" if log is None else log_difference(log, old)
+    old = log_of(path, run)
+    why = "the rerun wrote no decision log" if log is None else \
+        "the run file names no decision log beside it" if old is None else log_difference(log, old)
     if why is None and not set(BELIEFS) <= set(_columns(log)):
         why = "the rerun's log has no prior or p_eff column"
     if why is not None:
@@ -315,21 +324,29 @@ def rerun_each(store: RunStore, regime: str, paths: Sequence[Path], one: Callabl
     return counts
 
 
+def per_run(store: RunStore, regime: str, work: Path, params_file: Path,
+            fill: Callable[..., dict[str, Any]]) -> Callable[[Path, bool], dict[str, Any]]:
+    """``rerun_each``'s ``one``: ``fill(store, path, data, ...)`` with the regime's data and policy, loaded once per
+    quick flag, on the first run that needs them."""
+    data: dict[bool, dict[str, Any]] = {}
+
+    def one(path: Path, quick: bool) -> dict[str, Any]:
+        if quick not in data:
+            data[quick] = D.load_data(regime, work, quick, params_file)
+        return fill(store, path, data[quick], work=work, params_file=params_file)
+
+    return one
+
+
 def backfill_logs(store: RunStore, regime: str, *, work: Path, limit: int | None = None,
                   cells: Sequence[str] | None = None, params_file: Path = PARAMS_FILE,
                   log: Log = print) -> dict[str, int]:
     """Backfill up to ``limit`` runs of ``regime`` (all when None; ``cells``: of these cells only, as
     ``missing``); returns the outcomes counted."""
     todo = missing(store, regime, cells)
-    data: dict[bool, dict[str, Any]] = {}  # the regime's data and policy, by the runs' quick flag
-
-    def one(path: Path, quick: bool) -> dict[str, Any]:
-        if quick not in data:
-            data[quick] = D.load_data(regime, work, quick, params_file)
-        return backfill_one(store, path, data[quick], work=work, params_file=params_file)
-
     log(f"[{regime}] {len(todo)} run(s) without a decision log")
-    counts = rerun_each(store, regime, todo, one, done="decision_log", limit=limit, log=log)
+    counts = rerun_each(store, regime, todo, per_run(store, regime, work, params_file, backfill_one),
+                        done="decision_log", limit=limit, log=log)
     log(f"[{regime}] backfill: {counts or 'nothing to do'}; {len(missing(store, regime, cells))} left")
     return counts
 
@@ -340,15 +357,9 @@ def backfill_beliefs(store: RunStore, regime: str, *, work: Path, limit: int | N
     """Give up to ``limit`` runs of ``regime`` whose log lacks their allocator's beliefs (``lacks_beliefs``; all when
     None) a log with them; returns the outcomes counted."""
     todo = lacks_beliefs(store, regime, cells)
-    data: dict[bool, dict[str, Any]] = {}
-
-    def one(path: Path, quick: bool) -> dict[str, Any]:
-        if quick not in data:
-            data[quick] = D.load_data(regime, work, quick, params_file)
-        return replace_log(store, path, data[quick], work=work, params_file=params_file)
-
     log(f"[{regime}] {len(todo)} run(s) whose decision log lacks its allocator's prior and p_eff")
-    counts = rerun_each(store, regime, todo, one, done=lambda r: "replaced" in r.get("decision_log", {}),
-                        record=BELIEFS_RECORD, rule=BELIEFS_RULE, limit=limit, log=log)
+    counts = rerun_each(store, regime, todo, per_run(store, regime, work, params_file, replace_log),
+                        done=lambda r: "replaced" in r.get("decision_log", {}), record=BELIEFS_RECORD,
+                        rule=BELIEFS_RULE, limit=limit, log=log)
     log(f"[{regime}] beliefs: {counts or 'nothing to do'}; {len(lacks_beliefs(store, regime, cells))} left")
     return counts

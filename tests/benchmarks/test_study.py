@@ -241,6 +241,21 @@ def test_backfill_beliefs_replaces_a_log_only_by_the_same_log_with_prior_and_p_e
     assert "beliefs: nothing to do" not in capsys.readouterr().out
 
 
+def test_a_run_file_names_its_decision_log_only_beside_it(tmp_path):
+    """A run file is input: the log it names counts only when it is the one beside it and exists."""
+    from benchmarks.study import backfill
+
+    path = tmp_path / "s0.json"
+    beside = path.with_suffix(".rollouts.parquet")
+    (tmp_path / "other.parquet").write_bytes(b"x")
+    assert backfill.log_of(path, {"decision_log": {"file": beside.name}}) is None  # not there
+    beside.write_bytes(b"x")
+    assert backfill.log_of(path, {"decision_log": {"file": beside.name}}) == beside
+    for named in ({"file": "other.parquet"}, {"file": "../s0.rollouts.parquet"}, {}, "s0.rollouts.parquet", None):
+        assert backfill.log_of(path, {"decision_log": named}) is None
+    assert backfill.log_of(path, {}) is None
+
+
 def test_a_run_without_a_policy_digest_is_not_rerun_and_nothing_is_loaded_for_it(tmp_path):
     """Its policy cannot be shown to be the run's, so the rerun is refused before the regime's data (and a warm start
     it would build) is loaded; the outcome is recorded, so the run is not tried again."""

@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in study.ENVIRONMENT.items():  # __main__ set them already; a caller in-process too
         os.environ.setdefault(key, value)
     args = parser().parse_args(argv)
+    if sum((args.backfill_logs, args.backfill_beliefs, args.heldout_large)) > 1:
+        parser().error("--backfill-logs, --backfill-beliefs and --heldout-large each rerun runs: give one per command")
+    reruns = args.backfill_logs or args.backfill_beliefs or args.heldout_large
+    if args.limit is not None and (args.limit < 1 or not reruns):
+        parser().error("--limit takes a number of runs >= 1, with --backfill-logs, --backfill-beliefs or "
+                       "--heldout-large")
     if args.warm_start is not None:
         args.regime = f"{args.regime}{WS_SEP}{args.warm_start}"
     args.out = default_out(args.out, args.quick)
@@ -85,10 +91,6 @@ def main(argv: list[str] | None = None) -> int:
                     steps=2 if args.quick else args.round_steps)
         print((args.out / "study" / "training_round_price.md").read_text())
         return 0
-    reruns = args.backfill_logs or args.backfill_beliefs or args.heldout_large
-    if args.limit is not None and (args.limit < 1 or not reruns):
-        parser().error("--limit takes a number of runs >= 1, with --backfill-logs, --backfill-beliefs or "
-                       "--heldout-large")
     stamped = lambda m: print(f"{time.strftime('%H:%M:%S')} {m}", flush=True)  # noqa: E731
     if args.heldout_large:
         heldout_large(RunStore(args.out), args.regime, work=args.work, cells=args.cells or list(CONTROL_CELLS),

@@ -190,6 +190,8 @@ def test_backfill_gives_a_run_its_decision_log_only_when_the_rerun_is_the_record
     assert "backfill: nothing to do" not in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main(["--regime", "easy", "--limit", "2", "--out", str(out)])  # --limit belongs to --backfill-logs
+    with pytest.raises(SystemExit):
+        cli.main(["--regime", "easy", "--backfill-logs", "--backfill-beliefs", "--out", str(out)])  # one per command
 
 
 def test_backfill_beliefs_replaces_a_log_only_by_the_same_log_with_prior_and_p_eff(tmp_path, capsys):

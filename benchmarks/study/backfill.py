@@ -34,17 +34,15 @@ from typing import Any, Callable, Mapping, Sequence
 from benchmarks.study import data as D
 from benchmarks.study.execute import _commit, _now, curve_difference, run_one, run_params
 from benchmarks.study.plan import PARAMS_FILE, VARIANTS, matched_entry
-from benchmarks.study.store import RunStore
+from benchmarks.study.store import BACKFILL_RECORD, BELIEFS_RECORD, RunStore, has_beliefs, holds_beliefs, log_of
 
 Log = Callable[[str], Any]
-RECORD = "backfill.json"
+RECORD = BACKFILL_RECORD
 RULE = ("a run without a decision log is trained again from its recorded settings; its log is kept only if every "
         "evaluation and every ledger field it recorded equal the recorded run's, wall-clock aside")
-BELIEFS_RECORD = "backfill_beliefs.json"
 BELIEFS_RULE = ("a run whose decision log lacks the prior and p_eff columns its allocator holds is trained again from "
                 "its recorded settings; the new log replaces the old only if the rerun is the recorded run (as for a "
                 "backfilled log) and the new log equals the old at every row and column the old has")
-BELIEFS = ("prior", "p_eff")
 # the recorded settings a rerun must share before it trains (a run file field -> the rerun's TrainConfig field)
 SETTINGS = ("batch_size", "lr", "k", "eval_size", "eval_every", "eval_every_rollouts")
 
@@ -70,28 +68,6 @@ def missing(store: RunStore, regime: str, cells: Sequence[str] | None = None) ->
     return out
 
 
-def holds_beliefs(allocator: str) -> bool:
-    """Whether the allocator registered as ``allocator`` reports a prior or p_eff (overrides ``_beliefs``)."""
-    from rlvr_core.allocation import ALLOCATORS
-    from rlvr_core.allocation.base import Allocator
-
-    return allocator in ALLOCATORS and ALLOCATORS.get(allocator)._beliefs is not Allocator._beliefs
-
-
-def _columns(log: Path) -> list[str]:
-    import pyarrow.parquet as pq
-
-    return pq.read_schema(log).names
-
-
-def log_of(path: Path, run: Mapping[str, Any]) -> Path | None:
-    """The decision log the run file at ``path`` names, when it names the one beside it and that one exists (a
-    run file is input: a name elsewhere is no log of its)."""
-    log = path.with_suffix(".rollouts.parquet")
-    named = run.get("decision_log")
-    return log if isinstance(named, Mapping) and named.get("file") == log.name and log.is_file() else None
-
-
 def lacks_beliefs(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
     """The run files of ``regime`` (``cells``: as ``run_files``) whose decision log has no ``prior`` column though
     their allocator holds one, not yet tried, in path order."""
@@ -101,31 +77,8 @@ def lacks_beliefs(store: RunStore, regime: str, cells: Sequence[str] | None = No
         if p.relative_to(store.root).as_posix() in tried:
             continue
         r = json.loads(p.read_text())
-        if holds_beliefs(r.get("allocator", "")) and (log := log_of(p, r)) and BELIEFS[0] not in _columns(log):
+        if holds_beliefs(r.get("allocator", "")) and (log := log_of(p, r)) and not has_beliefs(log):
             out.append(p)
-    return out
-
-
-def coverage(store: RunStore, regime: str) -> dict[str, int]:
-    """How far ``regime``'s runs have decision logs: ``runs`` (run files with a curve), ``logged``, ``to_backfill``
-    (no log, not yet tried: ``missing``), ``not_reproduced`` (no log, tried: the rerun differed or was refused),
-    ``holds`` (logged runs whose allocator holds beliefs), ``beliefs`` (of those, logs with ``prior`` and ``p_eff``)
-    and ``to_fill`` (the rest not yet tried: ``lacks_beliefs``)."""
-    tried = record(store, regime).get("runs", {})
-    out = dict.fromkeys(("runs", "logged", "to_backfill", "not_reproduced", "holds", "beliefs"), 0)
-    for p in run_files(store, regime):
-        r = json.loads(p.read_text())
-        if "curve" not in r:
-            continue
-        out["runs"] += 1
-        if "decision_log" not in r:
-            out["not_reproduced" if p.relative_to(store.root).as_posix() in tried else "to_backfill"] += 1
-            continue
-        out["logged"] += 1
-        if holds_beliefs(r.get("allocator", "")):
-            out["holds"] += 1
-            out["beliefs"] += bool((log := log_of(p, r)) and set(BELIEFS) <= set(_columns(log)))
-    out["to_fill"] = len(lacks_beliefs(store, regime))
     return out
 
 
@@ -281,7 +234,7 @@ def replace_log(store: RunStore, path: Path, data: Mapping[str, Any], *, work: P
     old = log_of(path, run)
     why = "the rerun wrote no decision log" if log is None else \
         "the run file names no decision log beside it" if old is None else log_difference(log, old)
-    if why is None and not set(BELIEFS) <= set(_columns(log)):
+    if why is None and not has_beliefs(log):
         why = "the rerun's log has no prior or p_eff column"
     if why is not None:
         clear(path, store, work)

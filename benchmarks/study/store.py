@@ -20,12 +20,39 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from benchmarks.study.plan import WS_SEP, base_regime, grid_tag, shared_sources, step_grid
 from rlvr_core.registry import slug
 
 Run = dict[str, Any]
+# the decision log's columns of what the allocator believed of a prompt (docs/design.md §7.1)
+BELIEFS = ("prior", "p_eff")
+BACKFILL_RECORD = "backfill.json"  # study/<regime>/: each decision-log backfill's outcome (benchmarks/study/backfill)
+BELIEFS_RECORD = "backfill_beliefs.json"  # the same for the prior and p_eff columns
+
+
+def holds_beliefs(allocator: str) -> bool:
+    """Whether the allocator registered as ``allocator`` reports a prior or p_eff (overrides ``_beliefs``)."""
+    from rlvr_core.allocation import ALLOCATORS
+    from rlvr_core.allocation.base import Allocator
+
+    return allocator in ALLOCATORS and ALLOCATORS.get(allocator)._beliefs is not Allocator._beliefs
+
+
+def log_of(path: Path, run: Mapping[str, Any]) -> Path | None:
+    """The decision log the run file at ``path`` names, when it names the one beside it and that one exists (a
+    run file is input: a name elsewhere is no log of its)."""
+    log = path.with_suffix(".rollouts.parquet")
+    named = run.get("decision_log")
+    return log if isinstance(named, Mapping) and named.get("file") == log.name and log.is_file() else None
+
+
+def has_beliefs(log: Path) -> bool:
+    """Whether the decision log ``log`` has the ``prior`` and ``p_eff`` columns (its schema alone is read)."""
+    import pyarrow.parquet as pq
+
+    return set(BELIEFS) <= set(pq.read_schema(log).names)
 
 
 class RunStore:
@@ -35,6 +62,7 @@ class RunStore:
         self.out = Path(out)
         self.root = self.out / "study"
         self._runs: list[Run] | None = None
+        self._paths: list[Path] = []
         self._index: dict[tuple[str, str, str], list[int]] = {}
         self._frozen: dict[Path, dict[str, Any]] = {}
 
@@ -117,12 +145,45 @@ class RunStore:
     def runs(self) -> list[Run]:
         """Every run file under study/, read once, in path order."""
         if self._runs is None:
-            paths = sorted(self.root.glob("*/*/*/s*.json"))
+            paths = self._paths = sorted(self.root.glob("*/*/*/s*.json"))
             self._runs = [json.loads(p.read_text()) for p in paths]
             for i, (p, r) in enumerate(zip(paths, self._runs)):  # the folders name the regime and protocol
                 if r.get("split", "test") == "test":
                     self._index.setdefault((p.parts[-4], p.parts[-3], r["variant"]), []).append(i)
         return self._runs
+
+    def paths(self) -> list[Path]:
+        """The run files of ``runs``, in its order."""
+        self.runs()
+        return list(self._paths)
+
+    def log_coverage(self, regime: str) -> dict[str, int]:
+        """How far ``regime``'s runs have decision logs, from ``runs``: ``runs`` (run files with a curve),
+        ``logged``, ``to_backfill`` (no log, not yet tried), ``not_reproduced`` (no log, tried: the rerun differed or
+        was refused), ``holds`` (logged runs whose allocator holds beliefs), ``beliefs`` (of those, logs with
+        ``prior`` and ``p_eff``) and ``to_fill`` (the rest, not yet tried)."""
+        tried, tried_beliefs = (set(self._record(regime, name)) for name in (BACKFILL_RECORD, BELIEFS_RECORD))
+        out = dict.fromkeys(("runs", "logged", "to_backfill", "not_reproduced", "holds", "beliefs", "to_fill"), 0)
+        for p, r in zip(self.paths(), self.runs()):
+            if p.parts[-4] != regime or "curve" not in r:
+                continue
+            out["runs"] += 1
+            rel = p.relative_to(self.root).as_posix()
+            if "decision_log" not in r:
+                out["not_reproduced" if rel in tried else "to_backfill"] += 1
+                continue
+            out["logged"] += 1
+            if holds_beliefs(r.get("allocator", "")) and (log := log_of(p, r)):
+                out["holds"] += 1
+                full = has_beliefs(log)
+                out["beliefs"] += full
+                out["to_fill"] += not full and rel not in tried_beliefs
+        return out
+
+    def _record(self, regime: str, name: str) -> dict[str, Any]:
+        """The runs a rerun record of ``regime`` holds (``BACKFILL_RECORD``, ``BELIEFS_RECORD``): {run: outcome}."""
+        p = self.root / regime / name
+        return json.loads(p.read_text()).get("runs", {}) if p.exists() else {}
 
     def own(self, regime: str, protocol: str, label: str) -> list[int]:
         """Indices (into ``runs``) of the test-split runs trained under ``protocol`` itself."""

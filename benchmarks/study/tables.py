@@ -97,8 +97,6 @@ def decision_logs(store: Any) -> list[str]:
     """training_study.md's decision logs (docs/design.md §7.1): per regime, its runs with a log, those left to
     backfill and those that cannot be, the logs holding the prior and p_eff their allocator holds, and the commands
     that resume both."""
-    from benchmarks.study.backfill import coverage
-
     lines = ["", "## Decision logs", "", "Runs made before every run kept a decision log get one by reproduction "
              "(`--backfill-logs`), kept only when the rerun is the recorded run; logs made before the `prior` and "
              "`p_eff` columns get them the same way where the allocator holds them (`--backfill-beliefs`). "
@@ -106,7 +104,7 @@ def decision_logs(store: Any) -> list[str]:
              "| regime | run files | with a decision log | to backfill | not reproduced | with prior and p_eff, of "
              "those whose allocator holds them | resume with |", "|---|---|---|---|---|---|---|"]
     for regime in store.regimes():
-        c = coverage(store, regime)
+        c = store.log_coverage(regime)
         base, ws = base_regime(regime)
         cmd = f"python -m benchmarks.study --regime {base}{f' --warm-start {ws}' if ws is not None else ''}"
         todo = [f"`{cmd} {flag}`" for flag, n in (("--backfill-logs", c["to_backfill"]),

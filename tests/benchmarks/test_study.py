@@ -16,7 +16,7 @@ from benchmarks import training as training_bench
 from benchmarks.common import RESULTS, default_out
 from benchmarks.study import cli, execute, plan, stats, tables
 from benchmarks.study import data as study_data
-from benchmarks.study.store import RunStore
+from benchmarks.study.store import BELIEFS, RunStore, log_of
 
 KEYS = {"regime", "protocol", "allocator", "seeds", "reached", "rollouts_to_target", "seconds_to_target",
         "final_accuracy"}
@@ -211,7 +211,7 @@ def test_backfill_beliefs_replaces_a_log_only_by_the_same_log_with_prior_and_p_e
     assert pd.read_parquet(same.with_suffix(".rollouts.parquet"))["prior"].notna().all()
     for path in (same, other, *grpo):  # as a log made before the beliefs were recorded
         log = path.with_suffix(".rollouts.parquet")
-        df = pd.read_parquet(log).drop(columns=list(backfill.BELIEFS))
+        df = pd.read_parquet(log).drop(columns=list(BELIEFS))
         if path == other:
             df.loc[0, "tokens"] += 1  # a log this code does not write
         df.to_parquet(log, index=False)
@@ -221,7 +221,7 @@ def test_backfill_beliefs_replaces_a_log_only_by_the_same_log_with_prior_and_p_e
     stripped = json.loads(same.read_text())["decision_log"]["sha256"]
     store = RunStore(out)
     assert backfill.lacks_beliefs(store, "easy") == [same, other]  # grpo holds none: never rerun for them
-    assert backfill.coverage(store, "easy") == {"runs": 4, "logged": 4, "to_backfill": 0, "not_reproduced": 0,
+    assert store.log_coverage("easy") == {"runs": 4, "logged": 4, "to_backfill": 0, "not_reproduced": 0,
                                                 "holds": 2, "beliefs": 0, "to_fill": 2}
     row = next(line for line in tables.decision_logs(store) if line.startswith("| easy |"))
     assert row == "| easy | 4 | 4 | 0 | 0 | 0 of 2 | `python -m benchmarks.study --regime easy --backfill-beliefs` |"
@@ -239,23 +239,22 @@ def test_backfill_beliefs_replaces_a_log_only_by_the_same_log_with_prior_and_p_e
     assert "prior" not in pd.read_parquet(other.with_suffix(".rollouts.parquet")).columns  # kept as it was
     assert "replaced" not in json.loads(other.read_text())["decision_log"]
     assert backfill.lacks_beliefs(store, "easy") == []  # tried once, never again
-    assert backfill.coverage(store, "easy")["beliefs"] == 1 and backfill.coverage(store, "easy")["to_fill"] == 0
+    after = RunStore(out).log_coverage("easy")  # a fresh store: runs() reads the run files once
+    assert (after["holds"], after["beliefs"], after["to_fill"]) == (2, 1, 0)
     assert "beliefs: nothing to do" not in capsys.readouterr().out
 
 
 def test_a_run_file_names_its_decision_log_only_beside_it(tmp_path):
     """A run file is input: the log it names counts only when it is the one beside it and exists."""
-    from benchmarks.study import backfill
-
     path = tmp_path / "s0.json"
     beside = path.with_suffix(".rollouts.parquet")
     (tmp_path / "other.parquet").write_bytes(b"x")
-    assert backfill.log_of(path, {"decision_log": {"file": beside.name}}) is None  # not there
+    assert log_of(path, {"decision_log": {"file": beside.name}}) is None  # not there
     beside.write_bytes(b"x")
-    assert backfill.log_of(path, {"decision_log": {"file": beside.name}}) == beside
+    assert log_of(path, {"decision_log": {"file": beside.name}}) == beside
     for named in ({"file": "other.parquet"}, {"file": "../s0.rollouts.parquet"}, {}, "s0.rollouts.parquet", None):
-        assert backfill.log_of(path, {"decision_log": named}) is None
-    assert backfill.log_of(path, {}) is None
+        assert log_of(path, {"decision_log": named}) is None
+    assert log_of(path, {}) is None
 
 
 def test_a_run_without_a_policy_digest_is_not_rerun_and_nothing_is_loaded_for_it(tmp_path):

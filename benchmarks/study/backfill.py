@@ -55,36 +55,29 @@ def run_files(store: RunStore, regime: str, cells: Sequence[str] | None = None) 
     return [p for c in cells for p in sorted((store.root / regime / c).glob("s*.json"))]
 
 
+def untried(store: RunStore, regime: str, cells: Sequence[str] | None, name: str,
+            wanted: Callable[[Path, Mapping[str, Any]], bool]) -> list[Path]:
+    """The run files of ``regime`` (``cells``: as ``run_files``) not yet tried in the record ``name`` whose run
+    ``wanted(path, run)``, in path order."""
+    tried = set(record(store, regime, name).get("runs", {}))
+    return [p for p in run_files(store, regime, cells)
+            if p.relative_to(store.root).as_posix() not in tried and wanted(p, json.loads(p.read_text()))]
+
+
 def missing(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
     """The run files of ``regime`` (``cells``: as ``run_files``) without a decision log and not yet tried."""
-    tried = set(record(store, regime).get("runs", {}))
-    out = []
-    for p in run_files(store, regime, cells):
-        if p.relative_to(store.root).as_posix() in tried:
-            continue
-        r = json.loads(p.read_text())
-        if "curve" in r and "decision_log" not in r:
-            out.append(p)
-    return out
+    return untried(store, regime, cells, RECORD, lambda _p, r: "curve" in r and "decision_log" not in r)
 
 
 def lacks_beliefs(store: RunStore, regime: str, cells: Sequence[str] | None = None) -> list[Path]:
     """The run files of ``regime`` (``cells``: as ``run_files``) whose decision log has no ``prior`` column though
     their allocator holds one, not yet tried, in path order."""
-    tried = set(record(store, regime, BELIEFS_RECORD).get("runs", {}))
-    out = []
-    for p in run_files(store, regime, cells):
-        if p.relative_to(store.root).as_posix() in tried:
-            continue
-        r = json.loads(p.read_text())
-        if holds_beliefs(r.get("allocator", "")) and (log := log_of(p, r)) and not has_beliefs(log):
-            out.append(p)
-    return out
+    return untried(store, regime, cells, BELIEFS_RECORD, lambda p, r: holds_beliefs(r.get("allocator", "")) and
+                   (log := log_of(p, r)) is not None and not has_beliefs(log))
 
 
 def record(store: RunStore, regime: str, name: str = RECORD) -> dict[str, Any]:
-    p = store.root / regime / name
-    return json.loads(p.read_text()) if p.exists() else {}
+    return store.rerun_record(regime, name)
 
 
 def note(store: RunStore, regime: str, rel: str, entry: Mapping[str, Any], name: str = RECORD,

@@ -162,7 +162,8 @@ class RunStore:
         ``logged``, ``to_backfill`` (no log, not yet tried), ``not_reproduced`` (no log, tried: the rerun differed or
         was refused), ``holds`` (logged runs whose allocator holds beliefs), ``beliefs`` (of those, logs with
         ``prior`` and ``p_eff``) and ``to_fill`` (the rest, not yet tried)."""
-        tried, tried_beliefs = (set(self._record(regime, name)) for name in (BACKFILL_RECORD, BELIEFS_RECORD))
+        tried, tried_beliefs = (set(self.rerun_record(regime, name).get("runs", {}))
+                                for name in (BACKFILL_RECORD, BELIEFS_RECORD))
         out = dict.fromkeys(("runs", "logged", "to_backfill", "not_reproduced", "holds", "beliefs", "to_fill"), 0)
         for p, r in zip(self.paths(), self.runs()):
             if p.parts[-4] != regime or "curve" not in r:
@@ -180,10 +181,11 @@ class RunStore:
                 out["to_fill"] += not full and rel not in tried_beliefs
         return out
 
-    def _record(self, regime: str, name: str) -> dict[str, Any]:
-        """The runs a rerun record of ``regime`` holds (``BACKFILL_RECORD``, ``BELIEFS_RECORD``): {run: outcome}."""
+    def rerun_record(self, regime: str, name: str) -> dict[str, Any]:
+        """``study/<regime>/<name>``, a record of reruns (``BACKFILL_RECORD``, ``BELIEFS_RECORD``, the large set's):
+        its ``runs`` map each run tried to its outcome; {} before the first."""
         p = self.root / regime / name
-        return json.loads(p.read_text()).get("runs", {}) if p.exists() else {}
+        return json.loads(p.read_text()) if p.exists() else {}
 
     def own(self, regime: str, protocol: str, label: str) -> list[int]:
         """Indices (into ``runs``) of the test-split runs trained under ``protocol`` itself."""

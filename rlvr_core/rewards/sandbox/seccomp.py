@@ -1,5 +1,5 @@
 """The bubblewrap sandbox's seccomp filter, assembled as classic BPF (no new user namespaces, no foreign
-syscall ABI, no System V IPC, io_uring or kernel keys, optionally no new processes)."""
+syscall ABI, no System V IPC, memfds, io_uring or kernel keys, optionally no new processes)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,24 @@ import struct
 import sys
 from functools import lru_cache
 
-# Calls refused with ENOSYS, as a kernel built without CONFIG_SYSVIPC, CONFIG_IO_URING or CONFIG_KEYS
-# answers them, so programs and libraries take their usual "not there" path (liburing's users fall
-# back to epoll; CPython's standard library uses none of them). EPERM would read as a permission
-# problem to report or retry instead.
+# Calls refused with ENOSYS, as a kernel built without CONFIG_SYSVIPC, CONFIG_MEMFD_CREATE,
+# CONFIG_IO_URING or CONFIG_KEYS answers them, so programs and libraries take their usual "not there"
+# path (liburing's users fall back to epoll; CPython's standard library uses none of them). EPERM would
+# read as a permission problem to report or retry instead.
 # System V IPC: a shared memory segment counts against RLIMIT_AS only while attached, so shmget,
 # shmat, a write and shmdt, repeated, held memory that memory_bytes never saw (32 x 32 MiB under a
-# 128 MiB limit). Semaphore sets and message queues hold kernel memory the same way. io_uring and the
-# key calls are kernel surface no program here needs. x86-64 and aarch64 have no ipc(2) multiplexer;
-# the i386, x32 and arm32 ABIs that do are refused as foreign ABIs below.
+# 128 MiB limit). Semaphore sets and message queues hold kernel memory the same way.
+# memfd_create: a memfd is a shmem file on no mount of the sandbox, so no tmpfs size bounds it, only
+# RLIMIT_FSIZE per file: 8 memfds of 32 MiB held 256 MiB under a 128 MiB limit, and one sent over a
+# socket pair and closed stays held in flight with no descriptor counted. memfd_secret is the same,
+# its pages hidden. Every other file the program can write lies on the two tmpfs mounts (O_TMPFILE
+# ones too; the root is read-only), which max_disk_bytes bounds.
+# io_uring and the key calls are kernel surface no program here needs. x86-64 and aarch64 have no
+# ipc(2) multiplexer; the i386, x32 and arm32 ABIs that do are refused as foreign ABIs below.
 _DENIED_NAMES = (
     "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl",
     "msgget", "msgsnd", "msgrcv", "msgctl", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "keyctl", "add_key", "request_key",
+    "keyctl", "add_key", "request_key", "memfd_create", "memfd_secret",
 )  # fmt: skip
 # Numbers from the kernel's tables: arch/x86/entry/syscalls/syscall_64.tbl (the headers'
 # asm/unistd_64.h) and include/uapi/asm-generic/unistd.h, which aarch64 uses.
@@ -29,11 +34,13 @@ _DENIED = {
         "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semtimedop": 220,
         "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248, "request_key": 249,
+        "memfd_create": 319, "memfd_secret": 447,
     },
     "aarch64": {
         "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190, "semop": 193, "semtimedop": 192,
         "semctl": 191, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 219, "add_key": 217, "request_key": 218,
+        "memfd_create": 279, "memfd_secret": 447,
     },
 }  # fmt: skip
 
@@ -61,7 +68,7 @@ def _assemble(prog: list) -> bytes:
 @lru_cache(maxsize=4)
 def _seccomp_filter(single_process: bool = False) -> bytes | None:
     """A classic-BPF seccomp program: no new user namespaces, no foreign syscall ABI, and ENOSYS
-    for System V IPC, io_uring and the kernel key calls (``_DENIED``).
+    for System V IPC, memfds, io_uring and the kernel key calls (``_DENIED``).
 
     ``single_process``: also refuse new processes (``fork``, ``vfork``, ``clone`` without
     ``CLONE_THREAD``) with EAGAIN, as RLIMIT_NPROC would; threads (which share the address

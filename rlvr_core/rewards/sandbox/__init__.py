@@ -24,12 +24,17 @@ package ``bubblewrap``). Each run gets
    ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS so libc falls back to ``clone``)
    and foreign syscall ABIs, so the program cannot become root of a namespace of
    its own and mount file systems there. System V IPC (``shm*``, ``sem*``,
-   ``msg*``), io_uring and the kernel key calls (``keyctl``, ``add_key``,
-   ``request_key``) answer ENOSYS, as on a kernel built without them: a detached
-   System V segment is outside the address space, so ``RLIMIT_AS`` never counted
-   it (32 x 32 MiB held 1 GiB under a 128 MiB limit; where there is no filter,
-   segments still escape ``memory_bytes`` while the run lasts, and go with its
-   IPC namespace when it ends). Unless ``allow_processes`` is set, it
+   ``msg*``), ``memfd_create`` and ``memfd_secret``, io_uring and the kernel key
+   calls (``keyctl``, ``add_key``, ``request_key``) answer ENOSYS, as on a kernel
+   built without them: a detached System V segment is outside the address space,
+   so ``RLIMIT_AS`` never counted it (32 x 32 MiB held 1 GiB under a 128 MiB
+   limit), and a memfd lies on no mount of the sandbox, bounded only per file by
+   ``RLIMIT_FSIZE`` (8 x 32 MiB held 256 MiB). Every file the program can still
+   write, ``O_TMPFILE`` ones included, lies on its two tmpfs mounts. Where there
+   is no filter, segments and memfds still escape ``memory_bytes`` while the run
+   lasts (memfds up to 3 x ``max_open_files`` x ``max_file_bytes``, counting
+   those in flight in a socket's queue), and go when it ends. Unless
+   ``allow_processes`` is set, it
    also refuses new processes (``fork``, ``vfork``, ``clone`` without
    ``CLONE_THREAD``: EAGAIN) while threads still start, so that ``RLIMIT_AS``
    bounds the run's memory in all, not each of up to ``max_processes`` processes
@@ -72,7 +77,10 @@ missing or cannot create namespaces here, ``run_python`` raises
 It has no seccomp filter and no IPC namespace: memory outside the address space
 (System V segments, which stay in the host's IPC namespace after the run unless
 ``kernel.shm_rmid_forced`` is 1) is bounded only by the audit hook's refusal of
-``ctypes``. The audit hook runs inside the program's own interpreter and is not a security
+``ctypes``; memfds are held to ``max_open_files`` x ``max_file_bytes`` (the hook
+refuses the socket pair that could keep more in flight), and the files of its
+directory to ``max_file_bytes`` each, not in number, on the host's temporary
+file system. The audit hook runs inside the program's own interpreter and is not a security
 boundary: it can be bypassed from Python (a subinterpreter's ``run_string``,
 ``sqlite3``/``readline`` writing files, ``pidfd_send_signal``, ``ioctl``). Use it
 only where bubblewrap cannot run and the completions are trusted. Programs get the

@@ -86,17 +86,19 @@ def nightly_pass(params: Params) -> dict[str, Any]:
 def evaluate(checkpoint: str | None = None, run: str | None = None, nightly: bool = False,
              params_file: str | None = None) -> dict[str, Any]:
     """Evaluate one checkpoint, every checkpoint of one run, the nightly pass, or (default) every final checkpoint."""
+    checked, ckpt = None, Path(checkpoint) if checkpoint else None
     if untrusted.deployment_id():  # its parameters come from whoever may submit flow runs (pipeline/untrusted.py)
-        untrusted.check_evaluate_parameters(checkpoint, run, nightly, params_file)
-    sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
-    params = load(params_file)
+        # what is read from here on is what was checked: the params file's text, the resolved checkpoint folder
+        checked, ckpt = untrusted.check_evaluate_parameters(checkpoint, run, nightly, params_file)
+    sync = remote.setup(str(checked.path) if checked else params_file)  # None unless $RLVR_DVC_REMOTE (a worker)
+    params = load(params_file, checked=checked)
     fix_cpu(params.train.threads)  # before any computation: results must not depend on the machine
     if sync:  # dvc pull: data, warm start and every training stage's outputs
         sync.pull(sync.training_stages())
     if nightly:
         return nightly_pass(params)
-    if checkpoint:
-        return _eval(params, Path(checkpoint))
+    if ckpt is not None:
+        return _eval(params, ckpt)
     if run:
         folder = root() / "runs" / run
         ckpts = list_checkpoints(folder / "checkpoints")

@@ -19,8 +19,14 @@ from rlvr_core.config import parse_set as _parse_set
 from rlvr_core.safefs import write_text_atomic
 
 
-def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
-    """Validated params (file from ``params_file`` / $RLVR_PARAMS / params.yaml); raises ConfigError on bad values."""
+def load(params_file: str | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+         checked: untrusted.CheckedParams | None = None) -> Params:
+    """Validated params (file from ``params_file`` / $RLVR_PARAMS / params.yaml); raises ConfigError on bad values.
+
+    ``checked``: a deployment's params file as pipeline.untrusted read it; its text is loaded, and no file is
+    opened again (the name could reach another file from here: another working directory, a swapped file)."""
+    if checked is not None:
+        return load_params(checked.path, overrides=overrides, text=checked.text)
     return load_params(params_path(params_file), overrides=overrides)
 
 

@@ -134,15 +134,18 @@ def train(allocator: str | None = None, steps: int | None = None, seed: int | No
     """
     # a deployment's parameters come from whoever may submit flow runs: checked before anything reads them
     deployed = untrusted.deployment_id()
-    deployed_out = untrusted.check_train_parameters(overrides, params_file, out_dir) if deployed else None
+    checked, deployed_out = (untrusted.check_train_parameters(overrides, params_file, out_dir) if deployed
+                             else (None, None))
     ov = dict(overrides or {})
     options = {k: v for k, v in (("allocator", allocator), ("steps", steps), ("seed", seed)) if v is not None}
     if both := [k for k in options if k in ov]:  # the option would win over --set silently
         raise ConfigError(f"train.{both[0]} is given twice, by --{both[0]} {short_repr(options[both[0]])} and --set "
                           f"{both[0]}={short_repr(ov[both[0]])}; give it once")
     ov.update(options)
-    sync = remote.setup(params_file)  # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file
-    params = load(params_file, overrides={"train": ov})  # ConfigError here: nothing has been generated yet
+    # None unless $RLVR_DVC_REMOTE (a worker): remote, tracking server, params file (the checked one, by its path)
+    sync = remote.setup(str(checked.path) if checked else params_file)
+    # ConfigError here: nothing has been generated yet; a deployment's params file is the text its checks read
+    params = load(params_file, overrides={"train": ov}, checked=checked)
     cfg = params.train
     fix_cpu(cfg.threads)  # before any computation: results must not depend on the machine
     refuse_launch_options(cfg.engine_options, worker=sync is not None)  # a params file must not pick the program

@@ -311,7 +311,10 @@ def metric_history(run_id: str, key: str) -> list[tuple[int, float]]:
 
 
 def nightly_evaluated() -> dict[str, list[int]]:
-    """{run folder name: checkpoint steps} of every nightly evaluation the store holds (FINISHED runs).
+    """{run folder's path under the project root (tag ``run_path``): checkpoint steps} of every nightly
+    evaluation the store holds (FINISHED runs). Evaluations of earlier versions, tagged with the folder's name
+    only (``run``, which runs/<name>/ and runs/deployments/<name>/ share), are left out: those runs are
+    evaluated once more.
 
     A worker's clone starts without reports/nightly/index.json; the tracking server knows what was evaluated.
     """
@@ -322,7 +325,7 @@ def nightly_evaluated() -> dict[str, list[int]]:
     out: dict[str, set[int]] = {}
     for run in client.search_runs([exp.experiment_id], "tags.kind = 'nightly-eval' and attributes.status = 'FINISHED'",
                                   max_results=50000):
-        name, ckpt = run.data.tags.get("run"), run.data.tags.get("checkpoint", "")
+        name, ckpt = run.data.tags.get("run_path"), run.data.tags.get("checkpoint", "")
         if name and Path(ckpt).name.startswith("step_"):
             out.setdefault(name, set()).add(int(Path(ckpt).name.split("_")[-1]))
     return {k: sorted(v) for k, v in out.items()}

@@ -8,12 +8,14 @@ read, generated or tracked:
 - ``out_dir`` must resolve (links followed) to a folder under ``runs/deployments/`` of the project root:
   never a DVC stage's output, never a folder outside the project;
 - ``params_file`` must resolve inside the project root and be a regular file of at most
-  ``MAX_PARAMS_BYTES``, owned by the serving user and not writable by others;
+  ``MAX_PARAMS_BYTES``, owned by the serving user and not writable by others: checked on the descriptor
+  it is opened with, once, and read from that descriptor; the flow loads that text, never the name again;
 - engine options that name a program, its environment, a file it writes, a server's URL or a token file
   (``REFUSED_ENGINE_OPTIONS``) are refused, from the overrides and from the params file alike: a run of a
   deployment starts its own engine, set up on the serving machine;
 - an evaluation reads checkpoints of the project's runs only (``runs/``, ``experiment/``), and writes no
-  DVC stage output (reports/evaluation.json).
+  DVC stage output (reports/evaluation.json); the checkpoint it evaluates is the folder the check resolved
+  (against the project root, links followed), passed on as that absolute path.
 
 The sizes a run may ask for (threads, batch sizes, budgets) are checked with the other params when the
 params load (``rlvr_core.config``), before the MLflow run opens, for every run alike. Error messages name
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from pipeline.paths import root
 from rlvr_core.errors import ConfigError, short_repr
@@ -64,9 +66,48 @@ def check_out_dir(out_dir: Any) -> Path:
     return path
 
 
-def check_params_file(params_file: Any) -> Path:
-    """The params file ``params_file`` names, resolved; ConfigError unless it is a regular file inside the project
-    root, of this user's, not writable by others and at most MAX_PARAMS_BYTES. Its content is never quoted."""
+class CheckedParams(NamedTuple):
+    """A deployment's params file as its checks saw it: the resolved path (for messages, and for the worker's
+    check that it is committed) and the text read from the descriptor the checks ran on."""
+
+    path: Path
+    text: str
+
+
+def _refuse_params(params_file: Any, why: str) -> ConfigError:
+    return ConfigError(f"params_file = {short_repr(params_file)}: {why}")
+
+
+def _check_params_fd(fd: int, params_file: Any) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse_params(params_file, "not a regular file")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise _refuse_params(params_file, f"must belong to the serving user and be writable by no one else (it is "
+                                          f"{stat.filemode(st.st_mode)}, uid {st.st_uid})")
+    if st.st_size > MAX_PARAMS_BYTES:
+        raise _refuse_params(params_file, f"{st.st_size:,} bytes, more than a params file holds (at most "
+                                          f"{MAX_PARAMS_BYTES:,})")
+
+
+def _read_bounded(fd: int, params_file: Any) -> bytes:
+    """At most MAX_PARAMS_BYTES from ``fd``; a file that grew past them since its fstat is refused."""
+    chunks, size = [], 0
+    while chunk := os.read(fd, MAX_PARAMS_BYTES + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_PARAMS_BYTES:
+            raise _refuse_params(params_file, f"more than a params file holds (at most {MAX_PARAMS_BYTES:,} bytes)")
+    return b"".join(chunks)
+
+
+def check_params_file(params_file: Any) -> CheckedParams:
+    """The params file ``params_file`` names, resolved against the project root and opened once; ConfigError
+    unless it is a regular file inside the project root, of this user's, not writable by others and at most
+    MAX_PARAMS_BYTES. The checks run on the open descriptor (``fstat``) and the text is read from that same
+    descriptor, so the file checked is the file read: the flow hands the text on (``flows.common.load``) and
+    never opens the name again, which the working directory, a swapped file or a link could make another
+    file. Its content is never quoted."""
     if not isinstance(params_file, str) or not params_file.strip() or "\0" in params_file:
         raise ConfigError(f"params_file = {short_repr(params_file)}: give a params file inside the project")
     top = root()
@@ -74,19 +115,25 @@ def check_params_file(params_file: Any) -> Path:
     if not _inside(path, top):
         raise ConfigError(f"params_file = {short_repr(params_file)}: resolves outside the project ({top}); a run of "
                           "a deployment reads params files of the project only")
-    try:
-        st = os.stat(path)
+    try:  # O_NOFOLLOW: a link swapped in since resolve() is refused; O_NONBLOCK: a FIFO does not hang the open
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ConfigError(f"params_file = {short_repr(params_file)}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"params_file = {short_repr(params_file)}: not a regular file")
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise ConfigError(f"params_file = {short_repr(params_file)}: must belong to the serving user and be "
-                          f"writable by no one else (it is {stat.filemode(st.st_mode)}, uid {st.st_uid})")
-    if st.st_size > MAX_PARAMS_BYTES:
-        raise ConfigError(f"params_file = {short_repr(params_file)}: {st.st_size:,} bytes, more than a params file "
-                          f"holds (at most {MAX_PARAMS_BYTES:,})")
-    return path
+    try:
+        _check_params_fd(fd, params_file)
+        if os.path.isdir("/proc/self/fd"):  # a folder on the way swapped for a link since resolve(): where it went
+            reached = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            if reached != path:
+                raise ConfigError(f"params_file = {short_repr(params_file)}: opened {reached}, not {path} (the path "
+                                  "changed while it was checked); a run of a deployment reads params files of the "
+                                  "project only")
+        data = _read_bounded(fd, params_file)
+    finally:
+        os.close(fd)
+    try:
+        return CheckedParams(path, data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise _refuse_params(params_file, f"not UTF-8 text (byte {e.start})") from None
 
 
 def refuse_engine_options(engine_options: Mapping[str, Any], where: str,
@@ -102,9 +149,11 @@ def refuse_engine_options(engine_options: Mapping[str, Any], where: str,
                           "the params (docs/cluster.md)")
 
 
-def check_train_parameters(overrides: Any, params_file: Any, out_dir: Any) -> Path | None:
+def check_train_parameters(overrides: Any, params_file: Any,
+                           out_dir: Any) -> tuple[CheckedParams | None, Path | None]:
     """A deployment's train run: ``overrides`` a mapping with no refused engine option, ``params_file`` and
-    ``out_dir`` as above. Returns the checked run folder (None: the default runs/deployments/<name>/)."""
+    ``out_dir`` as above. Returns the checked params file (None: none given) and the checked run folder (None:
+    the default runs/deployments/<name>/)."""
     where = f"deployment {deployment_id()}"
     if overrides is not None:
         if not isinstance(overrides, Mapping) or not all(isinstance(k, str) for k in overrides):
@@ -113,16 +162,17 @@ def check_train_parameters(overrides: Any, params_file: Any, out_dir: Any) -> Pa
         if not isinstance(options, Mapping):
             raise ConfigError(f"overrides.engine_options = {short_repr(options)}: give a mapping")
         refuse_engine_options(options, where)
-    if params_file is not None:
-        check_params_file(params_file)
-    return check_out_dir(out_dir) if out_dir is not None else None
+    checked = check_params_file(params_file) if params_file is not None else None
+    return checked, (check_out_dir(out_dir) if out_dir is not None else None)
 
 
-def check_evaluate_parameters(checkpoint: Any, run: Any, nightly: Any, params_file: Any) -> None:
+def check_evaluate_parameters(checkpoint: Any, run: Any, nightly: Any,
+                              params_file: Any) -> tuple[CheckedParams | None, Path | None]:
     """A deployment's evaluate run: the nightly pass, or a checkpoint or run of the project's runs; never the
-    default pass, which writes reports/evaluation.json (a DVC stage's output)."""
-    if params_file is not None:
-        check_params_file(params_file)
+    default pass, which writes reports/evaluation.json (a DVC stage's output). Returns the checked params file
+    (None: none given) and the checkpoint folder resolved against the project root (None: none given), which
+    is the folder the run then evaluates."""
+    checked = check_params_file(params_file) if params_file is not None else None
     if not isinstance(nightly, bool):
         raise ConfigError(f"nightly = {short_repr(nightly)}: true or false")
     if checkpoint is not None:
@@ -133,6 +183,7 @@ def check_evaluate_parameters(checkpoint: Any, run: Any, nightly: Any, params_fi
         if not any(_inside(path, t) and path != t for t in tops):
             raise ConfigError(f"checkpoint = {short_repr(checkpoint)}: resolves to {path}, outside runs/ and "
                               "experiment/; a run of a deployment evaluates the project's checkpoints only")
+        return checked, path
     elif run is not None:
         if not isinstance(run, str) or not run or "/" in run or "\0" in run or run in (".", ".."):
             raise ConfigError(f"run = {short_repr(run)}: give a run folder's name under runs/ (<allocator>-s<seed>)")
@@ -140,8 +191,9 @@ def check_evaluate_parameters(checkpoint: Any, run: Any, nightly: Any, params_fi
         raise ConfigError("a run of a deployment evaluates the nightly pass (nightly: true), a checkpoint or a run; "
                           "the default pass writes reports/evaluation.json, a DVC stage's output: run it with "
                           "`python -m flows.evaluate` or `dvc repro`")
+    return checked, None
 
 
 __all__ = ["DEPLOYMENT_RUNS", "LAUNCH_OPTIONS", "MAX_PARAMS_BYTES", "NETWORK_OPTIONS", "REFUSED_ENGINE_OPTIONS",
-           "check_evaluate_parameters", "check_out_dir", "check_params_file", "check_train_parameters",
+           "CheckedParams", "check_evaluate_parameters", "check_out_dir", "check_params_file", "check_train_parameters",
            "deployment_id", "refuse_engine_options"]

@@ -30,7 +30,8 @@ class Params:
 SECTIONS = {"prepare": PrepareConfig, "warmstart": WarmStartConfig, "train": TrainConfig, "evaluate": EvaluateConfig}
 
 
-def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Params:
+def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mapping[str, Any]] | None = None, *,
+                text: str | None = None) -> Params:
     """Read and validate params.yaml; ``overrides`` {section: {key: value}} win over the file.
 
     The file must hold the sections ``REQUIRED_SECTIONS`` (prepare and train), and its sections must
@@ -39,11 +40,17 @@ def load_params(path: str | Path = "params.yaml", overrides: Mapping[str, Mappin
     (warmstart, evaluate) and keys a section leaves out take the dataclass defaults, which are the
     project's params.yaml values. An error about an overridden key says the value came from the
     overrides (the flows' --set and --steps/--seed/--allocator), not from the file.
+
+    ``text``, when given, is the file's content, already read (a deployment's params file is read once, from
+    the descriptor its checks ran on: pipeline/untrusted.py); ``path`` then only names it in messages and is
+    not opened.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file; run from the project root or pass the params file")
-    raw = read_yaml(path.read_text(), str(path))
+    if text is None:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file; run from the project root or pass the params file")
+        text = path.read_text()
+    raw = read_yaml(text, str(path))
     need = f"a params file needs the sections {', '.join(REQUIRED_SECTIONS)} (see the project's params.yaml)"
     if raw is None:
         raise ConfigError(f"{path}: empty (or only comments); {need}")

@@ -324,14 +324,17 @@ def test_nightly_index_from_the_tracking_store(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("RLVR_ROOT", str(tmp_path))
     assert tracking.nightly_evaluated() == {}
-    for name, step, status in (("sara", 2, "FINISHED"), ("sara", 4, "FINISHED"), ("grpo", 2, "FAILED"),
-                               ("experiment", 6, "FINISHED")):
-        rid = tracking.start_run(f"eval-{name}-step{step}", {},
-                                 {"kind": "nightly-eval", "run": name,
-                                  "checkpoint": f"/w/runs/{name}/checkpoints/step_{step:06d}"})
+    for key, step, status in (("runs/sara", 2, "FINISHED"), ("runs/sara", 4, "FINISHED"), ("runs/grpo", 2, "FAILED"),
+                              ("runs/deployments/sara", 3, "FINISHED"), ("experiment", 6, "FINISHED")):
+        rid = tracking.start_run(f"eval-{key}-step{step}", {},
+                                 {"kind": "nightly-eval", "run": Path(key).name, "run_path": key,
+                                  "checkpoint": f"/w/{key}/checkpoints/step_{step:06d}"})
         tracking.end_run(rid, status)
+    # an evaluation of an earlier version, tagged with the folder's name only: which sara-s0 was it? left out
+    tracking.end_run(tracking.start_run("eval-sara-step8", {}, {"kind": "nightly-eval", "run": "sara",
+                                                                "checkpoint": "/w/runs/sara/checkpoints/step_000008"}))
     tracking.end_run(tracking.start_run("train-sara", {}, {"run_dir": "/w/runs/sara"}))
-    assert tracking.nightly_evaluated() == {"sara": [2, 4], "experiment": [6]}
+    assert tracking.nightly_evaluated() == {"runs/sara": [2, 4], "runs/deployments/sara": [3], "experiment": [6]}
 
 
 def test_inputs_missing_from_the_remote(worker_clone: Path) -> None:

@@ -64,8 +64,8 @@ def test_dvc_repro_tiny(pipeline_env: dict[str, str], tmp_path: Path) -> None:
 
     # a nightly evaluation pass leaves every stage up to date
     sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")
-    assert json.loads((repo / "reports/nightly/index.json").read_text()) == {
-        "experiment": [2], "grpo-s0": [2], "grpo-s1": [2], "sara+dps-s0": [2], "sara+dps-s1": [2]}
+    assert json.loads((repo / "reports/nightly/index.json").read_text())["evaluated"] == {
+        "experiment": [2], "runs/grpo-s0": [2], "runs/grpo-s1": [2], "runs/sara+dps-s0": [2], "runs/sara+dps-s1": [2]}
     status = sh(env, repo, dvc, "status")
     assert "up to date" in status.lower() or status.strip() == "", status
     assert json.loads((repo / "reports/nightly/experiment-step000002.json").read_text())["allocator"] == "sara"

@@ -88,9 +88,9 @@ def test_resume_and_nightly(pipeline_env: dict[str, str], tmp_path: Path) -> Non
     flow(pipeline_env, PROJECT, "flows.evaluate", "--nightly")
     flow(pipeline_env, PROJECT, "flows.evaluate", "--nightly")  # nothing new: no second evaluation
     index = json.loads((tmp_path / "reports/nightly/index.json").read_text())
-    assert index == {"sara-s0": [3]}
+    assert index == {"format": 2, "evaluated": {"runs/sara-s0": [3]}, "skipped": {}}
     assert not list((tmp_path / "runs").glob("*.json")), "nightly state must stay out of runs/ (a DVC dependency)"
-    result = json.loads((tmp_path / "reports/nightly/sara-s0-step000003.json").read_text())
+    result = json.loads((tmp_path / "reports/nightly/runs/sara-s0-step000003.json").read_text())
     assert result["step"] == 3 and result["allocator"] == "sara" and 0.0 <= result["greedy_acc"] <= 1.0
     curve = (tmp_path / "runs/sara-s0/curve.csv").read_text().splitlines()
     assert curve[0] == "step,cum_rollouts,cum_tokens,greedy_acc" and [r.split(",")[0] for r in curve[1:]] == [

@@ -73,8 +73,8 @@ def test_repro_replicates_and_a_served_run_leaves_the_pipeline_up_to_date(pipeli
     _clean(env, repo, dvc)
     # the nightly evaluation finds the deployment's run, and still leaves every stage up to date
     sh(env, repo, PY, "-m", "flows.evaluate", "--nightly")
-    index = json.loads((repo / "reports/nightly/index.json").read_text())
-    assert index[folders[0].name] == [3] and index["sara-s0"] == [2], index
+    index = json.loads((repo / "reports/nightly/index.json").read_text())["evaluated"]
+    assert index[f"runs/deployments/{folders[0].name}"] == [3] and index["runs/sara-s0"] == [2], index
     _clean(env, repo, dvc)
 
 

@@ -63,7 +63,61 @@ def test_a_params_file_inside_the_project_must_be_a_regular_file_of_the_serving_
     with pytest.raises(ConfigError, match="writable by no one else"):
         pipeline.untrusted.check_params_file("shared.yaml")
     shared.chmod(0o644)
-    assert pipeline.untrusted.check_params_file("shared.yaml") == shared.resolve()
+    assert pipeline.untrusted.check_params_file("shared.yaml") == (shared.resolve(), TINY.read_text())
+    (deployed / "latin1.yaml").write_bytes(b"prepare: {task: caf\xe9}\n")
+    with pytest.raises(ConfigError, match=r"params_file = 'latin1.yaml': not UTF-8 text \(byte 19\)"):
+        pipeline.untrusted.check_params_file("latin1.yaml")
+    os.mkfifo(deployed / "fifo.yaml")  # opened without blocking, and refused
+    with pytest.raises(ConfigError, match="not a regular file"):
+        pipeline.untrusted.check_params_file("fifo.yaml")
+
+
+class Stop(Exception):
+    """Raised where a flow under test has loaded its params: nothing after that is needed."""
+
+
+@pytest.fixture
+def elsewhere(deployed: Path, tmp_path_factory, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The flows' working directory is another folder than $RLVR_ROOT (flows/serve.py allows it), holding a
+    params file and a checkpoint folder of the same names as the project's, of another user's where the test
+    runs as root. Returns the train.threads each flow loaded, recorded where it pins its threads."""
+    other = tmp_path_factory.mktemp("cwd")
+    theirs = other / "mine.yaml"
+    (deployed / "mine.yaml").write_text(TINY.read_text().replace("train:\n", "train:\n  threads: 1\n", 1))
+    theirs.write_text(TINY.read_text().replace("train:\n", "train:\n  threads: 2\n", 1))
+    (other / "runs/sara-s0/checkpoints/step_000002").mkdir(parents=True)
+    if os.geteuid() == 0:  # as the issue found it: the namesake is another user's
+        for p in (theirs, other / "runs/sara-s0/checkpoints/step_000002"):
+            os.chown(p, 65534, 65534)
+    monkeypatch.chdir(other)
+    loaded: dict[str, int] = {}
+
+    def fix_cpu(threads: int) -> None:
+        loaded["threads"] = threads
+        raise Stop
+
+    monkeypatch.setattr(flows.train, "fix_cpu", fix_cpu)
+    monkeypatch.setattr(flows.evaluate, "fix_cpu", lambda threads: loaded.__setitem__("threads", threads))
+    return loaded
+
+
+def test_the_params_file_read_is_the_one_checked_whatever_the_working_directory(
+        deployed: Path, elsewhere, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(Stop):
+        flows.train.train.fn(params_file="mine.yaml")
+    assert elsewhere == {"threads": 1}  # the project's file, not the working directory's namesake
+    elsewhere.clear()
+    monkeypatch.setattr(flows.evaluate, "nightly_pass", lambda params: {"threads": params.train.threads})
+    assert flows.evaluate.evaluate.fn(nightly=True, params_file="mine.yaml") == {"threads": 1}
+    assert elsewhere == {"threads": 1}
+
+
+def test_the_checkpoint_evaluated_is_the_one_checked_whatever_the_working_directory(
+        deployed: Path, elsewhere, monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluated: list[Path] = []
+    monkeypatch.setattr(flows.evaluate, "_eval", lambda params, ckpt: evaluated.append(ckpt) or {})
+    flows.evaluate.evaluate.fn(checkpoint="runs/sara-s0/checkpoints/step_000002")
+    assert evaluated == [(deployed / "runs/sara-s0/checkpoints/step_000002").resolve()]
 
 
 @pytest.mark.parametrize("options", [{"url": "http://127.0.0.1:45999", "token_file": "/root/secret0600"},

@@ -274,9 +274,10 @@ def log_dataset(run_id: str, data_dir: str, split: str, digest: str, context: st
     """Log a split of the dataset at ``data_dir`` as a run input, with ``digest`` (the DVC/content hash)."""
     import mlflow
     import pandas as pd
-    from datasets import load_from_disk
 
-    df = pd.DataFrame(load_from_disk(data_dir)[split][:])
+    from rlvr_core.data.disk import load_saved_split
+
+    df = pd.DataFrame(load_saved_split(data_dir, split))  # its arrow files checked first, as training reads them
     from mlflow.entities import DatasetInput, InputTag
 
     ds = mlflow.data.from_pandas(df, source=str(Path(data_dir).resolve()), name=f"{Path(data_dir).name}-{split}",

@@ -5,13 +5,18 @@ refused while composing, before anything is built, and exponent floats as people
 ``1E-4``) are numbers, as in YAML 1.2. Ints past a float's range (``MAX_INT_DIGITS``) are refused with the
 line and key they are on, and so are the YAML 1.1 readings people do not mean: ``010`` as octal 8, ``1:30`` as
 90 and ``1:30.0`` as 90.0 (base 60), a key given twice, and merge keys (``<<``: two of them in one mapping
-kept the last one's values silently). ``--set`` refuses a key given twice. Messages show values through
+kept the last one's values silently). So are hexadecimal and binary ints (``0x10``, ``0b101``), a plain ``0o17``
+(YAML 1.2's octal, a string in YAML 1.1), and what JSON cannot hold, since params values are JSON (a run's
+``params.json``, checkpoints, comparisons at resume): the tags ``!!set``, ``!!binary``, ``!!omap``, ``!!pairs`` and
+``!!timestamp`` (so an unquoted date, ``2024-01-01``), and a key that is not a string (``1:``, ``null:``,
+``yes:``). ``--set`` refuses a key given twice. Messages show values through
 ``short_repr``; a file that is not YAML is refused with the line and column of the fault and never a word
 of its text (it may be no params file at all).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -90,7 +95,11 @@ class ParamsLoader(yaml.SafeLoader):
         value = super().construct_yaml_int(node)
         if ":" in digits:
             raise _Refused(_base_60(node.value, self._where(node), value))
-        if digits[:2] not in ("0x", "0b") and len(digits) > 1 and digits[0] == "0":
+        if digits[:2] in ("0x", "0b"):
+            base = "hexadecimal" if digits[:2] == "0x" else "binary"
+            raise _Refused(f"{node.value} at {self._where(node)} is a {base} int ({value}); params numbers are "
+                           f"decimal: write {value}, or quote the value if a string was meant")
+        if len(digits) > 1 and digits[0] == "0":
             meant = int(str(node.value).replace("_", ""), 10)
             raise _Refused(f"{node.value} at {self._where(node)} reads as {value} (YAML 1.1 reads a leading 0 as "
                            f"octal); write {meant}, or {value} if octal was meant")
@@ -106,22 +115,58 @@ class ParamsLoader(yaml.SafeLoader):
         return value
 
 
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        """A string, refused when it is a plain ``0o17``: YAML 1.2's octal, which YAML 1.1 reads as a string."""
+        value = super().construct_yaml_str(node)
+        if node.style is None and re.fullmatch(r"[-+]?0o[0-7_]+", value):
+            meant = int(value.replace("_", ""), 8)
+            raise _Refused(f"{value} at {self._where(node)} reads as the string {value!r} (YAML 1.1 has no 0o "
+                           f"octal); write {meant}, or quote the value if a string was meant")
+        return value
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Any value, refused when its tag builds what JSON cannot hold (a set, bytes, a date, pairs)."""
+        if node.tag in _NOT_JSON:
+            what = _NOT_JSON[node.tag]
+            how = ("quote the value if a string was meant" if node.tag == "tag:yaml.org,2002:timestamp"
+                   else "write a list or a mapping")
+            raise _Refused(f"the value at {self._where(node)} reads as {what} (tag !!{node.tag.rsplit(':', 1)[1]}), "
+                           f"which a params value cannot be (they are JSON: strings, numbers, booleans, null, lists "
+                           f"and mappings); {how}")
+        return super().construct_object(node, deep=deep)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """A mapping, refused when it gives a key twice (YAML would keep the last one silently)."""
+        """A mapping, refused when it gives a key twice (YAML would keep the last one silently) or a key that is
+        not a string (JSON would turn ``1:`` into ``"1"``, so a value would not read back as it was given)."""
         seen: dict[Any, yaml.Node] = {}
+        inside = self._paths.get(id(node))
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _Refused(f"the merge key << at {_at(key_node)} is not read in params files (two of them in "
                                "one mapping kept the last one's values silently); write the keys out (an alias of a "
                                "whole value, *name, still reads)")
             if not isinstance(key_node, yaml.ScalarNode):
-                continue
+                raise _Refused(f"the key at {_at(key_node)}{f' (in {inside})' if inside else ''} is a "
+                               f"{'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}; params keys "
+                               "are strings")
             key = self.construct_object(key_node)
+            if not isinstance(key, str):
+                what = "null" if key is None else {bool: "a boolean", int: "an int"}.get(type(key), "a float")
+                raise _Refused(f"the key {short_repr(key_node.value, 80)} at {_at(key_node)}"
+                               f"{f' (in {inside})' if inside else ''} reads as {what}; params keys are strings "
+                               f"(JSON would make it {short_repr(json.dumps(key), 80)}): quote it")
             if key in seen:
                 raise _Refused(f"the key {short_repr(key, 80)} is given twice, at {_at(seen[key])} and "
                                f"{_at(key_node)} (YAML would keep the last one silently); give it once")
             seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
+
+
+# the tags SafeLoader builds that JSON cannot hold (every other tag it has is null, bool, int, float, str, seq
+# or map; a tag it has no constructor for is refused as not valid YAML)
+_NOT_JSON = {"tag:yaml.org,2002:set": "a set", "tag:yaml.org,2002:binary": "bytes",
+             "tag:yaml.org,2002:timestamp": "a date", "tag:yaml.org,2002:omap": "a list of pairs",
+             "tag:yaml.org,2002:pairs": "a list of pairs"}
 
 
 def _base_60(text: str, where: str, value: float) -> str:
@@ -131,6 +176,7 @@ def _base_60(text: str, where: str, value: float) -> str:
 
 ParamsLoader.add_constructor("tag:yaml.org,2002:int", ParamsLoader.construct_yaml_int)
 ParamsLoader.add_constructor("tag:yaml.org,2002:float", ParamsLoader.construct_yaml_float)
+ParamsLoader.add_constructor("tag:yaml.org,2002:str", ParamsLoader.construct_yaml_str)
 
 
 # YAML 1.1 (PyYAML) wants a dot and a signed exponent (5.0e-5); people type 5e-5, 1E-4, 1e5

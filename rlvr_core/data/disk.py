@@ -17,23 +17,59 @@ UnicodeDecodeError or JSONDecodeError that name neither the file nor the row.
 ``save_splits`` (the prepare stage's writer) records the sha256 of every
 ``.arrow`` file in ``digests.json``; ``load_saved_split`` checks a split's
 files against it before pyarrow reads a byte of them, since a bit-flipped
-arrow file can crash the process (SIGSEGV) instead of raising. A folder
-without ``digests.json`` (written by ``save_to_disk`` directly, or by an
-earlier version) is read unverified.
+arrow file can crash the process (SIGSEGV) instead of raising.
+
+Digests or not, every arrow file is then checked whole by ``check_arrow_files``
+before this process maps it: a short-lived child process reads it as an Arrow
+IPC stream and validates every record batch in full (offsets, lengths, UTF-8),
+and a file that fails, or whose reading kills the child (SIGSEGV), is a
+DataError naming it. So a folder without ``digests.json`` (written by
+``save_to_disk`` directly, a user's own data, or an earlier version) is
+refused as well, and a ``digests.json`` rewritten to match an edited file does
+not let it through. A file that passed is remembered for the process's life by
+its device, inode, size, mtime and ctime, so a split read twice is checked
+once; a file changed while this process has it mapped is not covered.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rlvr_core.data.validate import DataError
 from rlvr_core.safefs import file_sha256
 
 PREPARE = "run `python -m flows.prepare` (or `dvc repro prepare`) to regenerate it"
 DIGESTS = "digests.json"
+# seconds the child process that checks a split's arrow files may take (full validation reads about
+# a GB a second; the prepare stage's largest split is tens of MB)
+CHECK_TIMEOUT_S = 600
+
+# run as `python -I -c _CHECK file...`: prints "checking <i>" before file i, then "ok", or "bad <i> <why>"
+_CHECK = """\
+import sys
+import pyarrow as pa
+for i, path in enumerate(sys.argv[1:]):
+    print("checking", i, flush=True)
+    where, rows = "", 0
+    try:
+        with pa.memory_map(path) as source:
+            for b, batch in enumerate(pa.ipc.open_stream(source)):
+                where = f"record batch {b}, rows {rows} to {rows + batch.num_rows - 1}: "
+                batch.validate(full=True)
+                rows += batch.num_rows
+    except Exception as e:
+        print("bad", i, where + e.__class__.__name__ + ": " + " ".join(str(e).split())[:200], flush=True)
+        sys.exit(1)
+print("ok", flush=True)
+"""
+# (device, inode, size, mtime_ns, ctime_ns) of each arrow file that passed check_arrow_files
+_PASSED: set[tuple[str, int, int, int, int, int]] = set()
 
 
 def save_splits(ds: Any, out_dir: str | Path) -> None:
@@ -113,7 +149,54 @@ def load_saved_split(data_dir: str | Path, split: str) -> list[dict[str, Any]]:
             raise DataError(f"{arrow}: missing (listed in {folder / 'state.json'}); {PREPARE}")
     arrows = [folder / f["filename"] for f in files]
     _check_digests(root, split, arrows)
+    check_arrow_files(arrows)
     return _rows(folder, arrows)
+
+
+def _identity(path: Path) -> tuple[str, int, int, int, int, int]:
+    st = os.stat(path)
+    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def check_arrow_files(arrows: Sequence[str | os.PathLike]) -> None:
+    """DataError naming the first of ``arrows`` that is not a whole, valid Arrow IPC stream (the format
+    ``datasets`` writes), checked in a child process: a corrupt file can crash the process that reads it
+    (SIGSEGV) instead of raising, and a crash of the child is a DataError too. Files that passed before in
+    this process, unchanged since (same inode, size, mtime and ctime), are not read again."""
+    todo: list[tuple[Path, tuple[str, int, int, int, int, int]]] = []
+    for a in map(Path, arrows):
+        try:
+            key = _identity(a)
+        except OSError as e:
+            raise DataError(f"{a}: cannot be read ({e.strerror or e}); {PREPARE}") from None
+        if key not in _PASSED:
+            todo.append((a, key))
+    if not todo:
+        return
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", _CHECK, *(str(a) for a, _ in todo)],
+                              capture_output=True, text=True, errors="replace", timeout=CHECK_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        raise DataError(f"{todo[0][0]}: checking the arrow files of {todo[0][0].parent} took more than "
+                        f"{CHECK_TIMEOUT_S} s; {PREPARE}") from None
+    lines = done.stdout.splitlines()
+    if done.returncode == 0 and lines[-1:] == ["ok"]:
+        _PASSED.update(key for _, key in todo)
+        return
+    last = next((ln.split() for ln in reversed(lines) if ln.startswith(("bad ", "checking "))), ["checking", "0"])
+    arrow = todo[int(last[1])][0] if last[1].isdigit() and int(last[1]) < len(todo) else todo[0][0]
+    if last[0] == "bad":
+        why = " ".join(lines[-1].split()[2:])[:240]
+        raise DataError(f"{arrow}: not a valid arrow file, it is truncated or corrupt ({why}); {PREPARE}")
+    if done.returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-done.returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-done.returncode}"
+    else:
+        how = f"exited with status {done.returncode} ({' '.join(done.stderr.split())[-200:]})"
+    raise DataError(f"{arrow}: the process checking it as an arrow file {how}; the file is corrupt; {PREPARE}")
 
 
 def _rows(folder: Path, arrows: list[Path]) -> list[dict[str, Any]]:

@@ -49,7 +49,10 @@ Every loader also takes ``limit`` (first N rows) and ``cache_dir`` (the
 (a ``.json``/``.jsonl`` file, or those of a local directory) are read once
 before ``datasets`` reads them (``check_json_numbers``): a number no column
 holds, an int past 64 bits or a float past a float's range, is a DataError
-naming the file, line and field.
+naming the file, line and field. Arrow files are checked whole before this process reads a row of
+them (``rlvr_core.data.disk.check_arrow_files``): a local directory's ``.arrow`` files, and the files of
+the ``datasets`` cache that an earlier load left and this one would map; a corrupt one is a DataError
+naming it, not a crash.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ import re
 import zlib
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from rlvr_core.data.disk import check_arrow_files
 from rlvr_core.data.validate import DataError
 from rlvr_core.registry import Registry
 
@@ -239,9 +243,8 @@ def check_json_numbers(path: str) -> None:
 
 def _load_raw(path_or_name: str, split: str, config: str | None, cache_dir: str | None = None) -> Any:
     """``datasets.load_dataset`` for a hub name, a local directory or a local file (local JSON files checked
-    with ``check_json_numbers`` first)."""
-    import datasets
-
+    with ``check_json_numbers`` first, a local directory's ``.arrow`` files with ``check_arrow_files``), through
+    ``_load_dataset`` (which checks the arrow files of the cache it would map)."""
     kw: dict[str, Any] = {"split": split, "cache_dir": cache_dir}
 
     if os.path.isfile(path_or_name):
@@ -252,18 +255,34 @@ def _load_raw(path_or_name: str, split: str, config: str | None, cache_dir: str 
             )
         if _FILE_BUILDERS[ext] == "json":
             check_json_numbers(path_or_name)
-        return datasets.load_dataset(_FILE_BUILDERS[ext], data_files={split: path_or_name}, **kw)
+        return _load_dataset(_FILE_BUILDERS[ext], data_files={split: path_or_name}, **kw)
     if os.path.isdir(path_or_name):
         for folder, subfolders, files in os.walk(path_or_name):
             subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))  # .git, .cache
             for name in sorted(files):
                 if os.path.splitext(name)[1].lower() in (".json", ".jsonl"):
                     check_json_numbers(os.path.join(folder, name))
+                elif name.lower().endswith(".arrow"):
+                    check_arrow_files([os.path.join(folder, name)])
         has_card = os.path.isfile(os.path.join(path_or_name, "README.md"))
         if config and has_card:
-            return datasets.load_dataset(path_or_name, config, **kw)
-        return datasets.load_dataset(path_or_name, **kw)
-    return datasets.load_dataset(path_or_name, config, **kw)
+            return _load_dataset(path_or_name, config, **kw)
+        return _load_dataset(path_or_name, **kw)
+    return _load_dataset(path_or_name, config, **kw)
+
+
+def _load_dataset(*args: Any, split: str, **kw: Any) -> Any:
+    """``datasets.load_dataset(*args, split=split, **kw)`` as it runs (builder, prepare, the split), with the arrow
+    files an earlier run left in the builder's cache folder checked (``check_arrow_files``) before they are mapped:
+    ``load_dataset`` reads a cached split without looking at its bytes."""
+    import datasets
+
+    builder = datasets.load_dataset_builder(*args, **kw)
+    if os.path.isdir(builder.cache_dir):
+        check_arrow_files(sorted(os.path.join(builder.cache_dir, f) for f in os.listdir(builder.cache_dir)
+                                 if f.endswith(".arrow")))
+    builder.download_and_prepare()
+    return builder.as_dataset(split=split)
 
 
 def _field(row: Mapping[str, Any], names: Sequence[str], source: str, index: int) -> Any:
@@ -474,14 +493,12 @@ def decode_test_cases(raw: Any, field: str = "private_test_cases") -> list[dict[
 
 def _load_lcb_raw(path_or_name: str, split: str, cache_dir: str | None) -> Any:
     """The release file ``<split>.jsonl`` of a hub name or local folder, or a local file as given."""
-    import datasets
-
     if os.path.isdir(path_or_name) and os.path.isfile(os.path.join(path_or_name, f"{split}.jsonl")):
         path_or_name = os.path.join(path_or_name, f"{split}.jsonl")
     if os.path.exists(path_or_name):
         return _load_raw(path_or_name, split, None, cache_dir)
-    return datasets.load_dataset("json", data_files={split: f"hf://datasets/{path_or_name}/{split}.jsonl"},
-                                 split=split, cache_dir=cache_dir)
+    return _load_dataset("json", data_files={split: f"hf://datasets/{path_or_name}/{split}.jsonl"}, split=split,
+                         cache_dir=cache_dir)
 
 
 @DATASETS.register("livecodebench")

@@ -3,8 +3,10 @@ error. Files are written in a temp dir exactly as the prepare stage writes them 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -14,6 +16,7 @@ from pathlib import Path
 import datasets
 import pytest
 
+from rlvr_core.data import disk
 from rlvr_core.data.arithmetic import make_arithmetic
 from rlvr_core.data.countdown import make_countdown
 from rlvr_core.data.disk import save_splits
@@ -122,7 +125,8 @@ def test_a_truncated_arrow_file_is_named(arith: datasets.DatasetDict, tmp_path: 
     path = _saved(arith, tmp_path / "d")
     raw = _arrow(path).read_bytes()
     _arrow(path).write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(DataError, match=rf"^{_arrow(path)}: cannot be read as an arrow table, the file is truncated"):
+    with pytest.raises(DataError, match=rf"^{_arrow(path)}: not a valid arrow file, it is truncated or corrupt "
+                                        r"\(OSError: Expected to be able to read \d+ bytes for message body"):
         load_split(str(path), "train")
     _arrow(path).unlink()
     with pytest.raises(DataError, match=r"data-00000-of-00001\.arrow: missing \(listed in .*state\.json\)"):
@@ -134,9 +138,10 @@ def test_non_utf8_text_in_the_arrow_file_names_the_row(arith: datasets.DatasetDi
     prompt = arith["train"][7]["prompt"].encode()
     raw = _arrow(path).read_bytes()
     _arrow(path).write_bytes(raw.replace(prompt, b"\xff" + prompt[1:]))
-    with pytest.raises(DataError, match=rf"^{_arrow(path)}: row 7 \(row 7 of the 'train' split\) cannot be read "
-                                        r"\(UnicodeDecodeError"):
-        load_split(str(path), "train")
+    with pytest.raises(DataError, match=rf"^{_arrow(path)}: not a valid arrow file, it is truncated or corrupt "
+                                        r"\(record batch 0, rows 0 to 59: ArrowInvalid: In column 1: Invalid: Invalid "
+                                        r"UTF8 sequence at string index 7\)"):
+        load_split(str(path), "train")  # checked before it is read: the row is named by its batch and index
 
 
 @pytest.mark.parametrize("name", ["dataset_dict.json", "train/state.json", "train/dataset_info.json"])
@@ -201,3 +206,71 @@ def test_a_bit_flipped_arrow_file_is_named_before_it_is_read(arith: datasets.Dat
     (path / "digests.json").write_text(json.dumps({"test": {}}))  # the digest file itself damaged: named too
     with pytest.raises(DataError, match=r"digests\.json: no digests for the 'train' split"):
         load_split(str(path), "train")
+
+
+# ----------------------------------------------------------------------------- corrupt arrow files, digests or not
+
+
+def _flip_40_bytes_in_the_second_half(arrow: Path) -> None:
+    """40 bytes XORed at places drawn (seeded) from the file's second half: with these, load_saved_split
+    died with SIGSEGV (rc 139 in a shell, -11 here) on a folder without digests.json."""
+    raw = bytearray(arrow.read_bytes())
+    for i in random.Random(0).sample(range(len(raw) // 2, len(raw)), 40):
+        raw[i] ^= 0xFF
+    arrow.write_bytes(bytes(raw))
+
+
+def test_a_corrupt_arrow_file_without_digests_is_a_data_error_not_a_crash(arith: datasets.DatasetDict,
+                                                                          tmp_path: Path) -> None:
+    """A folder written by ``save_to_disk`` itself (a user's own data: no digests.json): the file is checked in a
+    child process first, so a corrupt one is a DataError naming it, in a process that goes on."""
+    path = _saved(arith, tmp_path / "d")
+    assert not (path / "digests.json").exists()
+    assert _read_in_a_child(path).returncode == 0
+    _flip_40_bytes_in_the_second_half(_arrow(path))
+    bad = _read_in_a_child(path)
+    assert bad.returncode == 1, (bad.returncode, bad.stdout, bad.stderr[-2000:])
+    assert f"DataError: {_arrow(path)}: not a valid arrow file, it is truncated or corrupt (" in bad.stderr
+    with pytest.raises(DataError, match=rf"^{re.escape(str(_arrow(path)))}: not a valid arrow file"):
+        load_split(str(path), "train")  # in this process too: refused before it maps the file
+    assert len(load_split(str(path), "test")) == 12  # the intact split still reads
+
+
+def test_a_digest_rewritten_to_match_a_corrupt_file_does_not_let_it_through(arith: datasets.DatasetDict,
+                                                                            tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    save_splits(arith, path)
+    _flip_40_bytes_in_the_second_half(_arrow(path))
+    digests = json.loads((path / "digests.json").read_text())
+    digests["train"][_arrow(path).name] = hashlib.sha256(_arrow(path).read_bytes()).hexdigest()
+    (path / "digests.json").write_text(json.dumps(digests))
+    bad = _read_in_a_child(path)
+    assert bad.returncode == 1, (bad.returncode, bad.stderr[-2000:])
+    assert f"DataError: {_arrow(path)}: not a valid arrow file" in bad.stderr
+
+
+def test_a_crash_while_checking_is_a_data_error_and_a_passed_file_is_checked_once(
+        arith: datasets.DatasetDict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _saved(arith, tmp_path / "d")
+    arrow = _arrow(path)
+    runs: list[list[str]] = []
+    real_run = disk.subprocess.run
+
+    def counted(cmd: list[str], **kw: object) -> subprocess.CompletedProcess:
+        runs.append(cmd)
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(disk.subprocess, "run", counted)
+    disk.check_arrow_files([arrow])
+    disk.check_arrow_files([arrow])
+    assert len(load_split(str(path), "train")) == 60
+    assert len(runs) == 1  # passed once: the same file, unchanged, is not read again
+    os.utime(arrow, ns=(arrow.stat().st_atime_ns, arrow.stat().st_mtime_ns + 1))
+    disk.check_arrow_files([arrow])
+    assert len(runs) == 2  # changed since: checked again
+    monkeypatch.setattr(disk, "_CHECK", "import os, signal\nprint('checking', 0, flush=True)\n"
+                                        "os.kill(os.getpid(), signal.SIGSEGV)\n")
+    test_arrow = _arrow(path, "test")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(test_arrow))}: the process checking it as an arrow file "
+                                        r"was killed by SIGSEGV; the file is corrupt"):
+        disk.check_arrow_files([test_arrow])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import json
+import random
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from rlvr_core.data.hub import (
     parse_level,
 )
 from rlvr_core.data.templates import INSTRUCTIONS, chat_messages, plain_prompt, render_prompt, render_prompts
+from rlvr_core.data.validate import DataError
 from rlvr_core.registry import UnknownNameError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "hub"
@@ -326,3 +331,38 @@ def test_a_zlib_bomb_in_the_test_cases_is_refused_with_bounded_memory(cache: str
     truncated = base64.b64encode(zlib.compress(pickle.dumps(json.dumps(small)))[:-6]).decode()
     with pytest.raises(ValueError, match=r"neither JSON nor base64/zlib/pickled JSON \(error: incomplete"):
         hub.decode_test_cases(truncated)
+
+
+# ---------------------------------------------------------------- corrupt arrow files
+
+
+def _flip_40_bytes_in_the_second_half(arrow: Path) -> None:
+    raw = bytearray(arrow.read_bytes())
+    for i in random.Random(0).sample(range(len(raw) // 2, len(raw)), 40):
+        raw[i] ^= 0xFF
+    arrow.write_bytes(bytes(raw))
+
+
+def test_a_corrupt_arrow_file_of_the_datasets_cache_is_a_data_error(cache: str) -> None:
+    """The split is mapped from the ``datasets`` cache: a corrupt cache file is named before a row is read."""
+    first = load_gsm8k(str(FIX / "gsm8k"), "test", cache_dir=cache)
+    cached = [Path(f) for f in glob.glob(f"{cache}/**/*test*.arrow", recursive=True)]
+    assert len(cached) == 1 and first["answer"] == ["26", "1370", "30000"]
+    _flip_40_bytes_in_the_second_half(cached[0])
+    with pytest.raises(DataError, match=rf"^{re.escape(str(cached[0]))}: not a valid arrow file"):
+        load_gsm8k(str(FIX / "gsm8k"), "test", cache_dir=cache)
+
+
+def test_a_corrupt_arrow_file_in_a_local_directory_is_a_data_error(tmp_path: Path, cache: str) -> None:
+    import datasets
+
+    folder = tmp_path / "gsm8k"
+    rows = [json.loads(line) for line in (FIX / "gsm8k" / "main" / "test.jsonl").read_text().splitlines()]
+    datasets.Dataset.from_list(rows * 20).save_to_disk(str(tmp_path / "saved"))
+    folder.mkdir()
+    arrow = folder / "test.arrow"
+    shutil.copy(next((tmp_path / "saved").glob("*.arrow")), arrow)
+    assert load_gsm8k(str(folder), "test", cache_dir=cache)["answer"][:3] == ["26", "1370", "30000"]
+    _flip_40_bytes_in_the_second_half(arrow)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(arrow))}: not a valid arrow file"):
+        load_gsm8k(str(folder), "test", cache_dir=str(tmp_path / "cache2"))

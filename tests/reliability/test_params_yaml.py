@@ -4,6 +4,7 @@ says where: ints past Python's digit limit, duplicate keys, YAML 1.1 octals, non
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -42,14 +43,17 @@ def test_a_huge_int_is_a_config_error_not_a_traceback(tmp_path: Path, number: st
 
 def test_ints_within_range_still_read(tmp_path: Path) -> None:
     assert load_params(_write(tmp_path, PARAMS + "  seed: 1_234\n")).train.seed == 1234
-    assert parse_set(["seed=" + "9" * 300, "k=0x10"], "params.yaml") == {"seed": int("9" * 300), "k": 16}
+    assert parse_set(["seed=" + "9" * 300, "k=16"], "params.yaml") == {"seed": int("9" * 300), "k": 16}
 
 
 def test_other_values_yaml_cannot_build_are_config_errors(tmp_path: Path) -> None:
-    """PyYAML raises ValueError on a date with month 13 and on a bad explicit tag."""
-    for value in ("2001-13-01", "!!int 12x", "!!float x"):
+    """PyYAML raises ValueError on a bad explicit tag (and did on a date with month 13, now refused as a date)."""
+    for value in ("!!int 12x", "!!float x"):
         with pytest.raises(ConfigError, match=r"params\.yaml: not valid YAML"):
             load_params(_write(tmp_path, PARAMS + f"  seed: {value}\n"))
+    with pytest.raises(ConfigError, match=r"params\.yaml: the value at line 6, column 9 \(train\.seed\) reads as a "
+                                          r"date"):
+        load_params(_write(tmp_path, PARAMS + "  seed: 2001-13-01\n"))
 
 
 def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
@@ -99,8 +103,8 @@ def test_a_leading_zero_is_not_read_as_octal(tmp_path: Path, typed: str, reads: 
         parse_set([f"seed={typed}"], "params.yaml")
     with pytest.raises(ConfigError, match=r"1:30 at line 1, column 1 reads as 90 \(YAML 1\.1 reads a colon"):
         parse_set(["seed=1:30"], "params.yaml")
-    assert parse_set(["seed=0", "lr=0.010", "k='010'", "top_p=0x10"], "p") == {
-        "seed": 0, "lr": 0.01, "k": "010", "top_p": 16}
+    assert parse_set(["seed=0", "lr=0.010", "k='010'", "top_p='0x10'"], "p") == {
+        "seed": 0, "lr": 0.01, "k": "010", "top_p": "0x10"}
 
 
 @pytest.mark.parametrize("typed, reads", [("1:30.0", "90.0"), ("-1:30.5", "-90.5"), ("1:30", "90")])
@@ -144,3 +148,62 @@ def test_numbers_past_a_float_are_refused_where_python_builds_the_config() -> No
         with pytest.raises(ConfigError, match=r"prior\.(a0/b0|max_evidence|decay): got"):
             PriorConfig(**bad)
     assert TrainConfig(allocator_params={"sara": {"prior": {"a0": 2.0}}}).allocator_params["sara"]["prior"]["a0"] == 2
+
+
+@pytest.mark.parametrize("typed, message", [
+    ("0x10", r"0x10 at line 6, column 9 \(train\.seed\) is a hexadecimal int \(16\); params numbers are decimal: "
+             r"write 16"),
+    ("-0x1_0", r"-0x1_0 at line 6, column 9 \(train\.seed\) is a hexadecimal int \(-16\)"),
+    ("0b101", r"0b101 at line 6, column 9 \(train\.seed\) is a binary int \(5\); params numbers are decimal: write 5"),
+    ("0o17", r"0o17 at line 6, column 9 \(train\.seed\) reads as the string '0o17' \(YAML 1\.1 has no 0o octal\); "
+             r"write 15"),
+])
+def test_hex_binary_and_0o_numbers_are_refused_naming_their_key(tmp_path: Path, typed: str, message: str) -> None:
+    """``seed: 0x10`` was seed 16 and ``0b101`` 5 (YAML 1.1 ints); ``0o17`` (YAML 1.2 octal) is YAML 1.1's string."""
+    path = _write(tmp_path, PARAMS + f"  seed: {typed}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: {message}"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=rf"train\.seed \(from --set .*\): {typed} at line 1, column 1"):
+        parse_set([f"seed={typed}"], "params.yaml")
+    with pytest.raises(ConfigError, match=rf"{typed} at line 6, column 32 \(train\.allocator_params\.sara\.n\)"):
+        load_params(_write(tmp_path, PARAMS + f"  allocator_params: {{sara: {{n: {typed}}}}}\n"))
+    assert parse_set([f"k='{typed}'"], "p") == {"k": typed}  # quoted: a string, as written
+
+
+@pytest.mark.parametrize("value, reads, tag", [
+    ("!!set {a, b}", "a set", "set"),
+    ("!!binary aGVsbG8=", "bytes", "binary"),
+    ("2024-01-01", "a date", "timestamp"),
+    ("2024-01-01T10:00:00Z", "a date", "timestamp"),
+    ("!!omap [{a: 1}, {b: 2}]", "a list of pairs", "omap"),
+    ("!!pairs [{a: 1}]", "a list of pairs", "pairs"),
+])
+def test_a_value_json_cannot_hold_is_refused_naming_its_key_path(tmp_path: Path, value: str, reads: str,
+                                                                tag: str) -> None:
+    """``!!set`` in allocator_params passed load_params and failed later in JSON (a run's params.json, the
+    checkpoint); a date, bytes and pairs the same."""
+    path = _write(tmp_path, PARAMS + f"  allocator_params: {{sara: {{prior: {{kind: uniform, x: {value}}}}}}}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: the value at line 6, column \d+ "
+                                          rf"\(train\.allocator_params\.sara\.prior\.x\) reads as {reads} "
+                                          rf"\(tag !!{tag}\), which a params value cannot be"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=rf"train\.allocator_params \(from --set .*\): the value at line 1, "
+                                          rf"column \d+ \(sara\.x\) reads as {reads}"):
+        parse_set([f"allocator_params={{sara: {{x: {value}}}}}"], path)
+    quoted = parse_set([f"allocator_params={{sara: {{x: '{value}'}}}}"], path)
+    assert quoted == {"allocator_params": {"sara": {"x": value}}}
+
+
+@pytest.mark.parametrize("key, reads", [("1", "an int"), ("1.5", "a float"), ("null", "null"), ("~", "null"),
+                                        ("yes", "a boolean"), ("true", "a boolean")])
+def test_a_key_that_is_not_a_string_is_refused(tmp_path: Path, key: str, reads: str) -> None:
+    """``{1: 0.5}`` in allocator_params became ``{"1": 0.5}`` in JSON: not the value it was at resume."""
+    path = _write(tmp_path, PARAMS + f"  allocator_params: {{sara: {{{key}: 0.5}}}}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: the key '{re.escape(key)}' at line 6, column \d+ "
+                                          rf"\(in train\.allocator_params\.sara\) reads as {reads}; params keys are "
+                                          r"strings \(JSON would make it"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=r"the key at line 1, column 9 \(in sara\) is a list; params keys are"):
+        parse_set(["allocator_params={sara: {[1, 2]: 3}}"], path)
+    quoted = parse_set([f"allocator_params={{sara: {{'{key}': 0.5}}}}"], path)
+    assert quoted == {"allocator_params": {"sara": {key: 0.5}}}

@@ -48,10 +48,12 @@ Checkpoints: ``AllocatorCheckpointCallback.on_save`` (verl's ``trainer.checkpoin
 ``verl/trainer/ppo/checkpoint_callback.py``) writes ``global_step_N/allocator_state/`` in the pickle-free
 format of ``rlvr_core.checkpoint`` (``save_state_folder``), the same fields as the TRL integration's; ``params``
 holds every parameter the allocator was built with (``allocator_params`` with verl's ``rollout.n``, batch size and
-``data.seed`` filled in). On a resumed run the first ``sample`` call reads ``global_step_{N-1}/allocator_state``
-back (``read_state``) from ``trainer.default_local_dir``; a checkpoint without it is refused, and so is a state of
-another allocator, or one whose parameters differ from this run's (ConfigError naming each, with the checkpoint's
-value and this run's).
+``data.seed`` filled in). On a resumed run (the first ``sample`` call at step N > 1) it reads ``allocator_state``
+back (``read_state``) from the folder verl's ``PPOTrainer._load_checkpoint`` resumed from (``resume_folder``):
+``trainer.default_local_dir/global_step_{N-1}`` under ``resume_mode=auto``, ``trainer.resume_from_path`` under
+``resume_mode=resume_path``. A resume is refused before the step's first dispatch when that folder has no
+allocator state (FileNotFoundError naming the path looked at), when the state is another allocator's, or when any
+of its parameters differs from this run's (ConfigError naming each, with the checkpoint's value and this run's).
 A state written before ``params`` held the filled-in values (it holds ``allocator_params`` alone) is compared
 with this run's ``allocator_params`` and resumed with a warning that the rest was not recorded.
 
@@ -135,6 +137,22 @@ def _session_of(key: str) -> str:
     return key.rsplit("_", 1)[0]
 
 
+def resume_folder(trainer_config: Any, global_steps: int) -> Path | None:
+    """The checkpoint folder a verl run whose first step is ``global_steps`` resumed from, chosen as verl 0.9.1's
+    ``PPOTrainer._load_checkpoint`` chooses it (which then sets the step to the folder's N, the first step being
+    N + 1): None when nothing was resumed (step 1, or ``resume_mode=disable``), ``resume_from_path`` under
+    ``resume_mode=resume_path``, else ``default_local_dir/global_step_{global_steps - 1}``; a relative path is
+    taken from the working directory, as verl takes it."""
+    mode = str(trainer_config.get("resume_mode", "auto"))
+    if global_steps <= 1 or mode == "disable":
+        return None
+    if mode == "resume_path":
+        folder = Path(str(trainer_config.get("resume_from_path")))
+    else:
+        folder = Path(str(trainer_config.default_local_dir)) / f"global_step_{global_steps - 1}"
+    return folder if folder.is_absolute() else Path.cwd() / folder
+
+
 def check_state(st: Any, where: str | Path) -> None:
     """Raise ValueError naming ``where`` and the field unless ``st`` has the shape ``allocation_state()`` writes
     (rlvr_core.integrations.state, as the TRL trainer's; the totals hold TOTALS)."""
@@ -196,16 +214,14 @@ class _AllocatorSampling:
             self._submit = tr._submit_batch_to_rollout
 
     def _maybe_resume(self, global_steps: int) -> None:
-        """On a resumed verl run (first sample at step N > 1), load global_step_{N-1}/allocator_state."""
+        """On a resumed verl run (first sample at step N > 1), load the allocator state of the folder verl resumed
+        from (``resume_folder``); a folder without one is refused (``load_state``)."""
         if self._resume_checked:
             return
         self._resume_checked = True
         tr = self.trainer
-        if tr is None or global_steps <= 1 or tr.config.trainer.get("resume_mode", "auto") == "disable":
-            return
-        root = Path(str(tr.config.trainer.default_local_dir))
-        checkpoint = root / f"global_step_{global_steps - 1}"
-        if checkpoint.exists():
+        checkpoint = resume_folder(tr.config.trainer, global_steps) if tr is not None else None
+        if checkpoint is not None:
             self.load_state(checkpoint / STATE_DIR)
 
     # ----- one round -----
@@ -377,4 +393,4 @@ def __getattr__(name: str) -> type:
     return _BUILT[name]
 
 
-__all__ = ["FILLED_IN", "ROLLOUT_N_KEY", "STATE_DIR", "check_state", "set_rollout_n"]
+__all__ = ["FILLED_IN", "ROLLOUT_N_KEY", "STATE_DIR", "check_state", "resume_folder", "set_rollout_n"]

@@ -119,6 +119,35 @@ def test_state_records_the_parameters_the_allocator_was_built_with(tmp_path):
     assert a.allocator_params == {"tau_low": 0.05}  # what the user gave, kept apart
 
 
+def test_resume_path_outside_default_local_dir_is_restored(tmp_path):
+    elsewhere = tmp_path / "elsewhere" / "global_step_1"
+    a = _saved(tmp_path, elsewhere)
+    b = _buffer(default_local_dir=str(tmp_path / "b"), resume_mode="resume_path", resume_from_path=str(elsewhere))
+    b._maybe_resume(2)
+    assert b.allocation_history == a.allocation_history and len(b.allocation_history) == 1
+    assert b.allocation_state()["totals"] == a.allocation_state()["totals"]
+    assert b.prompt_source.take(6).tolist() == a.prompt_source.take(6).tolist()
+
+
+@pytest.mark.parametrize("mode", ["resume_path", "auto"])
+def test_resume_without_allocator_state_is_refused_naming_the_path(tmp_path, mode):
+    ckpt = tmp_path / "ckpts" / "global_step_1"
+    ckpt.mkdir(parents=True)  # verl's own checkpoint (actor/, data.pt), no allocator_state/
+    trainer = {"resume_mode": mode, "resume_from_path": str(ckpt)} if mode == "resume_path" else {}
+    b = _buffer(default_local_dir=str(tmp_path / ("other" if mode == "resume_path" else "ckpts")), **trainer)
+    with pytest.raises(FileNotFoundError, match=re.escape(str(ckpt / "allocator_state"))):
+        b._maybe_resume(2)
+
+
+def test_auto_resume_whose_step_folder_is_missing_is_refused(tmp_path):
+    b = _buffer(default_local_dir=str(tmp_path / "ckpts"))
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "ckpts" / "global_step_4"))):
+        b._maybe_resume(5)
+    fresh = _buffer(default_local_dir=str(tmp_path / "ckpts"), resume_mode="disable")
+    fresh._maybe_resume(5)  # resume_mode=disable: verl resumed nothing, nothing is read
+    assert fresh.allocation_history == []
+
+
 @pytest.mark.parametrize("over,shown", [
     ({"params": {"tau_low": 0.05}}, "tau_low=absent there, 0.05 now"),
     ({"seed": 8}, "seed=7 there, 8 now"),

@@ -3,22 +3,28 @@
 ``AllocatedGRPOTrainer`` (TRL) and ``AllocatorReplayBuffer`` (verl) both write ``allocation_state``'s dict with
 ``rlvr_core.checkpoint.save_state_folder`` (no pickle) and read it back through ``restore_allocation_state``, which
 refuses a state that does not fit, naming the file and the field, before anything is loaded. Imports no torch.
+
+A resume goes on only under the allocator and the parameters the state was written with (``check_same_allocator``):
+the state records both (``allocator``, and ``params``: every parameter the allocator was built with, the trainer's
+defaults included), and another allocator or any changed parameter is refused naming both values, as the pipeline
+refuses a changed setting for its own checkpoints (``rlvr_core.preflight.check_resumable``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from rlvr_core.errors import short_repr
+from rlvr_core.errors import ConfigError, short_repr
 
 STATE_FIELDS = {"allocator": str, "params": dict, "state": dict, "source": dict, "history": list, "totals": dict}
 
 
 def allocation_state(name: str, params: Any, allocator: Any, source: Any, history: Sequence[dict[str, Any]],
                      totals: dict[str, int]) -> dict[str, Any]:
-    """The dict a checkpoint keeps: the allocator's name, parameters and state, the prompt stream's state, the
-    per-step history and the running totals."""
+    """The dict a checkpoint keeps: the allocator's name, the parameters it was built with (``params``: the
+    trainer's defaults included, so that a resume can be compared with all of them), its state, the prompt
+    stream's state, the per-step history and the running totals."""
     return {"allocator": name, "params": params, "state": allocator.state_dict(), "source": source.state_dict(),
             "history": list(history), "totals": dict(totals)}
 
@@ -45,15 +51,63 @@ def check_allocation_state(st: Any, where: str | os.PathLike, *, totals: Sequenc
         raise ValueError(f"{where}: field 'totals' must hold non-negative integer{names} (got {short_repr(got)})")
 
 
-def restore_allocation_state(st: Any, where: str | os.PathLike, *, name: str, allocator: Any, source: Any,
-                             totals: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Check ``st`` (``check_allocation_state``), refuse another allocator's state, load the allocator's and the
-    prompt stream's parts, and return (history, totals) for the caller to keep. A part that does not restore
-    raises ValueError naming ``where`` and the field."""
-    check_allocation_state(st, where, totals=totals)
+def _plain(v: Any) -> Any:
+    """Tuples and lists compare alike (a parameter read back from a checkpoint, YAML or a Hydra list)."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(_plain(a) == _plain(b))
+    except (TypeError, ValueError, RuntimeError):  # an array-valued parameter: compare what it prints as
+        return repr(a) == repr(b)
+
+
+_ABSENT = object()
+
+
+def params_differences(saved: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The parameters a checkpoint's state (``saved``) and this run (``given``) disagree on, each as
+    ``"key=<saved> there, <given> now"`` (``absent`` where one side lacks the key), in key order."""
+    out = []
+    for key in sorted(set(saved) | set(given), key=str):
+        old, new = saved.get(key, _ABSENT), given.get(key, _ABSENT)
+        if old is _ABSENT or new is _ABSENT or not _same(old, new):
+            show = [("absent" if v is _ABSENT else short_repr(v, 80)) for v in (old, new)]
+            out.append(f"{str(key)[:60]}={show[0]} there, {show[1]} now")
+    return out
+
+
+def check_same_allocator(st: Mapping[str, Any], where: str | os.PathLike, *, name: str,
+                         params: Mapping[str, Any]) -> None:
+    """Raise ConfigError naming ``where`` unless the state ``st`` (shaped as ``check_allocation_state`` wants) was
+    written by allocator ``name`` built with exactly ``params``: a resume under another allocator, or with any
+    parameter added, dropped or changed, would go on from a state that the run's allocator did not write. The
+    message gives both values of each parameter that differs."""
     if st["allocator"] != name:
-        raise ValueError(f"{where}: field 'allocator': the checkpoint holds allocator {st['allocator']!r} state; "
-                         f"this run uses {name!r}")
+        raise ConfigError(f"{where}: field 'allocator': the checkpoint holds allocator {st['allocator']!r} state; "
+                          f"this run uses {name!r}")
+    diffs = params_differences(st["params"], params)
+    if diffs:
+        shown = "; ".join(diffs[:6]) + (f"; and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+        raise ConfigError(f"{where}: field 'params': cannot resume, the run's {name!r} allocator was built with other "
+                          f"parameters ({shown}); resume with the allocator_params (and the trainer's group size, "
+                          "batch size and seed) the run started with, or start a fresh run")
+
+
+def restore_allocation_state(st: Any, where: str | os.PathLike, *, name: str, params: Mapping[str, Any],
+                             allocator: Any, source: Any, totals: Sequence[str] | None = None
+                             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Check ``st`` (``check_allocation_state``), refuse another allocator's state or other parameters
+    (``check_same_allocator``: ConfigError), load the allocator's and the prompt stream's parts, and return
+    (history, totals) for the caller to keep. A part that does not restore raises ValueError naming ``where`` and
+    the field."""
+    check_allocation_state(st, where, totals=totals)
+    check_same_allocator(st, where, name=name, params=params)
     for field, target in (("state", allocator), ("source", source)):
         try:
             target.load_state_dict(st[field])

@@ -78,6 +78,11 @@ only and checking every field. ``train`` refuses a checkpoint whose allocator st
 is missing, or is the earlier release's ``allocator_state.pkl`` (unpickling it could
 run code), before anything is loaded; a pickle the user trusts is converted by
 ``python -m rlvr_core.integrations.trl convert-state CHECKPOINT_DIR --trust-pickle``.
+It refuses as well (``ConfigError``, before anything is loaded) a state written by
+another allocator, or with other parameters: the state records every parameter the
+allocator was built with (``allocator_params`` with TRL's ``num_generations``,
+batch size and ``seed`` filled in), and each one that differs is named with its
+value in the checkpoint and now.
 
 TRL internals this relies on (all in ``trl/trainer/grpo_trainer.py`` 1.16):
 ``_generate_and_score_completions(inputs)`` (overridden; eval keeps TRL's),
@@ -133,7 +138,7 @@ from rlvr_core.allocation import ALLOCATORS, PromptSource, make_allocator
 from rlvr_core.checkpoint import CheckpointError, read_state, save_state_folder
 from rlvr_core.errors import ConfigError, RewardError
 from rlvr_core.grpo.advantages import dr_grpo_advantages, grpo_advantages
-from rlvr_core.integrations.state import allocation_state, restore_allocation_state
+from rlvr_core.integrations.state import allocation_state, check_same_allocator, restore_allocation_state
 from rlvr_core.integrations.state import check_allocation_state as _check_state
 from rlvr_core.types import Rollouts, StepStats, TrainBatch
 
@@ -487,7 +492,8 @@ class AllocatedGRPOTrainer(GRPOTrainer):
         """Restore ``allocation_state()``'s dict; a field that does not fit raises ValueError naming ``where``
         (the state's file) and the field."""
         self.allocation_history, self._totals = restore_allocation_state(
-            st, where, name=self.allocator_name, allocator=self.allocator, source=self.prompt_source, totals=_TOTALS)
+            st, where, name=self.allocator_name, params=self.allocator_params, allocator=self.allocator,
+            source=self.prompt_source, totals=_TOTALS)
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -498,12 +504,14 @@ class AllocatedGRPOTrainer(GRPOTrainer):
                               meta={"allocator": self.allocator_name})
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        # refuse a checkpoint without allocator state, or with the old pickle, before TRL loads anything from it
+        # refuse a checkpoint without allocator state, with the old pickle, or written by another allocator or
+        # under other allocator parameters, before TRL loads anything from it
         ckpt = resume_from_checkpoint
         if ckpt is True:
             ckpt = get_last_checkpoint(self.args.output_dir)  # None: TRL raises its own "no valid checkpoint"
         if isinstance(ckpt, (str, os.PathLike)):
-            allocation_state_folder(ckpt)
+            check_same_allocator(read_allocation_state(ckpt), Path(ckpt) / STATE_DIR, name=self.allocator_name,
+                                 params=self.allocator_params)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _load_optimizer_and_scheduler(self, checkpoint):

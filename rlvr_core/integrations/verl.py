@@ -46,10 +46,16 @@ dependency beyond the custom-sampler hook. Validation (``partition_id="val"``) i
 
 Checkpoints: ``AllocatorCheckpointCallback.on_save`` (verl's ``trainer.checkpoint_callback_class`` hook,
 ``verl/trainer/ppo/checkpoint_callback.py``) writes ``global_step_N/allocator_state/`` in the pickle-free
-format of ``rlvr_core.checkpoint`` (``save_state_folder``), the same fields as the TRL integration's. On a
-resumed run the first ``sample`` call reads ``global_step_{N-1}/allocator_state`` back (``read_state``) from
-``trainer.default_local_dir`` (``resume_mode`` auto or ``resume_from_path``); a checkpoint without it is
-refused.
+format of ``rlvr_core.checkpoint`` (``save_state_folder``), the same fields as the TRL integration's; ``params``
+holds every parameter the allocator was built with (``allocator_params`` with verl's ``rollout.n``, batch size and
+``data.seed`` filled in). On a resumed run (the first ``sample`` call at step N > 1) it reads ``allocator_state``
+back (``read_state``) from the folder verl's ``PPOTrainer._load_checkpoint`` resumed from (``resume_folder``):
+``trainer.default_local_dir/global_step_{N-1}`` under ``resume_mode=auto``, ``trainer.resume_from_path`` under
+``resume_mode=resume_path``. A resume is refused before the step's first dispatch when that folder has no
+allocator state (FileNotFoundError naming the path looked at), when the state is another allocator's, or when any
+of its parameters differs from this run's (ConfigError naming each, with the checkpoint's value and this run's).
+A state written before ``params`` held the filled-in values (it holds ``allocator_params`` alone) is compared
+with this run's ``allocator_params`` and resumed with a warning that the rest was not recorded.
 
 Sync trainer only (``trainer.v1.trainer_mode=sync``): the async trainers' ``ReplayBufferAsync`` mixes steps'
 prompts, while an allocation step is one policy version. Multi-turn agent loops: a session's reward is its
@@ -73,6 +79,7 @@ verl 0.9.1 (TransferQueue 0.1.11) code this module depends on:
 from __future__ import annotations
 
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -88,6 +95,9 @@ ROLLOUT_N_KEY = "__rollout_n__"  # popped per prompt by verl's AgentLoopWorkerTQ
 STATE_DIR = "allocator_state"  # in each global_step_N/: the format of rlvr_core.checkpoint, loaded without pickle
 PARTITION = "train"
 TOTALS = ("rollouts", "tokens", "groups", "effective_groups", "useful_rollouts")  # the running totals it keeps
+# the parameters filled in from verl's config (and the reward threshold's default) under allocator_params; a state
+# whose params lacks one was written when params recorded allocator_params alone
+FILLED_IN = ("k", "batch_size", "seed", "reward_threshold")
 
 
 def set_rollout_n(batch: Any, counts: Sequence[int]) -> Any:
@@ -127,6 +137,22 @@ def _session_of(key: str) -> str:
     return key.rsplit("_", 1)[0]
 
 
+def resume_folder(trainer_config: Any, global_steps: int) -> Path | None:
+    """The checkpoint folder a verl run whose first step is ``global_steps`` resumed from, chosen as verl 0.9.1's
+    ``PPOTrainer._load_checkpoint`` chooses it (which then sets the step to the folder's N, the first step being
+    N + 1): None when nothing was resumed (step 1, or ``resume_mode=disable``), ``resume_from_path`` under
+    ``resume_mode=resume_path``, else ``default_local_dir/global_step_{global_steps - 1}``; a relative path is
+    taken from the working directory, as verl takes it."""
+    mode = str(trainer_config.get("resume_mode", "auto"))
+    if global_steps <= 1 or mode == "disable":
+        return None
+    if mode == "resume_path":
+        folder = Path(str(trainer_config.get("resume_from_path")))
+    else:
+        folder = Path(str(trainer_config.default_local_dir)) / f"global_step_{global_steps - 1}"
+    return folder if folder.is_absolute() else Path.cwd() / folder
+
+
 def check_state(st: Any, where: str | Path) -> None:
     """Raise ValueError naming ``where`` and the field unless ``st`` has the shape ``allocation_state()`` writes
     (rlvr_core.integrations.state, as the TRL trainer's; the totals hold TOTALS)."""
@@ -153,6 +179,7 @@ class _AllocatorSampling:
             raise ConfigError(f"trainer.v1.sampler.sampler_kwargs.allocator: {self.allocator_name!r} is not an "
                               f"allocator; choose one of {sorted(ALLOCATORS)}")
         self.allocator_params = dict(kw.get("allocator_params") or {})
+        self.built_params: dict[str, Any] | None = None  # allocator_params with verl's values filled in (first sample)
         self.trainer = getattr(self.refill_fn, "__self__", None)  # PPOTrainer._add_prompts_to_generate's trainer
         if self.trainer is not None:
             # the allocator picks every step's prompts: the trainer's own per-step dispatch would add
@@ -180,22 +207,21 @@ class _AllocatorSampling:
                 raise ConfigError(f"{self.allocator_name}.{key}={params[key]} disagrees with verl's {verl_key} "
                                   f"({want}); drop it from allocator_params or change {verl_key}")
         self.allocator = make_allocator(self.allocator_name, **params)
+        self.built_params = params
         self.prompt_source = PromptSource(len(dataset), seed=seed)
         self._dataset = dataset
         if self._submit is None:
             self._submit = tr._submit_batch_to_rollout
 
     def _maybe_resume(self, global_steps: int) -> None:
-        """On a resumed verl run (first sample at step N > 1), load global_step_{N-1}/allocator_state."""
+        """On a resumed verl run (first sample at step N > 1), load the allocator state of the folder verl resumed
+        from (``resume_folder``); a folder without one is refused (``load_state``)."""
         if self._resume_checked:
             return
         self._resume_checked = True
         tr = self.trainer
-        if tr is None or global_steps <= 1 or tr.config.trainer.get("resume_mode", "auto") == "disable":
-            return
-        root = Path(str(tr.config.trainer.default_local_dir))
-        checkpoint = root / f"global_step_{global_steps - 1}"
-        if checkpoint.exists():
+        checkpoint = resume_folder(tr.config.trainer, global_steps) if tr is not None else None
+        if checkpoint is not None:
             self.load_state(checkpoint / STATE_DIR)
 
     # ----- one round -----
@@ -305,7 +331,7 @@ class _AllocatorSampling:
 
     # ----- state -----
     def allocation_state(self) -> dict[str, Any]:
-        return allocation_state(self.allocator_name, self.allocator_params, self.allocator, self.prompt_source,
+        return allocation_state(self.allocator_name, self.built_params, self.allocator, self.prompt_source,
                                 self.allocation_history, self._totals)
 
     def save_state(self, folder: str | Path, step: int) -> Path:
@@ -316,14 +342,25 @@ class _AllocatorSampling:
                                  meta={"allocator": self.allocator_name})
 
     def load_state(self, folder: str | Path) -> None:
-        """Restore what ``save_state`` wrote; raises naming ``folder`` and the field that does not fit."""
+        """Restore what ``save_state`` wrote; raises naming ``folder`` and the field that does not fit, and refuses
+        (ConfigError) a state of another allocator or written with other parameters (see the module docstring)."""
         folder = Path(folder)
         if not folder.exists():
             raise FileNotFoundError(f"{folder}: the checkpoint has no allocator state (was it written with "
-                                    "AllocatorCheckpointCallback?); resume from a checkpoint that has one")
+                                    "AllocatorCheckpointCallback?); resume from a checkpoint that has one, or "
+                                    "start afresh (trainer.resume_mode=disable)")
+        st = read_state(folder)
+        check_state(st, folder)
+        params, unrecorded = self.built_params, [k for k in FILLED_IN if k not in st["params"]]
+        if unrecorded:  # written when params held allocator_params alone: compare what it recorded
+            params = self.allocator_params
         self.allocation_history, self._totals = restore_allocation_state(
-            read_state(folder), folder, name=self.allocator_name, allocator=self.allocator, source=self.prompt_source,
+            st, folder, name=self.allocator_name, params=params, allocator=self.allocator, source=self.prompt_source,
             totals=TOTALS)
+        if unrecorded:
+            warnings.warn(f"{folder}: the state records allocator_params only (an earlier rlvr-alloc wrote it), "
+                          f"which match this run's; {', '.join(unrecorded)} (from verl's config) were not recorded, "
+                          "so a change there cannot be told; the next checkpoint records them", stacklevel=2)
 
 
 def _on_save(self: Any, trainer: Any, global_step: int, checkpoint_dir: str, async_save: bool = False,
@@ -356,4 +393,4 @@ def __getattr__(name: str) -> type:
     return _BUILT[name]
 
 
-__all__ = ["ROLLOUT_N_KEY", "STATE_DIR", "check_state", "set_rollout_n"]
+__all__ = ["FILLED_IN", "ROLLOUT_N_KEY", "STATE_DIR", "check_state", "resume_folder", "set_rollout_n"]

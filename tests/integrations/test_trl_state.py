@@ -1,5 +1,6 @@
 """The allocator state in TRL checkpoints: pickle-free, an old allocator_state.pkl refused before anything
-unpickles it, tampered files refused with the file and field named, and the explicit conversion command."""
+unpickles it, tampered files refused with the file and field named, the explicit conversion command, and a resume
+under other allocator parameters refused naming both values."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from datasets import Dataset  # noqa: E402
 
 import rlvr_core.integrations.trl as trl_mod  # noqa: E402
 from rlvr_core.checkpoint import CheckpointError  # noqa: E402
+from rlvr_core.errors import ConfigError  # noqa: E402
 from rlvr_core.integrations.trl import LEGACY_STATE_FILE as LEGACY  # noqa: E402
 from rlvr_core.integrations.trl import STATE_DIR, AllocatedGRPOTrainer  # noqa: E402
 from tests.integrations.trl_setup import ScriptedReward, arithmetic_rows, grpo_config, tiny_model  # noqa: E402
@@ -48,10 +50,11 @@ def dataset() -> Dataset:
     return Dataset.from_list(arithmetic_rows(48))
 
 
-def make(out: Path, model_dir: str, dataset: Dataset, **over) -> AllocatedGRPOTrainer:
+def make(out: Path, model_dir: str, dataset: Dataset, allocator_params: dict | None = None,
+         **over) -> AllocatedGRPOTrainer:
     args = grpo_config(out, **{"max_steps": 2, "save_strategy": "steps", "save_steps": 2, **over})
     return AllocatedGRPOTrainer(model=model_dir, reward_funcs=[ScriptedReward()], args=args, train_dataset=dataset,
-                                allocator="sara")
+                                allocator="sara", allocator_params=allocator_params)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +146,7 @@ def _rewrite_state(folder: Path, edit) -> None:
     (lambda t: t["state"].pop("rng"), "state"),
     (lambda t: t["source"].update(pos=[1, 2]), "source"),
     (lambda t: t.update(allocator="dapo"), "allocator"),
+    (lambda t: t["params"].update(tau_low=0.05), "params"),
 ])
 def test_a_tampered_state_is_refused_naming_file_and_field(tmp_path, trained, edit, field):
     tr, ckpt = trained
@@ -164,3 +168,33 @@ def test_a_damaged_or_missing_state_is_refused_naming_the_file(tmp_path, trained
     shutil.rmtree(ckpt / STATE_DIR)
     with pytest.raises(FileNotFoundError, match=re.escape(str(ckpt / STATE_DIR))):
         trl_mod.read_allocation_state(ckpt)
+
+
+def test_state_records_every_parameter_the_allocator_was_built_with(trained):
+    _, ckpt = trained
+    params = trl_mod.read_allocation_state(ckpt)["params"]
+    assert params == {"k": 4, "batch_size": 2, "seed": 0, "reward_threshold": 0.0}  # TRL's settings filled in
+
+
+@pytest.mark.parametrize("params,over,shown", [
+    ({"tau_low": 0.05}, {}, "tau_low=absent there, 0.05 now"),
+    (None, {"seed": 3}, "seed=0 there, 3 now"),
+])
+def test_resume_with_other_parameters_is_refused_before_trl_loads_it(tmp_path, monkeypatch, trained, model_dir,
+                                                                      dataset, params, over, shown):
+    _, ckpt = trained
+    ckpt = _copy(ckpt, tmp_path)
+    tr = make(tmp_path / "out", model_dir, dataset, allocator_params=params, max_steps=4, **over)
+
+    def loads(*a, **kw):
+        raise AssertionError("TRL's train ran: the checkpoint was loaded before the parameters were compared")
+
+    monkeypatch.setattr(trl_mod.GRPOTrainer, "train", loads)
+    with pytest.raises(ConfigError) as e:
+        tr.train(resume_from_checkpoint=str(ckpt))
+    msg = str(e.value)
+    assert str(ckpt / STATE_DIR) in msg and "field 'params'" in msg and shown in msg, msg
+    # the restore itself (TRL's _load_optimizer_and_scheduler) refuses the same state the same way
+    with pytest.raises(ConfigError, match=re.escape(shown)):
+        tr.load_allocation_state(trl_mod.read_allocation_state(ckpt), where=ckpt / STATE_DIR)
+    assert tr.allocation_history == []

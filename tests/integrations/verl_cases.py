@@ -245,6 +245,44 @@ def test_checkpoint_round_trip(cluster, tmp_path):
         d.replay_buffer._maybe_resume(2)
 
 
+def test_resume_reads_verls_folder_and_refuses_other_parameters(cluster, tmp_path):
+    """resume_mode=resume_path outside default_local_dir restores that folder's state; a folder without one, or
+    other allocator_params, is refused at the first sample, before anything is dispatched, naming both."""
+    from rlvr_core.errors import ConfigError
+
+    _clear_train()
+    a = StandInTrainer(cluster, "sara", {}, tmp_path / "a")
+    b1, _ = a.replay_buffer.sample(global_steps=1, partition_id="train", batch_size=4)
+    tq.kv_clear(keys=b1.keys, partition_id="train")
+    ckpt = tmp_path / "elsewhere" / "global_step_1"
+    rv.AllocatorCheckpointCallback(config=a.config).on_save(trainer=a, global_step=1, checkpoint_dir=str(ckpt))
+    state = a.replay_buffer.allocation_state()
+    assert state["params"] == {"k": K, "batch_size": 4, "seed": 7, "reward_threshold": 0.0}
+
+    def resumed(params, folder, name="b"):
+        tr = StandInTrainer(cluster, "sara", params, tmp_path / name)  # its own default_local_dir, empty
+        tr.config.trainer.resume_mode = "resume_path"
+        tr.config.trainer.resume_from_path = str(folder)
+        return tr
+
+    b = resumed({}, ckpt)
+    b.replay_buffer._ensure_allocator(4)
+    b.replay_buffer._maybe_resume(2)
+    assert b.replay_buffer.allocation_history == state["history"] and len(state["history"]) == 1
+    assert b.replay_buffer.allocation_state()["totals"] == state["totals"]
+    bare = tmp_path / "bare" / "global_step_1"
+    bare.mkdir(parents=True)
+    c = resumed({}, bare, "c")
+    with pytest.raises(FileNotFoundError, match=str(bare / rv.STATE_DIR)):
+        c.replay_buffer.sample(global_steps=2, partition_id="train", batch_size=4)
+    d = resumed({"tau_low": 0.05}, ckpt, "d")
+    with pytest.raises(ConfigError, match="tau_low=absent there, 0.05 now") as e:
+        d.replay_buffer.sample(global_steps=2, partition_id="train", batch_size=4)
+    assert str(ckpt / rv.STATE_DIR) in str(e.value)
+    assert c.worker.sessions == {} and d.worker.sessions == {}  # refused before the step's first dispatch
+    assert not (tq.kv_list("train") or {}).get("train")
+
+
 def test_refuses_async_and_unknown(cluster, tmp_path):
     tr = StandInTrainer(cluster, "grpo", {}, tmp_path)
     cls = type(tr.replay_buffer)

@@ -90,6 +90,72 @@ def test_a_prompt_id_past_a_float_is_a_label_like_any_other(tmp_path: Path, suff
     assert int(got["rollouts"].sum()) == len(df) and got.groupby("step")["prompt_id"].nunique().max() == 3
 
 
+@pytest.mark.parametrize("reader, value", [
+    *[(r, v) for r in ("jsonl", "csv", "verl", "trl") for v in (2**53 + 2, 2**63, 2**64 + 1, 10**300, 1e300)],
+    ("parquet", 2**53 + 2), ("parquet", 2**63),  # a parquet column holds 64-bit integers
+])
+def test_a_step_that_int64_would_wrap_is_refused_naming_row_and_column(tmp_path: Path, reader: str, value) -> None:
+    """A step from 2**63 to about 1e308 used to wrap silently to -2**63 (from 2**53, float64 rounds two steps into
+    one): every reader refuses it, naming the row (and line) and the column."""
+    rows = completions(steps=2, prompts=2, n=2).to_dict("records")
+    rows[2]["step"] = value
+    if reader == "parquet":
+        df = pd.DataFrame(rows).groupby(["step", "prompt_id"], as_index=False).agg(
+            rollouts=("reward", "size"), passes=("reward", "sum"))
+        df["step"] = df["step"].astype(np.uint64)
+        path = tmp_path / "log.parquet"
+        df.to_parquet(path)
+        row = int(np.flatnonzero(df["step"].to_numpy() == np.uint64(value))[0]) + 1
+        where = rf"row {row}, column 'step'"
+    elif reader == "csv":
+        path = tmp_path / "log.csv"
+        path.write_text("step,prompt_id,reward\n" + "".join(f"{r['step']},{r['prompt_id']},{r['reward']}\n"
+                                                           for r in rows))
+        where = r"row 3 \(line 4\), column 'step'"
+    else:
+        if reader == "verl":
+            rows = [{"input": f"q{r['prompt_id']}", "output": "o", "score": r["reward"], "step": r["step"]}
+                    for r in rows]
+        elif reader == "trl":
+            rows = [{"step": r["step"], "prompt": f"q{r['prompt_id']}", "completion": "c", "correct": r["reward"]}
+                    for r in rows]
+        path = tmp_path / "log.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        where = r"row 3 \(line 3\), column 'step'"
+    with pytest.raises(LogError, match=rf"log\.{path.suffix[1:]}: {where}: a whole number past 2\*\*53"):
+        load_log(path)
+
+
+def test_a_prompt_id_past_2_53_is_a_label_not_rounded_into_another(tmp_path: Path) -> None:
+    """64-bit hashed prompt keys: 2**63 + 1 and 2**63 + 2 are two prompts (float64 would make them one, int64
+    would wrap them)."""
+    rows = [{"step": t, "prompt_id": 2**63 + j, "reward": float(i)} for t in (1, 2) for j in (1, 2) for i in (0, 1)]
+    got = load_log(write_jsonl(pd.DataFrame(rows), tmp_path / "log.jsonl"))
+    assert len(got) == 4 and (got["rollouts"] == 2).all() and (got["prompt_id"] >= 0).all()
+
+
+@pytest.mark.parametrize("reader", ["verl", "jsonl"])
+def test_a_key_given_twice_in_one_object_is_refused_naming_row_and_key(tmp_path: Path, reader: str) -> None:
+    """json keeps the last of two equal keys silently; which value the writer meant is unknown, so it is refused."""
+    if reader == "verl":
+        rec = [{"input": f"q{j}", "output": "o", "score": float(i), "step": t} for t in (1, 2) for j in (0, 1)
+               for i in (0, 1)]
+        lines = [json.dumps(r) for r in rec]
+        lines[4] = lines[4][:-1] + ', "score": 0.0}'
+        path = tmp_path / "rollouts"
+        path.mkdir()
+        (path / "1.jsonl").write_text("\n".join(lines) + "\n")
+        where = r"1\.jsonl: row 5 \(line 5\): key 'score' given twice"
+    else:
+        lines = [json.dumps(r) for r in completions(steps=2, prompts=2, n=2).to_dict("records")]
+        lines[1] = lines[1][:-1] + ', "step": 7}'
+        path = tmp_path / "log.jsonl"
+        path.write_text("\n\n".join(lines) + "\n")  # blank lines between: row 2 is line 3
+        where = r"log\.jsonl: row 2 \(line 3\): key 'step' given twice"
+    with pytest.raises(LogError, match=where):
+        load_log(path)
+
+
 @pytest.mark.parametrize("tokens,what", [
     ([80, -1, 30], r"row 2, column 'tokens': negative token count \(value -1"),
     ([80.0, 1e30, 30.0], r"row 2, column 'tokens': more than 10,000,000 tokens per completion \(value 1e\+30"),

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +57,7 @@ def no_data_pages(monkeypatch):
         raise AssertionError("parquet data was decoded before the cap was checked")
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", refuse)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", refuse)
     monkeypatch.setattr(pq.ParquetFile, "read", refuse)
     monkeypatch.setattr(pq, "read_table", refuse)
 
@@ -194,6 +197,9 @@ def test_cli_refuses_in_one_line_and_its_flags_raise_the_caps(tmp_path, capsys):
     assert "--max-bytes" in capsys.readouterr().err
     assert main([str(tmp_path / "log.csv"), "--max-rows", "256", "--max-bytes", "1MiB", *fast]) == 0
     assert (tmp_path / "out" / "advice.json").is_file()
+    assert main([str(tmp_path / "log.csv"), "--max-columns", "3"]) == 2  # step, prompt_id, reward, tokens
+    err = capsys.readouterr().err
+    assert "4 columns, past the advisor's cap of 3 columns; raise the cap with --max-columns N" in err
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path / "log.csv"), "--max-bytes", "lots"])
     assert e.value.code == 2 and "not a size: 'lots'" in capsys.readouterr().err
@@ -208,3 +214,112 @@ def test_rlvr_alloc_refuses_the_default_cap_in_seconds_with_no_traceback(thirty_
     assert time.perf_counter() - t < 30
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
     assert "30,000,000 rows" in r.stderr and "--max-rows 30000000" in r.stderr
+
+
+def verl_lines(path: Path, rows: int, extra) -> Path:
+    """A verl rollout dump of ``rows`` samples over two steps; ``extra(i)``: the keys row i adds."""
+    with open(path, "w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"input": f"q{i % 7}", "output": "answer", "score": float(i % 2), "step": 1 + i % 2,
+                                **extra(i)}) + "\n")
+    return path
+
+
+def peak_mib(fn) -> tuple[object, float]:
+    """``fn()``'s outcome (its value or the exception it raised) and the peak of Python's allocations during it."""
+    tracemalloc.start()
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 - the caller asserts on it
+        out = e
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return out, peak
+
+
+def test_a_jsonl_whose_every_line_adds_a_key_is_refused_at_the_column_cap(tmp_path):
+    """Each new key used to be back-filled into every earlier row: a 1.3 MB dump took more than 8 GB. Now the
+    1,001st distinct key is refused, naming its row and line, the cap and the flag, in bounded memory."""
+    path = verl_lines(tmp_path / "1.jsonl", 3000, lambda i: {f"k{i}": 1})
+    err, peak = peak_mib(lambda: load_log(path))
+    assert isinstance(err, LogTooLarge), err
+    assert re.search(r"1\.jsonl: row 997 \(line 997\) brings its distinct keys past 1,000 \(key 'k996'\), past the "
+                     r"advisor's cap of 1,000 columns; raise the cap with --max-columns N", str(err)), err
+    assert peak < 20, peak  # before: 3,000 x 3,000 back-filled cells, over 100 MiB
+    assert len(load_log(path, Limits(max_columns=3005))) == 14  # raised, it is read (7 prompts x 2 steps)
+
+
+def test_keys_the_advisor_does_not_read_are_not_built(tmp_path):
+    """A dump within the column cap whose every line adds a text key (verl's reward extra infos): those keys are
+    counted, never kept, so memory stays linear in the rows."""
+    path = verl_lines(tmp_path / "1.jsonl", 4000, lambda i: {f"pred{i}": "x"})
+    got, peak = peak_mib(lambda: load_log(path, Limits(max_columns=5000)))
+    assert not isinstance(got, Exception), got
+    assert got["rollouts"].sum() == 4000
+    assert peak < 20, peak  # before: 4,000 x 4,000 cells back-filled and framed, over 150 MiB
+
+
+def test_a_table_of_too_many_cells_is_refused_before_it_is_built(tmp_path):
+    """A TRL log's every numeric column is a reward column by default, so its columns are built: rows x columns
+    cells (8 bytes each) count against the decoded-byte cap."""
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": 1 + i % 2, "prompt": "q", "completion": "c", f"r{i % 50}": 0.0})
+                            + "\n" for i in range(2000)))  # 50 reward columns, one set a row
+    with pytest.raises(LogTooLarge, match=r"log\.jsonl: 2,000 rows x 53 columns read \(828\.1 KiB once built\), "
+                       r"past the advisor's cap of 500\.0 KiB decoded; raise the cap with --max-bytes 828\.2KiB"):
+        load_log(path, Limits(max_bytes=500 * 2**10))
+    assert len(load_log(path, Limits(max_bytes=2**20))) == 2
+
+
+BOMB_READER = """
+import json, sys, tracemalloc
+import pandas, pyarrow as pa, pyarrow.compute, pyarrow.parquet  # imported before the count starts
+from rlvr_core.advise import Limits, LogTooLarge, load_log
+tracemalloc.start()
+try:
+    load_log(sys.argv[1], Limits(max_bytes=16 * 2**20))
+    out = {"error": None}
+except LogTooLarge as e:
+    out = {"error": str(e)}
+out.update(python=tracemalloc.get_traced_memory()[1], arrow=pa.default_memory_pool().max_memory())
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("conversation", [False, True])
+def test_a_dictionary_encoded_parquet_bomb_is_refused_before_it_is_expanded(tmp_path, conversation):
+    """TRL's completions_<step>.parquet whose completion repeats one long string: the footer counts it once (its
+    dictionary), the rows decode to 3,000 copies. It is refused naming the cap, without expanding it, in a short
+    message."""
+    big = "x" * (64 * 2**10)
+    n = 3000
+    completion = [[{"role": "assistant", "content": big}]] * n if conversation else [big] * n
+    table = pa.table({"step": np.arange(n) // 1500, "prompt": [f"q{i % 10}" for i in range(n)],
+                      "completion": completion, "correct": np.ones(n)})
+    path = tmp_path / "completions_00001.parquet"
+    pq.write_table(table, path, use_dictionary=True, compression="zstd", dictionary_pagesize_limit=2**22)
+    assert path.stat().st_size < 20_000  # 3,000 x 64 KiB = 188 MiB decoded
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", BOMB_READER, str(path)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["error"], out  # before: read whole (188 MiB of Arrow memory), no refusal
+    assert "decode to 187." in out["error"] and "by row 3,000 of 3,000" in out["error"]
+    assert "past the advisor's cap of 16.0 MiB decoded; raise the cap with --max-bytes SIZE" in out["error"]
+    assert len(out["error"]) < 1000 and "x" * 300 not in out["error"]
+    assert out["arrow"] < 4 * 2**20 and out["python"] < 4 * 2**20, out  # before: 188 MiB of Arrow memory
+
+
+def test_an_error_never_quotes_a_whole_value(tmp_path):
+    rec = {"step": 1, "prompt": "q", "completion": "c", "correct": "y" * 2**19}
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps({**rec, "step": 2, "correct": 1.0}) + "\n" + json.dumps(rec) + "\n")
+    with pytest.raises(LogError, match=r"row 2 \(line 2\), column 'correct': not a number \(value 'yyy") as e:
+        load_log(path, reward_columns=["correct"])
+    assert len(str(e.value)) < 1000 and "(524,290 characters)" in str(e.value)
+    path.write_text(json.dumps({"step": 1, "z" * 2**19: 1}) + "\n")
+    with pytest.raises(LogError, match=r"missing column\(s\) \['prompt_id', 'reward'\]") as e:
+        load_log(path)
+    assert len(str(e.value)) < 1000

@@ -18,7 +18,8 @@ header is line 1) and the column.
 
 A log is capped before it is decoded (``Limits``, docs/advisor.md "Size limits"): at most ``max_rows`` rows,
 ``max_bytes`` of decoded column data (a parquet file's footer says both before any page is read; a text file's
-decoded bytes are its bytes) and ``max_line_bytes`` per line of a text log. A log past a cap is refused with a
+decoded bytes are its bytes), ``max_line_bytes`` per line of a text log and ``max_columns`` columns (a JSONL log's
+distinct keys; only the columns the advisor reads are kept, never back-filled). A log past a cap is refused with a
 ``LogTooLarge`` naming its size, the cap and the flag that raises it; running out of memory while reading is a
 ``LogTooLarge`` too, never "not a readable file".
 """
@@ -35,20 +36,25 @@ import numpy as np
 
 from rlvr_core.advise.checks import (  # noqa: F401 - re-exported: the advisor's errors, caps and checks
     DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_COLUMNS,
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_MAX_ROWS,
     MAX_TOKENS_PER_COMPLETION,
+    MAX_WHOLE,
     Limits,
     LogError,
     LogTooLarge,
+    _clip,
     _first_bad,
     _numeric,
     _out_of_memory,
     _parquet_decoded_bytes,
+    _quote,
     _read_jsonl,
     _size_flag,
     _tokens,
     _too_large,
+    _too_many_columns,
     format_size,
 )
 from rlvr_core.advise.trl_log import is_trl, is_verl, read_trl, trl_files
@@ -112,6 +118,8 @@ def _read_csv(path: Path, limits: Limits) -> tuple[Any, list[str]]:
         header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
     except pd.errors.EmptyDataError:
         return pd.DataFrame(), []
+    if len(header) > limits.max_columns:
+        raise _too_many_columns(path, f"its header (line 1) has {len(header):,} columns", limits)
     want = set(ROW_REQUIRED + ROW_OPTIONAL)
     df = pd.read_csv(path, usecols=lambda c: c in want, nrows=limits.max_rows + 1)
     if len(df) > limits.max_rows:
@@ -130,6 +138,8 @@ def _read_parquet(path: Path, limits: Limits) -> tuple[Any, list[str]]:
     with pq.ParquetFile(path) as pf:
         meta, schema = pf.metadata, pf.schema_arrow
     names = [n for n in schema.names if not n.startswith("__index_level_")]
+    if len(names) > limits.max_columns:
+        raise _too_many_columns(path, f"{len(names):,} columns", limits)
     use = [n for n in names if n in AGG_REQUIRED + AGG_OPTIONAL]
     rows, decoded = int(meta.num_rows), _parquet_decoded_bytes(meta, set(use))
     size = f"{rows:,} rows, {format_size(decoded)} decoded, from {format_size(path.stat().st_size)} on disk"
@@ -167,7 +177,7 @@ def _require_columns(path: Path, columns: list[str], required: tuple[str, ...], 
     if missing:
         where = "header (line 1)" if path.suffix == ".csv" else "every row"
         raise LogError(f"{path}: {where}: missing column(s) {missing}; a log {kind} needs {list(required)} "
-                       f"(has {columns}); see docs/advisor.md")
+                       f"(has {_quote(columns)}); see docs/advisor.md")
 
 
 def _read_rows_jsonl(path: Path, limits: Limits) -> tuple[Any, list[str]]:
@@ -175,9 +185,10 @@ def _read_rows_jsonl(path: Path, limits: Limits) -> tuple[Any, list[str]]:
 
 
 def _prompt_codes(df: Any) -> np.ndarray:
-    """Prompt ids as int64: whole numbers kept, anything else (strings) numbered in order of first appearance. A
-    categorical column (a parquet string column, read as a dictionary) is numbered by its codes, so that its
-    strings are never copied once per row."""
+    """Prompt ids as int64: whole numbers up to 2**53 kept, anything else (strings, a 64-bit hash that int64 would
+    wrap or float64 would round into another) numbered in order of first appearance. A categorical column (a
+    parquet string column, read as a dictionary) is numbered by its codes, so that its strings are never copied
+    once per row."""
     import pandas as pd
 
     ids = df["prompt_id"]
@@ -185,13 +196,19 @@ def _prompt_codes(df: Any) -> np.ndarray:
         cats = _as_numbers(pd.Series(ids.cat.categories))
         codes = ids.cat.codes.to_numpy()
         num = np.where(codes >= 0, cats[codes], np.nan) if len(cats) else np.full(len(codes), np.nan)
-        if np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0):
+        if _whole_ids(num):
             return num.astype(np.int64)
         return pd.factorize(codes)[0].astype(np.int64)
     num = _as_numbers(ids)
-    if np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0):
+    if _whole_ids(num):
         return num.astype(np.int64)
     return pd.factorize(ids.astype(str))[0].astype(np.int64)
+
+
+def _whole_ids(num: np.ndarray) -> bool:
+    """Whether prompt keys read as numbers are ids kept as they are: finite whole numbers in [0, 2**53]."""
+    return bool(np.all(np.isfinite(num)) and np.all(num == np.round(num)) and np.all(num >= 0)
+                and np.all(num <= MAX_WHOLE))
 
 
 def _as_numbers(ids: Any) -> np.ndarray:
@@ -292,7 +309,7 @@ def _load_trl(path: Path, files: list[Path], limits: Limits, reward_columns: Any
     except MemoryError as e:
         raise _out_of_memory(path, e, f"{len(files)} file(s)") from e
     except Exception as e:  # noqa: BLE001 - any reader failure means a file is not a usable log
-        raise LogError(f"{path}: not a readable TRL completion log ({e.__class__.__name__}: {e})") from e
+        raise LogError(f"{path}: not a readable TRL completion log ({e.__class__.__name__}: {_clip(str(e))})") from e
     if not len(rows):
         raise LogError(f"{path}: the log is empty (no scorable completion); record at least two training steps")
     df = _aggregate(path, rows, list(rows.columns))
@@ -338,7 +355,7 @@ def _load_file(path: Path, limits: Limits, reward_columns: Any) -> Any:
     except MemoryError as e:
         raise _out_of_memory(path, e, f"{format_size(on_disk)} on disk") from e
     except Exception as e:  # noqa: BLE001 - any reader failure means the file is not a usable log
-        raise LogError(f"{path}: not a readable {path.suffix} file ({e.__class__.__name__}: {e})") from e
+        raise LogError(f"{path}: not a readable {path.suffix} file ({e.__class__.__name__}: {_clip(str(e))})") from e
     if not len(raw):
         raise LogError(f"{path}: the log is empty (no rows); record at least two training steps")
     try:

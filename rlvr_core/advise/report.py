@@ -16,6 +16,7 @@ from pathlib import Path
 from rlvr_core.advise.core import Advice, AllocatorAdvice, advise, pct
 from rlvr_core.advise.logs import (
     DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_COLUMNS,
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_MAX_ROWS,
     Limits,
@@ -32,14 +33,22 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
-def _rows(text: str) -> int:
+def _count(text: str, what: str = "row") -> int:
     try:
         n = int(text.replace("_", "").replace(",", ""))
     except ValueError:
         n = 0
     if n < 1:
-        raise argparse.ArgumentTypeError(f"not a row count of at least 1: {text!r}")
+        raise argparse.ArgumentTypeError(f"not a {what} count of at least 1: {text!r}")
     return n
+
+
+def _rows(text: str) -> int:
+    return _count(text)
+
+
+def _columns(text: str) -> int:
+    return _count(text, "column")
 
 
 def _num(t: tuple[float, float, float] | None, digits: int = 2) -> str:
@@ -231,12 +240,14 @@ def parser() -> argparse.ArgumentParser:
                     f"{format_size(DEFAULT_MAX_BYTES)})")
     ap.add_argument("--max-line-bytes", type=_size, default=DEFAULT_MAX_LINE_BYTES, metavar="SIZE",
                     help=f"refuse a .csv/.jsonl log with a longer line (default {format_size(DEFAULT_MAX_LINE_BYTES)})")
+    ap.add_argument("--max-columns", type=_columns, default=DEFAULT_MAX_COLUMNS, metavar="N",
+                    help=f"refuse a log of more columns (a JSONL log's distinct keys; default {DEFAULT_MAX_COLUMNS:,})")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    limits = Limits(args.max_rows, args.max_bytes, args.max_line_bytes)
+    limits = Limits(args.max_rows, args.max_bytes, args.max_line_bytes, args.max_columns)
     try:
         adv = advise(args.log, k=args.k, batch=args.batch, seeds=args.seeds, steps=args.steps, pool=args.pool,
                      limits=limits, reward_columns=args.reward_columns)

@@ -43,9 +43,11 @@ from rlvr_core.advise.checks import (
     _first_bad,
     _numeric,
     _parquet_decoded_bytes,
+    _quote,
     _read_jsonl,
     _tokens,
     _too_large,
+    _too_many_columns,
     format_size,
 )
 
@@ -130,13 +132,14 @@ def _reward(path: Path, df: Any, columns: list[str], chosen: Sequence[str] | Non
     unscorable."""
     import pandas as pd
 
-    names = list(chosen) if chosen else [c for c in columns if c not in NOT_REWARD and _numeric_column(df[c])]
+    names = list(chosen) if chosen else [c for c in columns if c not in NOT_REWARD and c in df.columns
+                                         and _numeric_column(df[c])]
     missing = [c for c in names if c not in columns]
     if missing or not names:
-        what = (f"no reward column {missing}" if missing else
+        what = (f"no reward column {_quote(missing)}" if missing else
                 "no reward column (a numeric column other than step, advantage and tokens)")
-        raise LogError(f"{path}: every row: {what} (has {columns}); TRL writes one column per reward function, "
-                       "name them with --reward-column NAME (docs/advisor.md, TRL completion logs)")
+        raise LogError(f"{path}: every row: {what} (has {_quote(columns)}); TRL writes one column per reward "
+                       "function, name them with --reward-column NAME (docs/advisor.md, TRL completion logs)")
     vals, lines = [], df.attrs.get("lines")
     for c in names:
         raw = df[c].to_numpy(dtype=object)
@@ -166,7 +169,7 @@ def completion_rows(path: Path, df: Any, columns: list[str], reward_columns: Seq
     missing = [c for c in ("step", prompt, completion) if c not in columns]
     if missing:
         raise LogError(f"{path}: every row: missing column(s) {missing}; a TRL completion log has step, prompt, "
-                       f"completion and one column per reward function (has {columns})")
+                       f"completion and one column per reward function (has {_quote(columns)})")
     step = _numeric(path, df, "step", integer=True).astype(np.int64)
     prompts = [p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in _texts(path, df, prompt)]
     reward, ok = _reward(path, df, columns, reward_columns)
@@ -179,26 +182,98 @@ def completion_rows(path: Path, df: Any, columns: list[str], reward_columns: Seq
     return out[ok].reset_index(drop=True), int((~ok).sum())
 
 
-def _read_one(path: Path, limits: Limits, before: int) -> tuple[Any, list[str], int]:
-    """A TRL log file (every column but ``image``), with its decoded bytes; its size, with the ``before`` bytes
-    of the files before it, is checked against the caps before it is decoded."""
+def _wanted(columns: Sequence[str], numeric: set[str], reward_columns: Sequence[str] | None) -> list[str]:
+    """The columns of a TRL log or verl dump that the advisor reads: ``step``, the prompt, the completion (for its
+    length, unless a ``tokens`` column counts it), ``tokens`` and the reward columns (``reward_columns``, else
+    verl's ``score``, else TRL's every column in ``numeric`` but ``NOT_REWARD``). No other column is decoded."""
+    verl = is_verl(columns)
+    prompt, completion = VERL_TEXT if verl else ("prompt", "completion")
+    rewards = set(reward_columns or (VERL_REWARD if verl else [c for c in numeric if c not in NOT_REWARD]))
+    core = {"step", prompt, "tokens"} | (set() if "tokens" in columns else {completion})
+    return [c for c in columns if c in core or c in rewards]
+
+
+def _decoded(a: Any) -> int:
+    """Bytes an Arrow array takes once its dictionaries are expanded, every row's value copied (what the rows
+    cost as Python values), counted from the dictionary's value lengths and the indices: nothing is expanded."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = a.type
+    if pa.types.is_dictionary(t):
+        lengths = pc.binary_length(a.dictionary) if _is_text(t.value_type) else None
+        if lengths is None:
+            return int(a.nbytes)
+        return int(pc.sum(pc.take(lengths, a.indices)).as_py() or 0) + 4 * len(a)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _decoded(a.flatten()) + 4 * (len(a) + 1)
+    if pa.types.is_struct(t):
+        return sum(_decoded(f) for f in a.flatten())
+    return int(a.nbytes)
+
+
+def _is_text(t: Any) -> bool:
+    import pyarrow as pa
+
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def _read_parquet(path: Path, limits: Limits, before: int, reward_columns: Sequence[str] | None
+                  ) -> tuple[Any, list[str], int]:
+    """A TRL parquet log's columns the advisor reads (``_wanted``), with every column's name and their decoded
+    bytes. The footer's row count and decoded size are checked first; then the file is read in batches with every
+    text value (a string column, a conversation's strings) as a dictionary, and each batch's size with its
+    dictionaries expanded (``_decoded``) is added up before the next is read: a string the footer counts once, in
+    its dictionary, that every row repeats (a few KB on disk, GBs decoded) is refused at the batch that crosses
+    the cap, before any of it is expanded."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    with pq.ParquetFile(path) as pf:
+        meta, schema, leaves = pf.metadata, pf.schema_arrow, pf.schema
+    names = [n for n in schema.names if not n.startswith("__index_level_")]
+    if len(names) > limits.max_columns:
+        raise _too_many_columns(path, f"{len(names):,} columns", limits)
+    numeric = {n for n in names if pa.types.is_integer(schema.field(n).type)
+               or pa.types.is_floating(schema.field(n).type)}
+    use = _wanted(names, numeric, reward_columns)
+    rows, decoded = int(meta.num_rows), _parquet_decoded_bytes(meta, set(use))
+    if rows > limits.max_rows or before + decoded > limits.max_bytes:
+        raise _too_large(path, f"{rows:,} rows, {format_size(decoded)} decoded ({format_size(before)} before "
+                         "it)", f"{limits.max_rows:,} rows and {format_size(limits.max_bytes)} decoded",
+                         "--max-rows N / --max-bytes SIZE")
+    text = [leaves.column(i).path for i in range(len(leaves)) if leaves.column(i).physical_type == "BYTE_ARRAY"
+            and leaves.column(i).path.split(".")[0] in use]
+    batches, got, done = [], 0, 0
+    with pq.ParquetFile(path, read_dictionary=text) as pf:
+        for batch in pf.iter_batches(columns=use, use_pandas_metadata=False):
+            got, done = got + sum(_decoded(c) for c in batch.columns), done + batch.num_rows
+            if done > limits.max_rows:  # a footer that understates its rows
+                raise _too_large(path, f"{done:,} rows read, its footer said {rows:,}", f"{limits.max_rows:,} rows",
+                                 "--max-rows N")
+            if before + got > limits.max_bytes:
+                raise _too_large(path, f"its columns {_quote(use)} decode to {format_size(got)} by row {done:,} of "
+                                 f"{rows:,} ({format_size(before)} before it; its footer said "
+                                 f"{format_size(decoded)}: a dictionary counts a repeated value once)",
+                                 f"{format_size(limits.max_bytes)} decoded", "--max-bytes SIZE")
+            batches.append(batch)
+    table = pa.Table.from_batches(batches) if batches else schema.empty_table().select(use)
+    return table.to_pandas(), names, got
+
+
+def _read_one(path: Path, limits: Limits, before: int, reward_columns: Sequence[str] | None = None
+              ) -> tuple[Any, list[str], int]:
+    """A TRL log file's columns the advisor reads (``_wanted``), with every column's name and its decoded bytes;
+    its size, with the ``before`` bytes of the files before it, is checked against the caps before and while it is
+    decoded."""
     if path.suffix == ".jsonl":
         size = path.stat().st_size
         if before + size > limits.max_bytes:
             raise _too_large(path, f"{format_size(before + size)} with the files before it",
                              f"{format_size(limits.max_bytes)} decoded", "--max-bytes SIZE")
-        return (*_read_jsonl(path, limits, want=None), size)
-    with pq.ParquetFile(path) as pf:
-        meta, names = pf.metadata, [n for n in pf.schema_arrow.names if not n.startswith("__index_level_")]
-        use = [n for n in names if n != "image"]
-        rows, decoded = int(meta.num_rows), _parquet_decoded_bytes(meta, set(use))
-        if rows > limits.max_rows or before + decoded > limits.max_bytes:
-            raise _too_large(path, f"{rows:,} rows, {format_size(decoded)} decoded ({format_size(before)} before "
-                             "it)", f"{limits.max_rows:,} rows and {format_size(limits.max_bytes)} decoded",
-                             "--max-rows N / --max-bytes SIZE")
-        return pf.read(columns=use).to_pandas(), use, decoded
+        return (*_read_jsonl(path, limits, lambda keys, numeric: _wanted(keys, numeric, reward_columns)), size)
+    return _read_parquet(path, limits, before, reward_columns)
 
 
 def read_trl(files: list[Path], limits: Limits, reward_columns: Sequence[str] | None) -> Any:
@@ -208,7 +283,7 @@ def read_trl(files: list[Path], limits: Limits, reward_columns: Sequence[str] | 
 
     parts, rows, decoded, dropped = [], 0, 0, 0
     for f in files:
-        raw, columns, size = _read_one(f, limits, decoded)
+        raw, columns, size = _read_one(f, limits, decoded, reward_columns)
         rows, decoded = rows + len(raw), decoded + size
         if rows > limits.max_rows:
             raise _too_large(f, f"more than {limits.max_rows:,} rows with the files before it",
@@ -221,7 +296,7 @@ def read_trl(files: list[Path], limits: Limits, reward_columns: Sequence[str] | 
             part, n = completion_rows(f, raw, columns, reward_columns)
         else:
             raise LogError(f"{f}: every row: neither a TRL completion log nor a verl rollout dump (columns "
-                           f"{columns}); a folder of logs holds TRL completion logs (step, prompt, completion, "
+                           f"{_quote(columns)}); a folder of logs holds TRL completion logs (step, prompt, completion, "
                            "reward columns) or verl's <step>.jsonl dumps (input, output, score, step) only")
         parts.append(part)
         dropped += n

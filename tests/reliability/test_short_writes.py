@@ -84,3 +84,12 @@ def test_write_all_refuses_a_write_that_makes_no_progress(tmp_path: Path, monkey
     assert err.value.errno == errno.ENOSPC
     monkeypatch.undo()
     assert os.listdir(tmp_path) == []  # the temporary file is removed, no target written
+
+
+def test_the_auth_string_is_written_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.local_server import auth_string
+
+    _short_writes(monkeypatch, 7, then_fail=False)
+    made = auth_string(tmp_path)
+    monkeypatch.undo()
+    assert made.startswith("rlvr:") and len(made) == len("rlvr:") + 43 and auth_string(tmp_path) == made

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Iterator
 
 from flows.common import tie_children, tied
+from rlvr_core.safefs import write_all
 
 AUTH_FILE = "api_auth_string"  # under the server's home: the basic-auth string every client must send
 NO_AUTH_WARNING = ("[local_server] WARNING: --no-auth: the Prefect server asks no client for credentials; any local "
@@ -52,7 +53,7 @@ def auth_string(home: str | os.PathLike) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, f"rlvr:{secrets.token_urlsafe(32)}\n".encode())
+            write_all(fd, f"rlvr:{secrets.token_urlsafe(32)}\n".encode())  # all of it: a short write would cut it
         finally:
             os.close(fd)
     except FileExistsError:

@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 
 from pipeline.paths import params_path, root
 from rlvr_core.errors import ConfigError
+from rlvr_core.safefs import write_atomic, write_text_atomic
 
 ENV = "RLVR_DVC_REMOTE"
 BRANCH_ENV = "RLVR_GIT_BRANCH"  # the branch workers publish dvc.lock to (default: the branch the clone is on)
@@ -300,10 +301,11 @@ class Remote:
         theirs.setdefault("stages", {})[stage] = ours["stages"][stage]
         kept = {r: (self.top / r).read_bytes() for r in rels[1:] if (self.top / r).is_file()}
         git("reset", "-q", "--hard", "FETCH_HEAD", cwd=self.top)
+        # the fetched tree is another worker's: a link it holds at one of these names is replaced, never written
+        # through (rlvr_core.safefs)
         for r, data in kept.items():
-            (self.top / r).parent.mkdir(parents=True, exist_ok=True)
-            (self.top / r).write_bytes(data)
-        (self.top / "dvc.lock").write_text(dumps_yaml(theirs))
+            write_atomic(self.top / r, data)
+        write_text_atomic(self.top / "dvc.lock", dumps_yaml(theirs))
         self._commit(stage, rels)
 
 

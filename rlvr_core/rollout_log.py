@@ -46,7 +46,12 @@ recovered (a parquet file cut short has lost its footer, which locates every col
 ``rollouts.parquet.damaged`` (``.damaged.1``, ... when taken), a RuntimeWarning says so, and the log goes on
 from step s + 1. The steps whose rows were lost (1..s) are recorded in the file itself: ``read_log(path)``
 returns them as ``.attrs["lost_steps"]`` (kept by every later flush), so no reader takes the gap for steps
-without rollouts.
+without rollouts. A file that is missing at the resume (it is no DVC output: a worker's ``dvc pull`` does not
+bring it) is the same loss: its steps are recorded as lost, with a RuntimeWarning. So is a readable file that
+lacks steps the run's metrics.jsonl gives rollouts (an older copy of it): those steps join ``lost_steps``.
+Where the caller passes ``logged`` (the steps that metrics.jsonl gives rollouts, as training does), only those
+of 1..s count as lost; without it, all of 1..s. ``lost_steps`` is thus every step up to the checkpoint that had
+rollouts and whose rows the file lacks.
 """
 
 from __future__ import annotations
@@ -88,11 +93,16 @@ class RolloutLog:
         path: the parquet file
         rows: the training rows (their feature columns are copied into the log)
         upto: the step the run starts after (0: a fresh run, the file is removed; s: a resumed run, the
-            file's rows of steps > s are dropped; an unreadable file is set aside, module docstring)
-    ``lost``: the steps whose rows were lost with a damaged file (this resume's or an earlier one's).
+            file's rows of steps > s are dropped; an unreadable or missing file: its steps are lost, module
+            docstring)
+        logged: the steps <= ``upto`` that had rollouts (metrics.jsonl's ``rollouts`` > 0), when known: the
+            steps an unreadable or missing file lost, and those of them a readable file holds no row of
+    ``lost``: the steps whose rows were lost with a damaged, missing or older file (this resume's or an earlier
+    one's).
     """
 
-    def __init__(self, path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], upto: int = 0) -> None:
+    def __init__(self, path: str | os.PathLike, rows: Sequence[Mapping[str, Any]], upto: int = 0,
+                 logged: Sequence[int] | None = None) -> None:
         self.path = Path(path)
         self.features = feature_columns(rows)
         self._frames: list[Any] = []
@@ -101,25 +111,44 @@ class RolloutLog:
         self._running: dict[tuple[int, int], np.ndarray] = {}
         self.lost: list[int] = []
         if upto > 0 and self.path.exists():
-            self._resume(upto)
+            self._resume(upto, logged)
+        elif upto > 0:
+            self.lost = _had_rollouts(upto, logged)
+            if self.lost:
+                warnings.warn(f"rollout log {self.path}: missing at the resume from step {upto} (it is no DVC "
+                              f"output: `dvc pull` does not bring it); the log goes on from step {upto + 1}: "
+                              f"{self._lost_text(self.lost)}", RuntimeWarning, stacklevel=2)
         else:
             self.path.unlink(missing_ok=True)
 
-    def _resume(self, upto: int) -> None:
-        """Keep the file's rows of steps <= ``upto``; an unreadable file is set aside and its steps marked lost."""
+    def _lost_text(self, steps: Sequence[int]) -> str:
+        if not steps:
+            return "no step up to it had rollouts, so no row is lost"
+        return (f"the rows of {_steps_text(steps)} are lost (their totals are in metrics.jsonl and the checkpoint), "
+                f"which {self.path.name} records as lost_steps")
+
+    def _resume(self, upto: int, logged: Sequence[int] | None) -> None:
+        """Keep the file's rows of steps <= ``upto``; an unreadable file is set aside and its steps marked lost,
+        and so are the ``logged`` steps it holds no row of."""
         try:
             old = read_log(self.path)
         except ValueError as e:
             aside = set_aside(self.path)
-            self.lost = list(range(1, upto + 1))
-            warnings.warn(f"{e}; it is set aside as {aside} and the log goes on from step {upto + 1}: the rows of "
-                          f"steps 1-{upto} are lost (their totals are in metrics.jsonl and the checkpoint), which "
-                          f"{self.path.name} records as lost_steps", RuntimeWarning, stacklevel=3)
+            self.lost = _had_rollouts(upto, logged)
+            warnings.warn(f"{e}; it is set aside as {aside} and the log goes on from step {upto + 1}: "
+                          f"{self._lost_text(self.lost)}", RuntimeWarning, stacklevel=3)
             return
         earlier = old.attrs.get("lost_steps", [])
-        self.lost = sorted({int(s) for s in earlier if isinstance(s, int) and 0 < s <= upto}) \
-            if isinstance(earlier, list) else []
-        self._frames.append(old[old["step"] <= upto])
+        earlier = {int(s) for s in earlier if isinstance(s, int) and 0 < s <= upto} if isinstance(earlier, list) \
+            else set()
+        kept = old[old["step"] <= upto]
+        gone = sorted({int(s) for s in logged or () if 0 < s <= upto} - set(kept["step"].tolist()) - earlier)
+        if gone:
+            warnings.warn(f"rollout log {self.path}: holds no row of {_steps_text(gone)}, which metrics.jsonl gives "
+                          f"rollouts (an older copy of the file?); {self._lost_text(gone)}", RuntimeWarning,
+                          stacklevel=3)
+        self.lost = sorted(earlier | set(gone))
+        self._frames.append(kept)
 
     def _row(self, step: int, prompt: int, round_index: int) -> np.ndarray:
         """The running sums of (``step``, ``prompt``): rollouts, passes, reward_sum, tokens, first_round,
@@ -206,11 +235,27 @@ class RolloutLog:
         """Rewrite the file atomically and durably (fsynced) with the rows of the finished steps (none and no
         file: nothing written)."""
         df = self.frame()
-        if not len(df) and not self.path.exists():
+        if not len(df) and not self.path.exists() and not self.lost:
             return
         buf = io.BytesIO()
         df.to_parquet(buf, index=False)
         write_atomic(self.path, buf.getvalue(), fsync=True)  # never through a planted link (rlvr_core.safefs)
+
+
+def _had_rollouts(upto: int, logged: Sequence[int] | None) -> list[int]:
+    """The steps 1..``upto`` that had rollouts: the ``logged`` ones among them, all of them when not known."""
+    return list(range(1, upto + 1)) if logged is None else sorted({int(s) for s in logged if 0 < s <= upto})
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    """``steps 1-4`` for a run of steps, ``steps 2, 5, 9`` else (the first 8 and a count past them)."""
+    steps = sorted(steps)
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps[-1] - steps[0] == len(steps) - 1:
+        return f"steps {steps[0]}-{steps[-1]}"
+    more = f" ... ({len(steps)} steps)" if len(steps) > 8 else ""
+    return "steps " + ", ".join(map(str, steps[:8])) + more
 
 
 def read_log(path: str | os.PathLike) -> Any:

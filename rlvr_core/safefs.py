@@ -13,6 +13,9 @@ Every write here goes through a descriptor of the folder itself:
   descriptor and renames it over the target (``rename`` replaces a planted link, it never writes through
   it).
 - ``open_in`` opens one file in the folder with ``O_NOFOLLOW``: for the lock and for appends.
+- ``append_line`` appends all of a line or none of it: a write cut short (a full disk) is cut back off the
+  file (``ftruncate`` to the size before) and its OSError raised. ``write_all`` is the loop every write of
+  the project's files goes through: ``os.write`` may write a prefix only, and the rest is written again.
 - ``set_aside`` renames a damaged file to a free name beside it (``rollouts.parquet.damaged``), so that
   nothing is deleted.
 
@@ -22,6 +25,7 @@ Linux and macOS both have ``O_NOFOLLOW`` and ``dir_fd``. The folder's path may p
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import secrets
@@ -111,9 +115,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, fsync: bool = False, m
         fd = open_in(dfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, path.parent, mode)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
                 if fsync:
                     os.fsync(fd)
             finally:
@@ -134,15 +136,41 @@ def write_text_atomic(path: str | os.PathLike, text: str, **kw: bool | int) -> N
     write_atomic(path, text.encode("utf-8"), **kw)  # type: ignore[arg-type]
 
 
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write every byte of ``data`` to ``fd``: ``os.write`` may write only a prefix (a full disk, a signal), so
+    it is called again on the rest until none is left; its OSError (ENOSPC, EDQUOT, EIO ...) is raised, and a
+    write that makes no progress is ENOSPC."""
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, f"write made no progress with {len(view)} bytes left")
+        view = view[n:]
+
+
 def append_line(path: str | os.PathLike, line: str, *, fsync: bool = False) -> None:
-    """Append ``line`` (UTF-8) to ``path``, created when missing, opened without following a link."""
+    """Append ``line`` (UTF-8) to ``path``, created when missing, opened without following a link. All of it
+    or none: when a write fails part-way (a full disk) or the fsync fails, the file is cut back to its size
+    before the append and the OSError is raised, so the file holds only whole lines (a resume that reads a
+    line cut short, with the next one glued on, would refuse the file)."""
     path = Path(path)
     with folder_fd(path.parent) as dfd:
         fd = open_in(dfd, path.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, path.parent)
         try:
-            os.write(fd, line.encode("utf-8"))
-            if fsync:
-                os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                write_all(fd, line.encode("utf-8"))
+                if fsync:
+                    os.fsync(fd)
+            except OSError as e:
+                try:
+                    os.ftruncate(fd, size)  # shrinking needs no space
+                except OSError as cut:
+                    e.add_note(f"{path}: could not be cut back to {size} bytes ({cut.strerror}); its last line "
+                               "may be incomplete")
+                if e.filename is None:
+                    e.filename = str(path)
+                raise
         finally:
             os.close(fd)
 
@@ -164,8 +192,8 @@ def set_aside(path: str | os.PathLike, suffix: str = ".damaged") -> Path:
     raise FileExistsError(f"{path}: {path.name}{suffix}.1 ... .999 all exist; clear them to set another aside")
 
 
-__all__ = ["UnsafeRunFolder", "append_line", "folder_fd", "open_folder", "open_in", "set_aside", "write_atomic",
-           "write_text_atomic"]
+__all__ = ["UnsafeRunFolder", "append_line", "folder_fd", "open_folder", "open_in", "set_aside", "write_all",
+           "write_atomic", "write_text_atomic"]
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -256,7 +256,9 @@ class _Run:
             self.timings_path.unlink(missing_ok=True)
             if not resume:
                 shutil.rmtree(self.ckpt_dir, ignore_errors=True)
-        self.rollout_log = RolloutLog(self.run_dir / ROLLOUT_LOG, self.train_rows, upto=st.step)  # drops later steps
+        logged = [r["step"] for r in st.history if r["step"] and r.get("rollouts", 0) > 0]
+        # drops later steps; records as lost_steps the steps with rollouts whose rows the file lacks (or is missing)
+        self.rollout_log = RolloutLog(self.run_dir / ROLLOUT_LOG, self.train_rows, upto=st.step, logged=logged)
         if st.step == 0:
             te = time.perf_counter()
             rec = {"step": 0, "cum_rollouts": 0, "cum_tokens": 0, **self.evaluate(), "eval_s": time.perf_counter() - te}

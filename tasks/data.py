@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from rlvr_core.config import PrepareConfig
 from rlvr_core.data.disk import save_splits
+from rlvr_core.safefs import write_text_atomic
 from rlvr_core.tasks import get_task
 
 # PrepareConfig fields of the hub datasets; left out of a synthetic task's counts.json (its bytes stay as before)
@@ -32,7 +33,8 @@ def generate_dataset(cfg: PrepareConfig, out_dir: str) -> dict[str, int]:
     config = asdict(cfg)
     if spec.generated:
         config = {k: v for k, v in config.items() if k not in HUB_FIELDS}
-    (out / "counts.json").write_text(json.dumps({"config": config, "rows": counts, **extra}, indent=1, sort_keys=True))
+    write_text_atomic(out / "counts.json", json.dumps({"config": config, "rows": counts, **extra}, indent=1,
+                                                      sort_keys=True))  # never through a planted link
     return counts
 
 

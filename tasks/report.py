@@ -10,6 +10,7 @@ target are a median over seeds with a 95% bootstrap interval, a run that never r
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,6 +20,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from pipeline.curves import CURVE_FIELDS, curve_rows, read_history
+from rlvr_core.safefs import write_atomic, write_text_atomic
 from rlvr_core.stats import TARGET_FRACTION, accuracy_at, first_reach, fitted_reach, gain_target, median_ci
 from rlvr_core.types import step_updated
 
@@ -101,13 +103,16 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
     tgt = gain_target(list(curves[reference].values()), fraction)
     target = tgt["target"]
 
-    with open(out / "curves.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["allocator", "seed", *CURVE_FIELDS])
-        w.writeheader()
-        for a, by_seed in curves.items():
-            for s, rows in by_seed.items():
-                for r in rows:
-                    w.writerow({"allocator": a, "seed": s, **r})
+    # every file of the report is written through a fresh temporary name, never through a link planted at its
+    # name (rlvr_core.safefs)
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=["allocator", "seed", *CURVE_FIELDS])
+    w.writeheader()
+    for a, by_seed in curves.items():
+        for s, rows in by_seed.items():
+            for r in rows:
+                w.writerow({"allocator": a, "seed": s, **r})
+    write_text_atomic(out / "curves.csv", f.getvalue())
     for x, fname, label in (("cum_rollouts", "accuracy_vs_rollouts.png", "cumulative rollouts"),
                             ("cum_tokens", "accuracy_vs_tokens.png", "cumulative generated tokens")):
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -124,7 +129,9 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=100, metadata={"Software": None})
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100, metadata={"Software": None})
+        write_atomic(out / fname, png.getvalue())
         plt.close(fig)
 
     # the budget every run reached: a step that starts under train.max_rollouts ends past it, and one allocator's
@@ -194,7 +201,7 @@ def write_report(runs: Mapping[str, Mapping[int, str]], evaluation: Mapping[str,
                      f"{_ci(m['raw_rollouts_to_target'])} | {vs} | {'-' if at is None else f'{at:.3f}'} | "
                      f"{m['final_greedy_acc']:.3f} ({m['final_greedy_acc_min']:.3f}-{m['final_greedy_acc_max']:.3f}) | "
                      f"{pk} | {m['updates']} | {per_s} | {m['rollouts']:,} |")
-    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "comparison.md", "\n".join(lines) + "\n")
     result = {"target": {"reference": reference, "fraction": fraction, **tgt}, "allocators": metrics}
-    (out / "metrics.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out / "metrics.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
     return result

@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from benchmarks.study import data as D
 from benchmarks.study.execute import _commit, _now, curve_difference, run_one, run_params
 from benchmarks.study.plan import PARAMS_FILE, VARIANTS, matched_entry
 from benchmarks.study.store import BACKFILL_RECORD, BELIEFS_RECORD, RunStore, has_beliefs, holds_beliefs, log_of
+from rlvr_core.safefs import folder_fd, open_in, write_atomic, write_text_atomic
 
 Log = Callable[[str], Any]
 RECORD = BACKFILL_RECORD
@@ -82,16 +84,21 @@ def record(store: RunStore, regime: str, name: str = RECORD) -> dict[str, Any]:
 
 def note(store: RunStore, regime: str, rel: str, entry: Mapping[str, Any], name: str = RECORD,
          rule: str = RULE) -> None:
-    """Add one run's outcome to ``study/<regime>/<name>`` under a file lock (processes share it)."""
+    """Add one run's outcome to ``study/<regime>/<name>`` under a file lock (processes share it). The lock is
+    opened without following a link and never truncated, the record rewritten through a fresh temporary name
+    (rlvr_core.safefs): a link planted as ``backfill.lock`` is refused (UnsafeRunFolder), one planted as the
+    record is replaced."""
     p = store.root / regime / name
-    with open(p.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        rec = json.loads(p.read_text()) if p.exists() else {"runs": {}}
-        rec["rule"] = rule
-        rec["runs"][rel] = dict(entry)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-        tmp.replace(p)
+    with folder_fd(p.parent) as dfd:
+        lock = open_in(dfd, p.with_suffix(".lock").name, os.O_RDWR | os.O_CREAT, p.parent)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            rec = json.loads(p.read_text()) if p.exists() else {"runs": {}}
+            rec["rule"] = rule
+            rec["runs"][rel] = dict(entry)
+            write_text_atomic(p, json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        finally:
+            os.close(lock)
 
 
 def same_run(rerun: Mapping[str, Any], recorded: Mapping[str, Any]) -> str | None:
@@ -154,9 +161,7 @@ def reproduce(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Pat
     clear(path, store, work)
     for frozen in (store.target_path(regime), store.matched_path(regime)):
         if frozen.exists():
-            dest = scratch.root / regime / frozen.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(frozen, dest)
+            write_atomic(scratch.root / regime / frozen.name, frozen.read_bytes())
     t0 = time.perf_counter()
     rerun, _ = run_one(scratch, regime, run["protocol"], run["variant"], run["seed"], work=scratch.out / "work",
                        quick=bool(run.get("quick")), grid=grid,
@@ -171,18 +176,19 @@ def reproduce(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Pat
 
 
 def attach_log(path: Path, log: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy a rerun's decision log beside the run file; the run file's ``decision_log`` field for it."""
+    """Copy a rerun's decision log beside the run file (atomically, replacing a link planted there, never
+    writing through it: rlvr_core.safefs); the run file's ``decision_log`` field for it."""
     dest = path.with_suffix(".rollouts.parquet")
-    shutil.copyfile(log, dest)
-    return {"file": dest.name, "sha256": hashlib.sha256(dest.read_bytes()).hexdigest(),
+    data = log.read_bytes()
+    write_atomic(dest, data)
+    return {"file": dest.name, "sha256": hashlib.sha256(data).hexdigest(),
             "backfilled": {"commit": entry["commit"], "at": entry["at"]}}
 
 
 def write_run(path: Path, run: Mapping[str, Any]) -> None:
-    """Rewrite a run file atomically (a killed process leaves the old file or the new one)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run) + "\n")
-    tmp.replace(path)
+    """Rewrite a run file atomically (a killed process leaves the old file or the new one), through a fresh
+    temporary name (rlvr_core.safefs: a link planted at ``path`` is replaced, never written through)."""
+    write_text_atomic(path, json.dumps(run) + "\n")
 
 
 def backfill_one(store: RunStore, path: Path, data: Mapping[str, Any], *, work: Path,

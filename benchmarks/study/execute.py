@@ -43,6 +43,7 @@ from benchmarks.study.plan import (
 )
 from benchmarks.study.stats import conditioning, median_or_none, reach
 from benchmarks.study.store import RunStore
+from rlvr_core.safefs import write_atomic, write_text_atomic
 from rlvr_core.stats import TARGET_FRACTION, gain_target, median_ci, median_interval
 from rlvr_core.types import step_updated
 
@@ -129,14 +130,13 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
                    "commit": _commit(), "policy_sha256": data["policy_sha256"],
                    "warm_start": params.warmstart.seed, "train_prompts": len(data["train"]),
                    "target_sha256": hashlib.sha256(tp.read_bytes()).hexdigest() if tp.exists() else None})
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # the run's files are written atomically through fresh temporary names, replacing a link planted at their
+    # names, never writing through it (rlvr_core.safefs)
     if (run_dir / "rollouts.parquet").exists():  # every run's decision log (a reference run's: the replayed trace)
-        log = path.with_suffix(".rollouts.parquet")
-        shutil.copyfile(run_dir / "rollouts.parquet", log)
-        result["decision_log"] = {"file": log.name, "sha256": hashlib.sha256(log.read_bytes()).hexdigest()}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, default=_json_default) + "\n")
-    tmp.replace(path)
+        log, data = path.with_suffix(".rollouts.parquet"), (run_dir / "rollouts.parquet").read_bytes()
+        write_atomic(log, data)
+        result["decision_log"] = {"file": log.name, "sha256": hashlib.sha256(data).hexdigest()}
+    write_text_atomic(path, json.dumps(result, default=_json_default) + "\n")
     return result
 
 

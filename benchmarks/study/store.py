@@ -9,6 +9,10 @@ Under the results root ``out`` (benchmarks/results by default)::
     study/<regime>/group-size/choice.json       the best uniform k, chosen on the validation split
     study/<regime>/<protocol>/<slug>[-b<B>-lr<lr>][-val]/s<seed>.json   one run (a .lock beside it while it trains)
 
+Every file of the study is written without following a link (``rlvr_core.safefs``: a fresh temporary name made
+with O_EXCL | O_NOFOLLOW, renamed over the target; locks opened with O_NOFOLLOW): a results folder is shared or
+checked out, and a link planted as ``backfill.lock`` or ``s0.json`` would otherwise be written through.
+
 A cell is the test-split runs of one (regime, protocol, variant), with the runs of another protocol it shares
 (``plan.Protocol.shares``: equal-rollouts' grpo is the reference runs). ``runs`` reads every run file once, in path
 order (a bootstrap resamples by index, so the order is part of a result); the frozen files are read once each and
@@ -24,6 +28,7 @@ from typing import Any, Iterable, Mapping
 
 from benchmarks.study.plan import WS_SEP, base_regime, grid_tag, shared_sources, step_grid
 from rlvr_core.registry import slug
+from rlvr_core.safefs import folder_fd, open_in, write_text_atomic
 
 Run = dict[str, Any]
 # the decision log's columns of what the allocator believed of a prompt (docs/design.md §7.1)
@@ -135,9 +140,9 @@ class RunStore:
         return json.loads(p.read_text()) if p.exists() else {}
 
     def freeze(self, path: Path, value: dict[str, Any], **dumps: Any) -> dict[str, Any]:
-        """Write a frozen file (target, matched sizes, pre-registration, choice) and keep it."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(value, **({"indent": 1} | dumps)) + "\n")
+        """Write a frozen file (target, matched sizes, pre-registration, choice) and keep it (never through a
+        link planted at ``path``: rlvr_core.safefs)."""
+        write_text_atomic(path, json.dumps(value, **({"indent": 1} | dumps)) + "\n")
         self._frozen[path] = value
         return value
 
@@ -246,25 +251,30 @@ class RunStore:
     @staticmethod
     def claim(path: Path) -> bool:
         """Claim a run for this process (a lock file holding its pid); a lock whose process is gone is taken
-        over."""
+        over. The lock is made and read through its folder's descriptor without following a link
+        (UnsafeRunFolder names a link planted as the lock, or a folder of another user's)."""
         lock = path.with_suffix(".lock")
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
+        with folder_fd(lock.parent) as dfd:
+            for _ in range(2):
                 try:
-                    pid = int(lock.read_text().strip() or 0)
-                    os.kill(pid, 0)
-                    return False  # held by a live process
-                except (ValueError, ProcessLookupError, FileNotFoundError):
-                    lock.unlink(missing_ok=True)  # stale: its process was killed
-                    continue
-                except PermissionError:
-                    return False
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            return True
+                    fd = open_in(dfd, lock.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, lock.parent)
+                except FileExistsError:
+                    try:
+                        rfd = open_in(dfd, lock.name, os.O_RDONLY, lock.parent)
+                        try:
+                            pid = int(os.read(rfd, 64).decode("ascii", "replace").strip() or 0)
+                        finally:
+                            os.close(rfd)
+                        os.kill(pid, 0)
+                        return False  # held by a live process
+                    except (ValueError, ProcessLookupError, FileNotFoundError):
+                        os.unlink(lock.name, dir_fd=dfd)  # stale: its process was killed
+                        continue
+                    except PermissionError:
+                        return False
+                with os.fdopen(fd, "w") as f:
+                    f.write(str(os.getpid()))
+                return True
         return False
 
     @staticmethod

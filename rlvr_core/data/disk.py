@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr_core.data.validate import DataError
-from rlvr_core.safefs import file_sha256
+from rlvr_core.safefs import file_sha256, write_text_atomic
 
 PREPARE = "run `python -m flows.prepare` (or `dvc repro prepare`) to regenerate it"
 DIGESTS = "digests.json"
@@ -77,9 +77,7 @@ def save_splits(ds: Any, out_dir: str | Path) -> None:
     out = Path(out_dir)
     ds.save_to_disk(str(out))
     digests = {split: {f.name: file_sha256(f) for f in sorted((out / split).glob("*.arrow"))} for split in ds}
-    tmp = out / (DIGESTS + ".tmp")
-    tmp.write_text(json.dumps(digests, indent=1, sort_keys=True))
-    os.replace(tmp, out / DIGESTS)
+    write_text_atomic(out / DIGESTS, json.dumps(digests, indent=1, sort_keys=True))  # never through a planted link
 
 
 def _check_digests(root: Path, split: str, arrows: list[Path]) -> None:

@@ -105,3 +105,32 @@ def test_accuracy_is_compared_at_the_budget_every_run_reached(runs: dict, tmp_pa
     assert m["big"]["greedy_acc_at_common_budget"] == pytest.approx(0.475)
     table = (tmp_path / "r/comparison.md").read_text()
     assert "Runs spend 600 to 640 rollouts" in table and "| acc @ 600 |" in table and "| 0.475 |" in table
+
+
+def test_the_report_never_writes_through_a_planted_link(runs: dict, tmp_path: Path) -> None:
+    """A report folder holding links at the report's names (a shared results folder): each is replaced by the
+    report's file, and what it pointed at is unchanged."""
+    out, victim = tmp_path / "linked", tmp_path / "victim"
+    victim.write_text("root's secret\n")
+    out.mkdir()
+    names = ("curves.csv", "accuracy_vs_rollouts.png", "accuracy_vs_tokens.png", "comparison.md", "metrics.json")
+    for name in names:
+        (out / name).symlink_to(victim)
+    write_report.fn(runs, {}, str(out))
+    write_report.fn(runs, {}, str(tmp_path / "plain"))
+    assert victim.read_text() == "root's secret\n"
+    for name in names:
+        assert not (out / name).is_symlink() and (out / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
+
+
+def test_digests_are_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    from datasets import Dataset, DatasetDict
+
+    from rlvr_core.data.disk import DIGESTS, save_splits
+
+    out, victim = tmp_path / "data", tmp_path / "victim"
+    victim.write_text("root's secret\n")
+    out.mkdir()
+    (out / f"{DIGESTS}.tmp").symlink_to(victim)  # the fixed temporary name it used to write
+    save_splits(DatasetDict({"train": Dataset.from_dict({"prompt": ["a", "b"]})}), out)
+    assert victim.read_text() == "root's secret\n" and set(json.loads((out / DIGESTS).read_text())) == {"train"}

@@ -100,3 +100,38 @@ def test_set_aside_never_overwrites(tmp_path: Path) -> None:
     assert [(tmp_path / n).read_bytes() for n in ("f.damaged", "f.damaged.1", "f.damaged.2")] == \
         [b"one", b"two", b"three"]
     assert not (tmp_path / "f").exists()
+
+
+def test_a_resume_without_the_log_records_its_steps_as_lost(policy_dir: Path, two_step_run: Path,
+                                                            tmp_path: Path) -> None:
+    """rollouts.parquet is no DVC output: a worker's `dvc pull` lacks it. The resume goes on, warns, and the
+    new file records steps 1-2 as lost_steps instead of passing for a log of steps 3-4 alone."""
+    run = tmp_path / "pulled"
+    shutil.copytree(two_step_run, run)
+    (run / FILENAME).unlink()
+    with pytest.warns(RuntimeWarning, match=rf"rollout log {run / FILENAME}: missing at the resume from step 2.*"
+                                            r"the rows of steps 1-2 are lost"):
+        _resume(policy_dir, run)
+    got = read_log(run / FILENAME)
+    assert got.attrs == {"lost_steps": [1, 2]} and sorted(set(got["step"])) == [3, 4]
+
+
+def test_a_resume_from_an_older_log_records_the_steps_it_lacks(policy_dir: Path, two_step_run: Path,
+                                                               tmp_path: Path) -> None:
+    run = tmp_path / "older"
+    shutil.copytree(two_step_run, run)
+    old = read_log(run / FILENAME)
+    old[old["step"] == 1].to_parquet(run / FILENAME, index=False)  # the copy of the file written after step 1
+    with pytest.warns(RuntimeWarning, match=r"holds no row of step 2, which metrics.jsonl gives rollouts.*"
+                                            r"the rows of step 2 are lost"):
+        _resume(policy_dir, run)
+    got = read_log(run / FILENAME)
+    assert got.attrs == {"lost_steps": [2]} and sorted(set(got["step"])) == [1, 3, 4]
+
+
+def test_lost_steps_of_a_missing_log_are_written_without_new_rows(tmp_path: Path) -> None:
+    path = tmp_path / FILENAME
+    with pytest.warns(RuntimeWarning, match="missing at the resume from step 3.*steps 1, 3 are lost"):
+        log = RolloutLog(path, [{"prompt": "p"}], upto=3, logged=[1, 3])  # step 2 had no rollouts: nothing lost
+    log.flush()  # a resumed run with no step left: the gap is still recorded
+    assert log.lost == [1, 3] and read_log(path).attrs == {"lost_steps": [1, 3]} and not len(read_log(path))

@@ -218,16 +218,7 @@ def _read_jsonl(path: Path, limits: Limits, want: Any) -> tuple[Any, list[str]]:
                                  f"{format_size(cap)} per line", "--max-line-bytes SIZE")
             if not body.strip():
                 continue
-            try:
-                rec = json.loads(body, object_pairs_hook=_no_duplicates)
-            except json.JSONDecodeError as e:
-                raise LogError(f"{path}: row {rows + 1} (line {n}): not a JSON object ({e.msg}); write one object "
-                               "per line") from e
-            except _DuplicateKey as e:
-                raise LogError(f"{path}: row {rows + 1} (line {n}): key {_quote(e.key)} given twice in one object; "
-                               "write each key once (which value is meant is not known)") from None
-            if not isinstance(rec, dict):
-                raise LogError(f"{path}: row {rows + 1} (line {n}): not a JSON object; write one object per line")
+            rec = _json_row(path, body, rows + 1, n)
             rows += 1
             where.append(n)
             if rows > limits.max_rows:
@@ -253,6 +244,30 @@ def _read_jsonl(path: Path, limits: Limits, want: Any) -> tuple[Any, list[str]]:
         size = 8 * rows * len(build)
         raise _too_large(path, f"{rows:,} rows x {len(build):,} columns read ({format_size(size)} once built)",
                          f"{format_size(limits.max_bytes)} decoded", _size_flag(size))
+    df = pd.DataFrame(_columns(kept, build, rows))
+    df.attrs["lines"] = np.asarray(where, np.int64)
+    return df, names
+
+
+def _json_row(path: Path, body: bytes, row: int, n: int) -> dict[str, Any]:
+    """Line ``n`` (row ``row``) of a JSONL log as a JSON object; LogError naming both if it is not one, or if it
+    gives a key twice."""
+    try:
+        rec = json.loads(body, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as e:
+        raise LogError(f"{path}: row {row} (line {n}): not a JSON object ({e.msg}); write one object "
+                       "per line") from e
+    except _DuplicateKey as e:
+        raise LogError(f"{path}: row {row} (line {n}): key {_quote(e.key)} given twice in one object; "
+                       "write each key once (which value is meant is not known)") from None
+    if not isinstance(rec, dict):
+        raise LogError(f"{path}: row {row} (line {n}): not a JSON object; write one object per line")
+    return rec
+
+
+def _columns(kept: dict[str, tuple[Any, list[Any]]], build: list[str], rows: int) -> dict[str, list[Any]]:
+    """The columns ``build`` of ``rows`` rows from the (row, value) pairs kept of each, None where a row lacks
+    the key (a column is built once, after the file is read, never back-filled per new key)."""
     data = {}
     for c in build:
         at, vals = kept.pop(c)
@@ -263,6 +278,4 @@ def _read_jsonl(path: Path, limits: Limits, want: Any) -> tuple[Any, list[str]]:
             for i, v in zip(at, vals):
                 col[i] = v
             data[c] = col
-    df = pd.DataFrame(data)
-    df.attrs["lines"] = np.asarray(where, np.int64)
-    return df, names
+    return data

@@ -42,10 +42,34 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root() / 'mlflow.db'}"
 
 
+def private_store(uri: str) -> None:
+    """Make a local SQLite store (``sqlite:///<path>``) this user's alone before MLflow opens it: created
+    empty with mode 0600 (SQLite takes an empty file as an empty database, and its journal takes the
+    database's mode), or, made by an older version with 0644, set to 0600. The store holds every run's
+    parameters and tags, as prefect.db does. A link there, a file of another user, or a server URI is left
+    as it is."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:  # a link, or a folder that is not there yet: MLflow says what is wrong
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def _client() -> Any:
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    private_store(tracking_uri())
     mlflow.set_tracking_uri(tracking_uri())
     return MlflowClient(tracking_uri=tracking_uri())
 

@@ -56,6 +56,7 @@ from rlvr_core.models.tokenizer import check_text, vocabulary_problems
 from rlvr_core.rollout import ENGINES
 from rlvr_core.rollout.base import encode_prompt_pool
 from rlvr_core.tasks import TASKS
+from rlvr_core.types import plain
 
 __all__ = ["CheckedInputs", "RESUMABLE_KEYS", "TRAJECTORY_KEYS", "check_against_policy", "check_prompts_fit",
            "check_resumable", "data_digest", "position_limit", "preflight"]
@@ -96,7 +97,7 @@ def check_resumable(saved: Mapping[str, Any], cfg: TrainConfig, digest: str, whe
             "the training split's digest"
         raise ConfigError(f"{where}: cannot resume, the checkpoint does not record {what}, so a changed setting "
                           "could not be told; start a fresh run folder")
-    changed = [k for k in TRAJECTORY_KEYS if _plain(old[k]) != _plain(new[k])]
+    changed = [k for k in TRAJECTORY_KEYS if plain(old[k]) != plain(new[k])]
     if changed:
         diffs = ", ".join(f"train.{k}={short_repr(old[k])} there, {short_repr(new[k])} now" for k in changed)
         raise ConfigError(f"{where}: cannot resume, the run was started with other settings ({diffs}); "
@@ -123,15 +124,6 @@ def _check_same_policy(started: Any, policy: str, where: str, policy_dir: str | 
         raise ConfigError(f"{where}: cannot resume, the run started from another policy than {folder} holds now "
                           f"(policy digest {started} there, {policy} now: the warm start was replaced or changed); "
                           "put back the policy the run started from, or start a fresh run folder")
-
-
-def _plain(v: Any) -> Any:
-    """Tuples and lists compare alike (a config read back from a checkpoint or YAML)."""
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")

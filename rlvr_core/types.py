@@ -12,6 +12,17 @@ from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
+
+def plain(v: Any) -> Any:
+    """``v`` with every tuple made a list, in mappings and lists too: a value read back from a checkpoint,
+    YAML or a Hydra list then compares equal to the one given (``(1, 2)`` and ``[1, 2]`` alike)."""
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {k: plain(x) for k, x in v.items()}
+    return v
+
+
 # One allocation round: prompt id -> number of new rollouts wanted for it.
 Requests = Mapping[int, int]
 

@@ -16,6 +16,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from rlvr_core.errors import ConfigError, short_repr
+from rlvr_core.types import plain
 
 STATE_FIELDS = {"allocator": str, "params": dict, "state": dict, "source": dict, "history": list, "totals": dict}
 
@@ -51,18 +52,9 @@ def check_allocation_state(st: Any, where: str | os.PathLike, *, totals: Sequenc
         raise ValueError(f"{where}: field 'totals' must hold non-negative integer{names} (got {short_repr(got)})")
 
 
-def _plain(v: Any) -> Any:
-    """Tuples and lists compare alike (a parameter read back from a checkpoint, YAML or a Hydra list)."""
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
-
-
 def _same(a: Any, b: Any) -> bool:
     try:
-        return bool(_plain(a) == _plain(b))
+        return bool(plain(a) == plain(b))
     except (TypeError, ValueError, RuntimeError):  # an array-valued parameter: compare what it prints as
         return repr(a) == repr(b)
 

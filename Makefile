@@ -47,12 +47,14 @@ run: $(STAMP)
 verify: $(STAMP)
 	$(BIN)/python scripts/verify_lock.py
 
-# a local Prefect server (127.0.0.1:4200, SQLite under .prefect/) and the served deployments; the server asks every
-# client for the auth string in .prefect/api_auth_string (0600, never printed; NO_AUTH=1 opts out, with a warning);
+# a local Prefect server (127.0.0.1:$(PORT), 4200 unless `make serve PORT=N`; refused when something listens there;
+# SQLite under .prefect/) and the served deployments; the server asks every client for the auth string in
+# .prefect/api_auth_string (0600, made anew at each start, never printed; NO_AUTH=1 opts out, with a warning);
 # then from another shell: PREFECT_API_URL=http://127.0.0.1:4200/api
 # PREFECT_API_AUTH_STRING="$(cat .prefect/api_auth_string)" .venv/bin/prefect deployment run train/sara
+PORT = 4200
 serve: $(STAMP)
-	$(BIN)/python -m flows.local_server --home .prefect --port 4200 $(if $(filter 1,$(NO_AUTH)),--no-auth) -- $(BIN)/python -m flows.serve
+	$(BIN)/python -m flows.local_server --home .prefect --port $(PORT) $(if $(filter 1,$(NO_AUTH)),--no-auth) -- $(BIN)/python -m flows.serve
 
 # docs/configuration.md's tables, params.yaml's key comments (the config dataclasses' field help) and the defaults
 # tables of docs/allocators/*.md (each allocator's Params dataclass)

@@ -91,7 +91,26 @@ print(json.dumps(out))
     return json.loads(r.stdout)
 
 
-def test_the_auth_string_is_made_once_private_and_refused_when_others_can_read_it(tmp_path: Path) -> None:
+def test_a_new_string_replaces_the_old_one_and_a_link_there_is_never_followed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = local_server.new_auth_string(home)
+    second = local_server.new_auth_string(home)
+    assert first != second and local_server.auth_string(home) == second
+    path = home / local_server.AUTH_FILE
+    path.unlink()
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    path.symlink_to(target)
+    third = local_server.new_auth_string(home)  # the link is replaced by a file, the target is untouched
+    assert target.read_text() == "keep" and not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and sorted(p.name for p in home.iterdir()) == [path.name]
+    local_server.drop_auth_string(home, "rlvr:another-string-not-this-one")  # only its own string is removed
+    assert path.exists()
+    local_server.drop_auth_string(home, third)
+    assert not path.exists()
+
+
+def test_the_auth_string_is_made_private_and_refused_when_others_can_read_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     first = local_server.auth_string(home)
     assert first == local_server.auth_string(home) and len(first) > 30

@@ -318,6 +318,6 @@ def test_a_target_is_not_met_while_its_monte_carlo_interval_straddles_the_level(
     tg = plan.Target("hard", "equal-rollouts", "valor", "grpo", 0.4, p=0.05)
     found = {"value": 0.5, "lo": 0.2, "hi": 0.7, "regimes": ["hard"]}
     for p, se, met in ((0.03, 0.0, True), (0.049, 0.001, False), (0.045, 0.001, True), (None, None, False)):
-        monkeypatch.setattr(T, "family_saving", lambda *a, **k: {**found, "p_value": p, "p_mc_se": se})
+        monkeypatch.setattr(T, "family_saving", lambda *a, p=p, se=se, **k: {**found, "p_value": p, "p_mc_se": se})
         (row,) = T.saving_target(None, tg)
         assert row["met"] is met, (p, se)

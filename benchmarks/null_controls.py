@@ -61,6 +61,7 @@ from benchmarks.study.formats import p_value, pct, points_ci
 from benchmarks.study.plan import COMPARISON_FAMILIES, PROTOCOLS
 from benchmarks.study.stats import BUDGET_FRACTIONS, paired_budget, stratified_t_interval
 from benchmarks.study.store import RunStore, as_store
+from rlvr_core.stats import significant
 
 AA = ("null-aa", "grpo[aa]", "grpo")
 DAPO = ("matched-updates", "dapo", "grpo")
@@ -106,7 +107,7 @@ def false_positives(store: RunStore, regimes: Sequence[str], splits: int = SPLIT
         ours = {r: rng.permutation(len(runs))[: len(runs) // 2] for r, runs in pooled.items()}
         view = Split(store, pooled, ours)
         row = pooled_row(view, list(pooled), *AA, boot=500)
-        low_p += row["p_value_stratified"] is not None and row["p_value_stratified"] < LEVEL
+        low_p += significant(row, LEVEL, p="p_value_stratified", se="p_value_stratified_se")
         above += row["pooled_lo"] is not None and row["pooled_lo"] > 0
         for x in GAP_AXES:
             d = paired_budget(view, list(pooled), *AA, axis=x)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study.formats import interval, p_value, pct
+from benchmarks.study.formats import interval, p_value, pct, rank_test_words
 from benchmarks.study.plan import COMPARISONS, PROTOCOLS, REGIMES, VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +83,13 @@ def _own_ps(r: dict) -> str:
     return f" (p {', '.join(p_value(p['p_value']) for p in per)})" if per else ""
 
 
+def _p_holm(r: dict) -> str:
+    """A row's Holm-adjusted p (its stratified p where it is in no Holm family), with its Monte Carlo SE if any."""
+    if "p_holm" in r:
+        return p_value(r["p_holm"], r.get("p_holm_se"))
+    return p_value(r["p_value_stratified"], r.get("p_value_stratified_se"))
+
+
 def _vs_best(r: dict | None) -> str:
     """A row's saving against the best uniform k (benchmarks/group_size.py), or why there is none."""
     if r is None:
@@ -110,7 +117,7 @@ def _saving_rows(shown: list[dict], best_k: list[dict] | tuple = ()) -> list[str
             f"{pct(r['pooled_saving'])}" + (f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]" if "pooled_lo" in r
                                             else "")
         out.append(f"| {r['family']} | {r['ours']} | {r['baseline']} | {r['protocol']} | {saving} | "
-                   f"{p_value(r.get('p_holm', r['p_value_stratified']))} | {r['holds_in']} of {r['warm_starts']} "
+                   f"{_p_holm(r)} | {r['holds_in']} of {r['warm_starts']} "
                    f"warm starts{_own_ps(r)} | "
                    f"{_vs_best(best.get((r['family'], r['protocol'], r['ours'])))} |")
     return out
@@ -152,8 +159,8 @@ def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
             "isotonic fit reaches the target (80% of uniform GRPO's gain), divided by the baseline's median in the "
             "same warm start; below zero: it needs more. A baseline's miss counts at its whole budget, ours as never. "
             "Interval: bootstrap over runs within each warm start.",
-            "- **p**: one-sided rank test stratified by warm start, misses ranked last, adjusted by Holm's rule over "
-            "the rows of docs/results.md's table of savings.",
+            f"- **p**: one-sided rank test stratified by warm start, misses ranked last, {rank_test_words(shown)}, "
+            "adjusted by Holm's rule over the rows of docs/results.md's table of savings.",
             "- **holds in**: the warm starts whose own saving is above zero, each warm start's own one-sided p "
             "beside.",
             "- **vs best uniform GRPO**: the same saving against uniform GRPO at the group size k its warm start "

@@ -53,6 +53,7 @@ from benchmarks.study import plan, stats
 from benchmarks.study.formats import NEVER, number, p_eq, pct
 from benchmarks.study.stats import cost_of, dominance, percentile_interval, saving, saving_gap  # noqa: F401
 from benchmarks.study.store import RunStore, as_store
+from rlvr_core.stats import significant
 
 SIM_SCENARIOS = ("early", "late", "ushape")
 
@@ -135,7 +136,7 @@ def saving_target(store: RunStore, tg: plan.Target, ceiling: float | None = None
         row["ceiling_without_prompt_information"] = ceiling
     row["met"] = _met(s["value"], s["value"] is not None and (s["value"] >= tg.saving if tg.saving > 0
                                                                 else s["value"] > 0)
-                      and (tg.p is None or (s.get("p_value") or 1.0) < tg.p))
+                      and (tg.p is None or significant(s, tg.p)))
     return [row, *_per_warm_start(store, s, tg.protocol, tg.ours, tg.baseline)]
 
 

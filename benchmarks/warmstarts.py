@@ -15,7 +15,8 @@ side by side:
 - ``holds_in``: how many warm starts show a saving above zero, so a claim that holds for one policy only says so;
   each warm start's own p is printed beside it;
 - ``p_holm``: the stratified p adjusted by Holm's step-down rule over the headline family (every comparison marked
-  ``readme`` in the plan, both families: the rows of training_summary.md).
+  ``readme`` in the plan, both families: the rows of training_summary.md), with ``p_holm_se`` its Monte Carlo
+  standard error carried through (0: every p of the family exact; rlvr_core.stats.rank_test).
 
 The worked-answer family (``steps``, ``steps-wsJ``) is read the same way on three cost axes (COST_COMPARISONS):
 rollouts, generated tokens and training seconds to target, each pooled saving with a 95% bootstrap interval that
@@ -43,9 +44,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci
+from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci, rank_test_words
 from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
-from benchmarks.study.stats import BUDGET_FRACTIONS, compare, conditioning, holm, paired_budget, pooled_costs
+from benchmarks.study.stats import BUDGET_FRACTIONS, compare, conditioning, holm_with_se, paired_budget, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 
 
@@ -100,8 +101,9 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, *,
                 rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"],
                              "left_out_unconditioned": gone})
     headline = [r for r in rows if _headline(r)]  # the family Holm's correction runs over: every readme row
-    for r, p in zip(headline, holm([r["p_value_stratified"] for r in headline])):
-        r.update(p_holm=p, holm_family=sum(h["p_value_stratified"] is not None for h in headline))
+    adjusted = holm_with_se([r["p_value_stratified"] for r in headline], [r["p_value_stratified_se"] for r in headline])
+    for r, (p, se) in zip(headline, adjusted):
+        r.update(p_holm=p, p_holm_se=se, holm_family=sum(h["p_value_stratified"] is not None for h in headline))
     return rows
 
 
@@ -168,7 +170,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                         f"{pct(p['value'])} [{pct(p['lo'])}, {pct(p['hi'])}] (p {p_eq(p['p_value'])}, "
                         f"{p['ours_reached']}/{p['ours_seeds']} vs {p['base_reached']}/{p['base_seeds']} reached)"
                         for p in r["per_warm_start"])
-        ps = p_value(r["p_value_stratified"])
+        ps = p_value(r["p_value_stratified"], r.get("p_value_stratified_se"))
         lines.append(f"| {r['family']} x {r['warm_starts']}{_left_out(r)} | {r['protocol']} | {r['ours']} vs "
                      f"{r['baseline']} | "
                      f"{per} | {pct(r['pooled_saving'])}{_ci(r)} | {ps} | {r['holds_in']}/{r['warm_starts']} |")
@@ -186,7 +188,8 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
            "warm starts that ran both cells: 1 - the median over the allocator's runs of its reach divided by the "
            "median reach of the baseline of the same warm start (a baseline's miss counts at its whole budget, ours "
            "as never), 95% bootstrap interval resampling runs within each warm start; p: one-sided rank test "
-           "stratified by warm start, misses ranked last; p (Holm): that p adjusted by Holm's step-down rule over "
+           f"stratified by warm start, misses ranked last, {rank_test_words(shown)}; p (Holm): that p adjusted "
+           "by Holm's step-down rule over "
            f"the {shown[0].get('holm_family', len(shown))} rows of this table; holds in: warm starts with a saving "
            "above zero, each warm start's own one-sided p beside. Per warm start: "
            "[training_warmstarts.md](benchmarks/results/warmstarts/training_warmstarts.md); rollouts and "
@@ -203,7 +206,8 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
             "none: the median run never reaches"
         out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['ours_runs']} vs "
                    f"{r['base_runs']} ({r['warm_starts']}{_left_out(r)}) | {reached} | {ci} | "
-                   f"{p_value(r['p_value_stratified'])} | {p_value(r.get('p_holm'))} | {holds(r)} |")
+                   f"{p_value(r['p_value_stratified'], r.get('p_value_stratified_se'))} | "
+                   f"{p_value(r.get('p_holm'), r.get('p_holm_se'))} | {holds(r)} |")
     return "\n".join(out) + "\n"
 
 

@@ -17,7 +17,9 @@ Two reach statistics (docs/design.md §9.1):
 Intervals: ``median_interval`` is the distribution-free order-statistic interval of a median, with the exact
 coverage the seed count allows (5 seeds: [min, max], 93.75%); ``median_ci`` is the percentile bootstrap, kept
 for ratios. ``rank_test`` is a one-sided permutation test of ranks (Mann-Whitney's U), misses ranked last,
-optionally stratified (permutations within strata, e.g. warm starts).
+optionally stratified (permutations within strata, e.g. warm starts): exact (a dynamic program over the ranks)
+wherever its work allows, else a Monte Carlo whose standard error it reports; ``significant`` reads a p with that
+error.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["BOOT", "TARGET_FRACTION", "accuracy_at", "accuracy_se", "area_under_curve", "first_reach",
-           "fitted_reach", "gain_target", "isotonic", "median_ci", "median_interval", "rank_test", "reach"]
+__all__ = ["BOOT", "EXACT_CELLS", "MC_PERMUTATIONS", "TARGET_FRACTION", "accuracy_at", "accuracy_se",
+           "area_under_curve", "exact_cells", "first_reach", "fitted_reach", "gain_target", "isotonic", "median_ci",
+           "median_interval", "rank_sum_distribution", "rank_test", "reach", "significant"]
 
 BOOT = 5000  # bootstrap resamples of the seeds
+EXACT_CELLS = 10**8  # the most work (exact_cells) the exact rank test takes; beyond it, Monte Carlo
+MC_PERMUTATIONS = 100_000  # the Monte Carlo's relabellings: SE <= 0.0016 at any p, 0.0007 at p = 0.05
 TARGET_FRACTION = 0.8  # the target: start + 0.8 x the reference's gain at the end of the budget
 
 
@@ -176,20 +181,10 @@ def _ranks(v: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def rank_test(ours: Sequence[float | None], base: Sequence[float | None], *,
-              strata_ours: Sequence[Any] | None = None, strata_base: Sequence[Any] | None = None,
-              n_perm: int = 20000, seed: int = 0) -> dict[str, Any]:
-    """One-sided test that ``ours`` costs less than ``base`` (e.g. rollouts to target): the p-value of the rank
-    sum of ours under random relabelling, misses (None, NaN, inf) ranked last and tied.
-
-    Exact (every relabelling) when there are at most 50,000 of them per stratum and no strata, else ``n_perm``
-    seeded random relabellings; with strata (e.g. the warm start of each run), ranks are taken and labels
-    permuted within each stratum, and the statistic is the sum over strata (van Elteren's idea without its
-    weights). Returns {p_value, u, n_ours, n_base, exact}; U counts the (ours, base) pairs where ours is lower
-    (ties count one half).
-    """
-    a = np.asarray([math.inf if v is None or not math.isfinite(v) else float(v) for v in ours], float)
-    b = np.asarray([math.inf if v is None or not math.isfinite(v) else float(v) for v in base], float)
+def _stratum_groups(a: np.ndarray, b: np.ndarray, strata_ours: Sequence[Any] | None,
+                    strata_base: Sequence[Any] | None) -> list[tuple[np.ndarray, int]]:
+    """Per stratum that holds runs of both sides: (the doubled mid-ranks of all its runs, ours first; how many are
+    ours). Doubled mid-ranks are integers (a tie's mean rank is a half at worst)."""
     if (strata_ours is None) != (strata_base is None):
         raise ValueError("rank_test: give the strata of both sides or of neither")
     sa, sb = np.zeros(len(a), int), np.zeros(len(b), int)
@@ -197,32 +192,104 @@ def rank_test(ours: Sequence[float | None], base: Sequence[float | None], *,
         keys = sorted(set(map(str, strata_ours)) | set(map(str, strata_base)))
         sa = np.asarray([keys.index(str(s)) for s in strata_ours], int)
         sb = np.asarray([keys.index(str(s)) for s in strata_base], int)
-    if not len(a) or not len(b):
-        return {"p_value": None, "u": None, "n_ours": len(a), "n_base": len(b), "exact": False}
-    u = float(sum((x < y) + 0.5 * (x == y) for x in a for y in b))
-    groups = []  # per stratum: (ranks of all its runs, how many are ours)
+    groups = []
     for s in sorted(set(sa.tolist()) | set(sb.tolist())):
         va, vb = a[sa == s], b[sb == s]
         if len(va) and len(vb):
-            groups.append((_ranks(np.concatenate([va, vb])), len(va)))
-    if not groups:
-        return {"p_value": None, "u": u, "n_ours": len(a), "n_base": len(b), "exact": False}
-    observed = sum(float(r[:m].sum()) for r, m in groups)
-    exact = len(groups) == 1 and math.comb(len(groups[0][0]), groups[0][1]) <= 50000
-    if exact:
-        import itertools
+            groups.append((np.rint(2 * _ranks(np.concatenate([va, vb]))).astype(np.int64), len(va)))
+    return groups
 
-        r, m = groups[0]
-        sums = np.fromiter((r[list(c)].sum() for c in itertools.combinations(range(len(r)), m)), float)
-        p = float(np.mean(sums <= observed + 1e-9))
-    else:
-        rng = np.random.default_rng(seed)
-        tot = np.zeros(n_perm)
+
+def exact_cells(groups: Sequence[tuple[np.ndarray, int]]) -> int:
+    """The work of the exact test on ``groups`` (_stratum_groups), in cells: each stratum's table of n ranks x (m + 1)
+    sizes x (its doubled rank total + 1) sums, then each convolution of the strata's distributions."""
+    cells, width = 0, 1
+    for r, m in groups:
+        total = int(r.sum()) + 1
+        cells += len(r) * (m + 1) * total + width * total
+        width += total - 1
+    return cells
+
+
+def rank_sum_distribution(ranks: np.ndarray, m: int) -> np.ndarray:
+    """The null distribution of the sum of ``m`` of the integer ``ranks`` drawn without replacement, every subset
+    equally likely: entry s is P(sum = s), s = 0 .. sum(ranks). Dynamic programming over the ranks (the shift
+    recursion): count[j, s], the subsets of size j with sum s, gains count[j - 1, s - r] as rank r joins."""
+    ranks = np.asarray(ranks, np.int64)
+    total = int(ranks.sum())
+    count = np.zeros((m + 1, total + 1))
+    count[0, 0] = 1.0
+    for i, r in enumerate(ranks.tolist()):
+        top = min(i + 1, m)
+        count[1:top + 1, r:] += count[:top, :total + 1 - r].copy()
+    return count[m] / count[m].sum()
+
+
+def _exact_p(groups: Sequence[tuple[np.ndarray, int]], observed: int) -> float:
+    """P(T <= observed) under relabelling within strata, T the sum of the strata's (doubled) rank sums of ours."""
+    dist = np.ones(1)
+    for r, m in groups:
+        dist = np.convolve(dist, rank_sum_distribution(r, m))
+    return float(min(1.0, max(0.0, dist[:observed + 1].sum())))
+
+
+def _monte_carlo_p(groups: Sequence[tuple[np.ndarray, int]], observed: int, n_perm: int,
+                   seed: int) -> tuple[float, float]:
+    """(p, its standard error) from ``n_perm`` seeded random relabellings within strata: (1 + hits) / (n_perm + 1)."""
+    rng = np.random.default_rng(seed)
+    hits, chunk = 0, 10000
+    for done in range(0, n_perm, chunk):
+        size = min(chunk, n_perm - done)
+        tot = np.zeros(size, np.int64)
         for r, m in groups:
-            perm = np.argsort(rng.random((n_perm, len(r))), axis=1)[:, :m]
+            perm = np.argsort(rng.random((size, len(r))), axis=1)[:, :m]
             tot += r[perm].sum(axis=1)
-        p = float((1 + np.sum(tot <= observed + 1e-9)) / (n_perm + 1))
-    return {"p_value": p, "u": u, "n_ours": len(a), "n_base": len(b), "exact": exact}
+        hits += int(np.sum(tot <= observed))
+    p = (1 + hits) / (n_perm + 1)
+    return float(p), math.sqrt(p * (1 - p) / n_perm)
+
+
+def rank_test(ours: Sequence[float | None], base: Sequence[float | None], *,
+              strata_ours: Sequence[Any] | None = None, strata_base: Sequence[Any] | None = None,
+              n_perm: int = MC_PERMUTATIONS, seed: int = 0, max_cells: int = EXACT_CELLS) -> dict[str, Any]:
+    """One-sided test that ``ours`` costs less than ``base`` (e.g. rollouts to target): the p-value of the rank
+    sum of ours under random relabelling, P(T <= observed), misses (None, NaN, inf) ranked last and tied.
+
+    With strata (e.g. the warm start of each run), ranks are taken and labels permuted within each stratum, and the
+    statistic is the sum over strata (van Elteren's idea without its weights). Exact (``method`` "exact") when its
+    work (``exact_cells``) is at most ``max_cells``: each stratum's null distribution by dynamic programming over
+    its doubled mid-ranks, the strata's convolved. Else ``n_perm`` seeded random relabellings ("monte-carlo"), whose
+    standard error is ``p_mc_se`` (0 for the exact test; ``significant`` reads it). Returns {p_value, p_mc_se,
+    method, exact, permutations, u, n_ours, n_base}; U counts the (ours, base) pairs where ours is lower (ties count
+    one half).
+    """
+    a = np.asarray([math.inf if v is None or not math.isfinite(v) else float(v) for v in ours], float)
+    b = np.asarray([math.inf if v is None or not math.isfinite(v) else float(v) for v in base], float)
+    groups = _stratum_groups(a, b, strata_ours, strata_base)
+    out: dict[str, Any] = {"p_value": None, "p_mc_se": None, "method": None, "exact": False, "permutations": None,
+                           "u": None, "n_ours": len(a), "n_base": len(b)}
+    if not len(a) or not len(b):
+        return out
+    out["u"] = float(sum((x < y) + 0.5 * (x == y) for x in a for y in b))
+    if not groups:
+        return out
+    observed = sum(int(r[:m].sum()) for r, m in groups)
+    if exact_cells(groups) <= max_cells:
+        out.update(p_value=_exact_p(groups, observed), p_mc_se=0.0, method="exact", exact=True)
+    else:
+        p, se = _monte_carlo_p(groups, observed, n_perm, seed)
+        out.update(p_value=p, p_mc_se=se, method="monte-carlo", permutations=n_perm)
+    return out
+
+
+def significant(result: Mapping[str, Any], level: float, *, p: str = "p_value", se: str = "p_mc_se") -> bool:
+    """Whether a test's p lies below ``level`` with its Monte Carlo interval: p + 1.96 SE < level (``result[p]``
+    and ``result[se]``; an SE that is absent or None counts as 0, an exact p's). False without a p, so a row never
+    reads significant while its interval straddles the level."""
+    pv = result.get(p)
+    if pv is None:
+        return False
+    return float(pv) + 1.96 * float(result.get(se) or 0.0) < level
 
 
 def gain_target(curves: Sequence[Sequence[Mapping[str, float]]], fraction: float = TARGET_FRACTION,

@@ -144,7 +144,100 @@ def test_rank_test_stratified_permutes_within_strata():
     ours, base = [1, 2, 3, 101, 102, 103], [4, 5, 6, 104, 105, 106]
     strata_o, strata_b = ["a"] * 3 + ["b"] * 3, ["a"] * 3 + ["b"] * 3
     st = rank_test(ours, base, strata_ours=strata_o, strata_base=strata_b)
-    assert not st["exact"] and st["p_value"] < 0.01  # two strata each at the extreme: 1/400 + sampling
+    assert st["exact"] and st["p_value"] == pytest.approx(1 / 400)  # two strata each at the extreme: (1/20)^2
     assert rank_test(ours, base)["p_value"] > st["p_value"]
     with pytest.raises(ValueError):
         rank_test(ours, base, strata_ours=strata_o)
+
+
+def _brute_force_p(ours, base, strata_ours, strata_base):
+    """P(T <= observed) over every relabelling within every stratum, enumerated: the definition of the exact test."""
+    import itertools
+
+    import numpy as np
+
+    from rlvr_core.stats import _ranks
+
+    def val(v):
+        return math.inf if v is None or not math.isfinite(v) else float(v)
+
+    observed, sums = 0.0, []
+    for k in sorted(set(strata_ours) & set(strata_base)):
+        va = [val(x) for x, s in zip(ours, strata_ours) if s == k]
+        vb = [val(x) for x, s in zip(base, strata_base) if s == k]
+        r = _ranks(np.asarray(va + vb, float))
+        observed += float(r[:len(va)].sum())
+        sums.append([float(r[list(c)].sum()) for c in itertools.combinations(range(len(r)), len(va))])
+    totals = np.asarray([sum(t) for t in itertools.product(*sums)])
+    return float(np.mean(totals <= observed + 1e-9))
+
+
+STRATIFIED_CASES = [
+    # (ours, base, strata of ours, strata of base): ties, misses (None, inf, NaN) and uneven strata
+    ([1, 2, None, 4, 4, 9], [3, 4, 4, None, 8, 8, 10], list("aabbbc"), list("abbbcca")),
+    ([5, 5, 5, 7], [5, 5, 6, 7, 7], list("xxyy"), list("xyyyx")),
+    ([None, None, 3], [None, 2, 2, 1], list("ppq"), list("pqqp")),
+    ([1, 3, 3, 6, 2, 8, 8, 0.5], [2, 3, 7, 9, float("inf"), 8, 1], [0, 0, 0, 1, 1, 1, 2, 2], [0, 0, 1, 1, 2, 2, 2]),
+    ([4, 1, 1, float("nan")], [1, 2, 3], list("aaaa"), list("aaa")),
+]
+
+
+@pytest.mark.parametrize("ours,base,so,sb", STRATIFIED_CASES)
+def test_exact_stratified_p_equals_brute_force_enumeration(ours, base, so, sb):
+    from rlvr_core.stats import rank_test
+
+    r = rank_test(ours, base, strata_ours=so, strata_base=sb)
+    assert r["method"] == "exact" and r["exact"] and r["p_mc_se"] == 0.0
+    assert r["p_value"] == pytest.approx(_brute_force_p(ours, base, so, sb), abs=1e-12)
+
+
+def test_exact_unstratified_equals_the_enumeration_of_every_relabelling():
+    """The unstratified test is what the one-stratum enumeration always gave (rank sums of all C(n, m) subsets)."""
+    import itertools
+
+    import numpy as np
+
+    from rlvr_core.stats import _ranks, rank_test
+
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        a = [None if rng.random() < 0.15 else int(rng.integers(0, 12)) for _ in range(int(rng.integers(2, 9)))]
+        b = [None if rng.random() < 0.15 else int(rng.integers(0, 12)) for _ in range(int(rng.integers(2, 9)))]
+        r = _ranks(np.asarray([math.inf if v is None else v for v in a + b], float))
+        sums = np.fromiter((r[list(c)].sum() for c in itertools.combinations(range(len(r)), len(a))), float)
+        old = float(np.mean(sums <= r[:len(a)].sum() + 1e-9))
+        assert rank_test(a, b)["p_value"] == pytest.approx(old, abs=1e-12)
+
+
+def test_rank_sum_distribution_counts_subsets():
+    from rlvr_core.stats import rank_sum_distribution
+
+    d = rank_sum_distribution([1, 2, 3, 4], 2)  # sums of pairs: 3, 4, 5, 5, 6, 7
+    assert d.sum() == pytest.approx(1.0)
+    assert d[3:8] * 6 == pytest.approx([1, 1, 2, 1, 1]) and not d[:3].any()
+
+
+def test_monte_carlo_lies_within_a_few_se_of_the_exact_p_and_reports_its_se():
+    from rlvr_core.stats import MC_PERMUTATIONS, rank_test
+
+    ours = [3, 5, 7, 8, None, 12, 2, 9, 9, 15, 4, 6]
+    base = [4, 6, 10, 11, 13, None, 8, 9, 14, 16, None, 7]
+    strata = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    exact = rank_test(ours, base, strata_ours=strata, strata_base=strata)
+    mc = rank_test(ours, base, strata_ours=strata, strata_base=strata, max_cells=1)
+    assert exact["method"] == "exact" and mc["method"] == "monte-carlo" and not mc["exact"]
+    assert mc["permutations"] == MC_PERMUTATIONS and 0 < mc["p_mc_se"] < 0.002
+    assert abs(mc["p_value"] - exact["p_value"]) < 4 * mc["p_mc_se"]
+    assert mc["p_mc_se"] == pytest.approx(math.sqrt(mc["p_value"] * (1 - mc["p_value"]) / MC_PERMUTATIONS))
+
+
+def test_significant_refuses_a_p_whose_interval_straddles_the_level():
+    from rlvr_core.stats import significant
+
+    assert significant({"p_value": 0.03, "p_mc_se": 0.0}, 0.05)
+    assert not significant({"p_value": 0.049, "p_mc_se": 0.001}, 0.05)  # 0.049 + 0.00196 > 0.05
+    assert significant({"p_value": 0.047, "p_mc_se": 0.001}, 0.05)
+    assert not significant({"p_value": 0.05, "p_mc_se": 0.0}, 0.05) and not significant({"p_value": None}, 0.05)
+    assert significant({"p_holm": 0.01, "p_holm_se": 0.005}, 0.05, p="p_holm", se="p_holm_se")
+    assert not significant({"p_holm": 0.041, "p_holm_se": 0.005}, 0.05, p="p_holm", se="p_holm_se")
+    assert significant({"p_value": 0.01}, 0.05)  # no SE recorded: an exact p

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from benchmarks.study import data as D
 from benchmarks.study.execute import _commit, _now, curve_difference, run_one, run_params
-from benchmarks.study.plan import PARAMS_FILE, VARIANTS, matched_entry
+from benchmarks.study.plan import PARAMS_FILE, VARIANTS, matched_entry, split_rows
 from benchmarks.study.store import BACKFILL_RECORD, BELIEFS_RECORD, RunStore, has_beliefs, holds_beliefs, log_of
 from rlvr_core.safefs import folder_fd, open_in, write_atomic, write_text_atomic
 
@@ -127,9 +127,10 @@ def settings_differ(store: RunStore, run: Mapping[str, Any], regime: str,
     cfg = run_params(regime, label, run["seed"], quick=bool(run.get("quick")),
                      grid=tuple(run["grid"]) if run.get("grid") else None, protocol=protocol, params_file=params_file,
                      batch=batch).train
-    for f in SETTINGS:
-        if f in run and getattr(cfg, f) != run[f]:
-            return f"{f}: this checkout trains {getattr(cfg, f)!r}, the run recorded {run[f]!r}"
+    for f in SETTINGS:  # an evaluation covers at most its split's rows (execute.train_run records that many)
+        want = min(cfg.eval_size, split_rows(run.get("split", "test"))) if f == "eval_size" else getattr(cfg, f)
+        if f in run and want != run[f]:
+            return f"{f}: this checkout trains {want!r}, the run recorded {run[f]!r}"
     if (now := cfg.allocator_params.get(cfg.allocator, {})) != run.get("allocator_params", {}):
         return f"allocator_params: this checkout trains {now!r}, the run recorded {run.get('allocator_params')!r}"
     return None

@@ -16,7 +16,7 @@ import math
 import shutil
 import subprocess
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -110,9 +110,8 @@ def train_run(store: RunStore, path: Path, regime_name: str, protocol: str, labe
     params = run_params(regime_name, label, seed, quick=quick, grid=grid, protocol=protocol, params_file=params_file,
                         batch=batch)
     rows = data["test"] if split == "test" else data["validation"]
-    cfg = params.train
-    if quick:
-        cfg = type(cfg)(**{**asdict(cfg), "eval_size": min(cfg.eval_size, len(rows))})
+    # the evaluation covers min(eval_size, rows) problems (rlvr_core.training): the run records what it evaluates
+    cfg = replace(params.train, eval_size=min(params.train.eval_size, len(rows)))
     run_dir = work / "runs" / path.relative_to(store.root).with_suffix("")
     t0, started = time.perf_counter(), _now()
     res = check_and_train(cfg, policy_dir=data["policy"], train_rows=data["train"], test_rows=rows, run_dir=run_dir,

@@ -9,7 +9,7 @@ not computed, an accuracy past the end of a run) reads ``-``.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 NEVER = "never"
 
@@ -44,9 +44,19 @@ def points_ci(v: Mapping[str, Any]) -> str:
     return points(v["mean"]) + ("" if v["lo"] is None else f" [{points(v['lo'])}, {points(v['hi'])}]")
 
 
-def p_value(v: float | None) -> str:
-    """A p-value: three decimals, ``< 0.001`` below that."""
-    return "-" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"
+def p_value(v: float | None, se: float | None = None) -> str:
+    """A p-value: three decimals, ``< 0.001`` below that; with a Monte Carlo standard error ``se`` above 0 (an
+    exact p has none), ``0.048 (MC SE 0.0007)``."""
+    text = "-" if v is None else "< 0.001" if v < 0.001 else f"{v:.3f}"
+    return text if v is None or not se else f"{text} (MC SE {se:.4f})"
+
+
+def rank_test_words(rows: Sequence[Mapping[str, Any]]) -> str:
+    """How the rows' stratified p-values were computed (their ``p_method``, rlvr_core.stats.rank_test): exact, or
+    exact where the test's work allows and Monte Carlo (its SE printed) elsewhere."""
+    if {r.get("p_method") for r in rows} <= {"exact", None}:
+        return "exact (every relabelling within the warm starts, by dynamic programming)"
+    return "exact where its work allows, else 100,000 random relabellings with the Monte Carlo SE beside"
 
 
 def p_eq(v: float | None) -> str:

@@ -484,6 +484,12 @@ TEST_ROWS = 2000
 VALIDATION_ROWS = 1000
 _HELDOUT: Overrides = {"prepare": {"n_test": TEST_ROWS + VALIDATION_ROWS}}
 
+
+def split_rows(split: str) -> int:
+    """The held-out rows of a split: VALIDATION_ROWS for ``validation``, else TEST_ROWS. An evaluation on the split
+    covers at most these (rlvr_core.training draws min(eval_size, rows) of them), so a run records no more."""
+    return VALIDATION_ROWS if split == "validation" else TEST_ROWS
+
 # Regime ``easy`` on top of params.yaml (whose prepare and warmstart sections are regime ``hard``).
 EASY: Overrides = {"prepare": {"digits": [1, 2, 3]}, "warmstart": {"noise": 0.6, "noisy_difficulties": [2, 3]}}
 # ``steps``: hard's problems with worked answers (task arithmetic-steps, rlvr_core/data/arithmetic_steps.py), so

@@ -137,7 +137,7 @@ def against_baseline(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[s
     strata = all("warm_start" in r for r in [*ours, *base])
     test = rank_test(fit(ours), fit(base), strata_ours=[r["warm_start"] for r in ours] if strata else None,
                      strata_base=[r["warm_start"] for r in base] if strata else None)
-    return {"baseline": base_label, "p_value": test["p_value"], "p_exact": test["exact"]}
+    return {"baseline": base_label, "p_value": test["p_value"], "p_exact": test["exact"], "p_mc_se": test["p_mc_se"]}
 
 
 def reach_x(run: Mapping[str, Any], target: float, axis: str, fit: bool = True) -> float:
@@ -211,7 +211,7 @@ def saving(ours: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]],
     test = rank_test([reach_x(r, target, axis) for r in ours], [reach_x(r, target, axis) for r in base])
     return {"value": finite_or_none(_sav(a, b)), "lo": finite_or_none(lo), "hi": finite_or_none(hi),
             "value_raw": finite_or_none(_sav(raw_a, raw_b)),
-            "p_value": test["p_value"], "ours_seeds": len(a), "base_seeds": len(b),
+            "p_value": test["p_value"], "p_mc_se": test["p_mc_se"], "ours_seeds": len(a), "base_seeds": len(b),
             "ours_reached": int(np.isfinite(a).sum()),
             "base_reached": int(sum(math.isfinite(reach_x(r, target, axis)) for r in base))}
 
@@ -307,7 +307,7 @@ def compare(store: Cells, regimes: Sequence[str], protocol: str, ours: str, base
     return {"protocol": protocol, "ours": ours, "baseline": base, "axis": axis, "warm_starts": len(per),
             "ours_runs": len(fa), "base_runs": len(fb), "per_warm_start": per, "left_out_other_settings": left_out,
             "pooled_saving": None if not math.isfinite(pooled) else 1.0 - pooled,
-            "p_value_stratified": test["p_value"],
+            "p_value_stratified": test["p_value"], "p_value_stratified_se": test["p_mc_se"], "p_method": test["method"],
             "holds_in": sum(1 for p in per if p["value"] is not None and p["value"] > 0)}
 
 
@@ -360,6 +360,7 @@ def family_saving(store: Cells, regimes: Sequence[str], protocol: str, ours: str
     pooled = pooled_costs(store, regimes, protocol, ours, base, (axis,))[axis]
     per = row["per_warm_start"]
     return {"value": pooled["value"], "lo": pooled["lo"], "hi": pooled["hi"], "p_value": row["p_value_stratified"],
+            "p_mc_se": row["p_value_stratified_se"], "p_method": row["p_method"],
             "ours_seeds": row["ours_runs"], "base_seeds": row["base_runs"],
             "ours_reached": sum(p["ours_reached"] for p in per), "base_reached": sum(p["base_reached"] for p in per),
             "warm_starts": row["warm_starts"], "holds_in": row["holds_in"], "regimes": [p["regime"] for p in per]}
@@ -368,12 +369,23 @@ def family_saving(store: Cells, regimes: Sequence[str], protocol: str, ours: str
 def holm(ps: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjustment of a family of p-values, in the order given (None: untested, not counted in the
     family): the i-th smallest of m is multiplied by m - i + 1, capped at 1 and never below the one before it."""
+    return [p for p, _ in holm_with_se(ps, [0.0] * len(ps))]
+
+
+def holm_with_se(ps: Sequence[float | None], ses: Sequence[float | None]
+                 ) -> list[tuple[float | None, float | None]]:
+    """``holm`` with each p's Monte Carlo standard error carried through (None or 0: an exact p): an adjusted p is
+    (m - i + 1) x the p it comes from (its own, or the larger one before it that it may not fall below), and its SE
+    is that p's SE times the same factor (0 where the cap at 1 decides). Returns (adjusted p, its SE) per entry."""
     order = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: ps[i])
-    out: list[float | None] = [None] * len(ps)
-    running = 0.0
+    out: list[tuple[float | None, float | None]] = [(None, None)] * len(ps)
+    running, running_se = 0.0, 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * float(ps[i])))
-        out[i] = running
+        factor = len(order) - rank
+        scaled = factor * float(ps[i])
+        if min(1.0, scaled) > running:
+            running, running_se = (1.0, 0.0) if scaled >= 1.0 else (scaled, factor * float(ses[i] or 0.0))
+        out[i] = (running, running_se)
     return out
 
 

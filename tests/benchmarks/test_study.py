@@ -665,3 +665,33 @@ def test_the_preregistration_log_line_reads_as_rollouts():
     assert "median fitted reach 19,121 rollouts)" in lines[0] and "meets the criteria: False" in lines[0]
     execute.log_preregistration({**pre, "median_fit_rollouts_to_target": None}, lines.append)
     assert "median fitted reach never rollouts" not in lines[1] and "reach never" in lines[1]
+
+
+def test_a_run_file_records_the_eval_size_of_the_evaluation_it_ran(tmp_path, monkeypatch):
+    """A validation run evaluates all 1,000 validation rows (rlvr_core.training draws min(eval_size, rows)), so its
+    file says 1000, not the test split's 2000; a test run says 2000. The backfill's check expects the same."""
+    import types
+
+    import rlvr_core.training as training
+    from benchmarks.study import backfill
+
+    evaluated = []
+
+    def fake_train(cfg, *, policy_dir, train_rows, test_rows, run_dir, resume, task):
+        evaluated.append(min(cfg.eval_size, len(test_rows)))  # the rows the trainer's evaluation draws
+        return types.SimpleNamespace(metrics=[{"step": 0, "cum_rollouts": 0, "cum_tokens": 0, "eval/greedy_acc": 0.2,
+                                               "eval_s": 0.1}], resumed_from=None)
+
+    monkeypatch.setattr(training, "check_and_train", fake_train)
+    store = RunStore(tmp_path)
+    data = {"test": [{"i": i} for i in range(plan.TEST_ROWS)], "validation": [{"i": i} for i in range(1000)],
+            "train": [{"i": 0}], "policy": tmp_path, "n_params": 1, "policy_sha256": "ab" * 32}
+    for split, rows in (("validation", 1000), ("test", plan.TEST_ROWS)):
+        path = store.run_file("pool", "reference", "grpo", 100, None, split)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        res = execute.train_run(store, path, "pool", "reference", "grpo", 100, work=tmp_path / "w", quick=False,
+                                grid=None, split=split, data=data, params_file=plan.PARAMS_FILE)
+        recorded = json.loads(path.read_text())
+        assert res["eval_size"] == recorded["eval_size"] == evaluated[-1] == rows, split
+        assert backfill.settings_differ(store, recorded, "pool") is None, split
+    assert plan.split_rows("validation") == plan.VALIDATION_ROWS == 1000

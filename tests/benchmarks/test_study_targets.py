@@ -311,3 +311,13 @@ def test_a_target_of_zero_saving_asks_for_any_saving_above_zero(tmp_path):
     write_cell(tmp_path, "pool", "equal-rollouts", "valor", "valor", [run([0, 0.5, 1], s, 90) for s in range(5)])
     (ahead, *_) = T.saving_target(T.as_store(tmp_path), tg)
     assert ahead["value"] == pytest.approx(0.1) and ahead["met"] is True
+
+
+def test_a_target_is_not_met_while_its_monte_carlo_interval_straddles_the_level(monkeypatch):
+    """A saving target with p < 0.05 is met only when p + 1.96 SE is below 0.05 (rlvr_core.stats.significant)."""
+    tg = plan.Target("hard", "equal-rollouts", "valor", "grpo", 0.4, p=0.05)
+    found = {"value": 0.5, "lo": 0.2, "hi": 0.7, "regimes": ["hard"]}
+    for p, se, met in ((0.03, 0.0, True), (0.049, 0.001, False), (0.045, 0.001, True), (None, None, False)):
+        monkeypatch.setattr(T, "family_saving", lambda *a, p=p, se=se, **k: {**found, "p_value": p, "p_mc_se": se})
+        (row,) = T.saving_target(None, tg)
+        assert row["met"] is met, (p, se)

@@ -237,3 +237,14 @@ def test_the_paired_interval_pools_the_spread_within_each_warm_start() -> None:
     half = 2.7764451 * math.sqrt(1 / 6)
     assert lo == pytest.approx(6.5 - half) and hi == pytest.approx(6.5 + half)
     assert stratified_t_interval([1.0, 2.0], ["a", "b"]) == (None, None)
+
+
+def test_holm_carries_each_monte_carlo_se_through_its_factor() -> None:
+    from benchmarks.study.stats import holm, holm_with_se
+
+    ps, ses = [0.01, 0.04, None, 0.03, 0.5], [0.001, 0.0, None, 0.002, 0.0]
+    out = holm_with_se(ps, ses)
+    assert [p for p, _ in out] == pytest.approx(holm(ps))
+    # 0.01 x 4 (its SE x 4); 0.03 x 3 = 0.09 (SE x 3); 0.04 x 2 = 0.08 < 0.09: it takes 0.09 and that p's SE
+    assert [se for _, se in out] == pytest.approx([0.004, 0.006, None, 0.006, 0.0])
+    assert holm_with_se([0.6, 0.7], [0.01, 0.01]) == [(1.0, 0.0), (1.0, 0.0)]  # the cap at 1 decides: no SE

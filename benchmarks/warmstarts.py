@@ -127,10 +127,12 @@ class Baselines:
 def row_warm_starts(store: RunStore, regimes: Sequence[str], protocol: str, ours: str,
                     baselines: Sequence[str]) -> list[str]:
     """The warm starts of ``regimes`` where ``ours`` and every one of ``baselines`` ran (``Baselines``' cells, each
-    pair with the allocator settings stats.matched_cells keeps): the one set all of a row's savings pool."""
+    pair with the allocator settings stats.matched_cells keeps): the one set all of a row's savings pool. A
+    baseline that ran beside ``ours`` in none of them gives no saving to read and restricts nothing (a row whose
+    best k has not run yet keeps its own warm starts)."""
     view = Baselines(store)
     kept = [{r for r, *_ in matched_cells(view, regimes, protocol, ours, b)[0]} for b in baselines]
-    return [r for r in regimes if all(r in k for k in kept)]
+    return [r for r in regimes if all(r in k for k in kept if k)]
 
 
 def _rows_of(store: RunStore, base: str, regimes: Sequence[str], c: Comparison, one_set: bool) -> list[dict[str, Any]]:

@@ -93,3 +93,14 @@ def test_warm_starts_are_named_as_a_run_or_one_by_one() -> None:
     assert readme.warm_start_names(["hard-ws2", "hard-ws3", "hard-ws4"]) == "ws2-4"
     assert readme.warm_start_names(["hard", "hard-ws2"]) == "ws0, ws2"
     assert readme.warm_start_names(["pool-ws1"]) == "ws1"
+
+
+def test_a_row_whose_best_k_has_not_run_anywhere_keeps_its_own_warm_starts(tmp_path) -> None:
+    store = _study(tmp_path)
+    store.choice_path("pool-ws1", "group-size").unlink()
+    rows = warmstarts.measure(RunStore(tmp_path), bases=("pool",), conditioned=True)
+    ar3po = _row(rows, "equal-rollouts", "ar3po", "grpo")
+    assert [p["regime"] for p in ar3po["per_warm_start"]] == list(REGIMES)
+    line = next(ln for ln in readme.evidence_headline(rows, []).splitlines() if ln.startswith("| pool | ar3po |"))
+    assert "| 1 of 2 warm starts (p " in line and line.endswith("| not run yet |")
+

@@ -13,7 +13,9 @@ plan.K_GRID with B x k = 256 rollouts per update, its k = 8 cell the reference r
 
 Then each comparison of ``plan.BEST_K_COMPARISONS`` twice, with warmstarts' pooled saving, interval and stratified
 rank test, over the same warm starts (those with a chosen k whose target is conditioned, as the headline rows'; the
-others are named): against uniform GRPO at k = 8 (the reference runs)
+others are named; and where the reference runs, the chosen k and every baseline of the README row shown beside it
+ran: ``set_baselines``, so that a README row's two savings pool one set): against uniform GRPO at k = 8 (the
+reference runs)
 and against ``plan.BEST_K``, the test cell of each warm start's chosen k. Rows with a protocol other than
 group-size keep their own cell of ours and replace only the baseline.
 
@@ -31,10 +33,21 @@ from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir, save_figure
 from benchmarks.study.formats import interval, p_value, pct
-from benchmarks.study.plan import BEST_K, BEST_K_COMPARISONS, COMPARISON_FAMILIES, VARIANTS, budget_of, labels
+from benchmarks.study.plan import (
+    BEST_K,
+    BEST_K_COMPARISONS,
+    COMPARISON_FAMILIES,
+    COMPARISONS,
+    REFERENCE,
+    VARIANTS,
+    Comparison,
+    budget_of,
+    labels,
+    row_baselines,
+)
 from benchmarks.study.stats import cell_rows, compare, conditioning, pooled_costs
 from benchmarks.study.store import RunStore, as_store
-from benchmarks.warmstarts import is_conditioned
+from benchmarks.warmstarts import is_conditioned, row_warm_starts
 
 GRID = "group-size"
 
@@ -95,6 +108,14 @@ def grid_rows(store: RunStore, regime: str) -> dict[str, Any] | None:
             "start_accuracy": ks[0]["start_accuracy"] if ks else None}
 
 
+def set_baselines(c: Comparison) -> tuple[str, ...]:
+    """The baselines whose runs a BEST_K_COMPARISONS row's warm starts need: the reference runs and the best k, and
+    every baseline of the README row shown beside it (plan.row_baselines), so that both savings of that row pool
+    one set of warm starts."""
+    shown = [h for h in COMPARISONS if (h.protocol, h.ours) == (c.protocol, c.ours) and BEST_K in row_baselines(h)]
+    return tuple(dict.fromkeys((*(b for h in shown for b in row_baselines(h)), REFERENCE, BEST_K)))
+
+
 def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) -> dict[str, Any]:
     """Every warm start's grid, and each BEST_K_COMPARISONS row per family against k = 8 and against the best k."""
     store = as_store(out)
@@ -107,11 +128,12 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES) ->
         gone = [r for r in chosen if r not in regimes]
         for c in BEST_K_COMPARISONS:
             view = BestK(store, c.protocol)
+            kept = row_warm_starts(store, regimes, c.protocol, c.ours, set_baselines(c))
             pair = {}
             for baseline in ("grpo", BEST_K):
-                row = compare(view, regimes, c.protocol, c.ours, baseline)
+                row = compare(view, kept, c.protocol, c.ours, baseline)
                 if row is not None:
-                    ci = pooled_costs(view, regimes, c.protocol, c.ours, baseline, ("cum_rollouts",))["cum_rollouts"]
+                    ci = pooled_costs(view, kept, c.protocol, c.ours, baseline, ("cum_rollouts",))["cum_rollouts"]
                     pair[baseline] = {**row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"]}
             if BEST_K in pair:
                 rows.append({"family": base, "protocol": c.protocol, "ours": c.ours, "front": c.front,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import interval, p_value, pct, rank_test_words
-from benchmarks.study.plan import COMPARISONS, PROTOCOLS, REGIMES, VARIANTS
+from benchmarks.study.plan import COMPARISONS, PROTOCOLS, REFERENCE, REGIMES, VARIANTS, base_regime
 
 ROOT = Path(__file__).resolve().parent.parent
 # the documents whose marked sections sync() fills, paths relative to ROOT
@@ -107,19 +107,44 @@ def _shown(rows: list[dict], comparisons: tuple[tuple[str, str, str], ...]) -> l
     return [by_key[(g, *c)] for g in README_REGIMES for c in comparisons if (g, *c) in by_key]
 
 
-def _saving_rows(shown: list[dict], best_k: list[dict] | tuple = ()) -> list[str]:
-    """The header and one line per row of the README's saving tables."""
+def _figure(r: dict) -> str:
+    """A row's pooled saving [95% CI], or "never reaches"."""
+    if r["pooled_saving"] is None:
+        return "never reaches"
+    return pct(r["pooled_saving"]) + (f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]" if "pooled_lo" in r else "")
+
+
+def warm_start_names(regimes: list[str]) -> str:
+    """``ws2-4`` (a run of warm starts) or ``ws0, ws2`` (the base regime is warm start 0)."""
+    ws = sorted(base_regime(r)[1] or 0 for r in regimes)
+    if len(ws) > 1 and ws == list(range(ws[0], ws[-1] + 1)):
+        return f"ws{ws[0]}-{ws[-1]}"
+    return ", ".join(f"ws{w}" for w in ws)
+
+
+def _named(r: dict) -> str:
+    """``, ws2-4``: the warm starts a row pools, where they are fewer than its regime's (``family_warm_starts``)."""
+    per = [p["regime"] for p in r.get("per_warm_start") or []]
+    full = r.get("family_warm_starts") or []
+    return f", {warm_start_names(per)}" if per and len(per) < len(full) else ""
+
+
+def _saving_rows(shown: list[dict], best_k: list[dict] | tuple = (), rows: list[dict] | tuple = ()) -> list[str]:
+    """The header and one line per row of the README's saving tables; a matched-updates row carries its reading
+    against the reference runs (the row of ``rows`` whose baseline is plan.REFERENCE) beside its own."""
     best = {(b["family"], b["protocol"], b["ours"]): b for b in best_k}
+    refs = {(r["family"], r["protocol"], r["ours"]): r for r in rows if r["baseline"] == REFERENCE}
     out = ["| regime | allocator | baseline | protocol | fewer rollouts to target [95% CI] | p | holds in | "
            "vs best uniform GRPO [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     for r in shown:
-        saving = "never reaches" if r["pooled_saving"] is None else \
-            f"{pct(r['pooled_saving'])}" + (f" [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]" if "pooled_lo" in r
-                                            else "")
-        out.append(f"| {r['family']} | {r['ours']} | {r['baseline']} | {r['protocol']} | {saving} | "
-                   f"{_p_holm(r)} | {r['holds_in']} of {r['warm_starts']} "
-                   f"warm starts{_own_ps(r)} | "
-                   f"{_vs_best(best.get((r['family'], r['protocol'], r['ours'])))} |")
+        key = (r["family"], r["protocol"], r["ours"])
+        saving, p = _figure(r), _p_holm(r)
+        if (ref := refs.get(key)) is not None and r["baseline"] == ref.get("reference_of"):
+            saving += f"; vs the reference grpo: {_figure(ref)}"
+            p += f"; {_p_holm(ref)}"
+        out.append(f"| {r['family']} | {r['ours']} | {r['baseline']} | {r['protocol']} | {saving} | {p} | "
+                   f"{r['holds_in']} of {r['warm_starts']} warm starts{_named(r)}{_own_ps(r)} | "
+                   f"{_vs_best(best.get(key))} |")
     return out
 
 
@@ -133,7 +158,7 @@ def value_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
     shown = _shown(rows, VALUE)
     if not shown:
         return ""
-    return "\n".join([*_saving_rows(shown, best_k), "",
+    return "\n".join([*_saving_rows(shown, best_k, rows), "",
                       "Columns as in the opening table. Published: knapsack-rl, vip, mopps, cures (run where prompts "
                       "recur, `pool`); ours: valor, valor[reuse] (docs/allocators/)."]) + "\n"
 
@@ -148,7 +173,7 @@ def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
     shown = _shown(rows, FRONT)
     if not shown:
         return ""
-    out = _saving_rows(shown, best_k)
+    out = _saving_rows(shown, best_k, rows)
     protocols = sorted({r["protocol"] for r in shown}, key=list(PROTOCOLS).index)
     out += ["",
             "- **regime**: the task, read over its warm starts (each its own starting policy, uniform GRPO reference "
@@ -162,10 +187,15 @@ def evidence_headline(rows: list[dict], best_k: list[dict] = ()) -> str:
             f"- **p**: one-sided rank test stratified by warm start, misses ranked last, {rank_test_words(shown)}, "
             "adjusted by Holm's rule over the rows of docs/results.md's table of savings.",
             "- **holds in**: the warm starts whose own saving is above zero, each warm start's own one-sided p "
-            "beside.",
+            "beside; a row over fewer warm starts than its regime's conditioned ones names them (ws0: the regime's "
+            "own warm start).",
             "- **vs best uniform GRPO**: the same saving against uniform GRPO at the group size k its warm start "
-            "chose on the validation split (k in 2, 4, 8, 16 at 256 rollouts per update), pooled over the warm "
-            "starts that ran the grid ([group_size.md](benchmarks/results/group_size/group_size.md)).",
+            "chose on the validation split (k in 2, 4, 8, 16 at 256 rollouts per update) "
+            "([group_size.md](benchmarks/results/group_size/group_size.md)). Both savings of a row pool the same "
+            "warm starts: those where the allocator, its baseline and that k all ran.",
+            "- **vs the reference grpo**: a matched-updates row read against the reference runs too (uniform GRPO at "
+            "the regime's own batch, the baseline of the equal-rollouts rows), over the same warm starts, with its "
+            "own Holm-adjusted p after the matched one's.",
             "- Every other comparison, the costs in tokens and seconds, the targets and the simulated allocation "
             "benchmark: [docs/results.md](docs/results.md)."]
     return "\n".join(out) + "\n"

@@ -45,8 +45,26 @@ from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci, rank_test_words
-from benchmarks.study.plan import COMPARISON_FAMILIES, COMPARISONS, COST_AXES, COST_COMPARISONS, COST_FAMILY
-from benchmarks.study.stats import BUDGET_FRACTIONS, compare, conditioning, holm_with_se, paired_budget, pooled_costs
+from benchmarks.study.plan import (
+    BEST_K,
+    COMPARISON_FAMILIES,
+    COMPARISONS,
+    COST_AXES,
+    COST_COMPARISONS,
+    COST_FAMILY,
+    REFERENCE,
+    Comparison,
+    row_baselines,
+)
+from benchmarks.study.stats import (
+    BUDGET_FRACTIONS,
+    compare,
+    conditioning,
+    holm_with_se,
+    matched_cells,
+    paired_budget,
+    pooled_costs,
+)
 from benchmarks.study.store import RunStore, as_store
 
 
@@ -83,23 +101,74 @@ def is_conditioned(store: RunStore, regime: str) -> bool:
     return bool(cond["conditioned"])
 
 
+class Baselines:
+    """A view of a RunStore in which a row reads its baselines: ``plan.BEST_K`` is the group-size cell of the k its
+    warm start chose on the validation split (empty before the choice), ``plan.REFERENCE`` the reference runs, any
+    other label its own cell under the protocol asked."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+
+    def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
+        if label == BEST_K:
+            best = self.store.choice(regime, "group-size").get("best")
+            return self.store.cell(regime, "group-size", best) if best else []
+        if label == REFERENCE:
+            return self.store.cell(regime, "reference", "grpo")
+        return self.store.cell(regime, protocol, label)
+
+    def target_value(self, regime: str) -> float | None:
+        return self.store.target_value(regime)
+
+    def preregistration(self, regime: str) -> dict[str, Any] | None:
+        return self.store.preregistration(regime)
+
+
+def row_warm_starts(store: RunStore, regimes: Sequence[str], protocol: str, ours: str,
+                    baselines: Sequence[str]) -> list[str]:
+    """The warm starts of ``regimes`` where ``ours`` and every one of ``baselines`` ran (``Baselines``' cells, each
+    pair with the allocator settings stats.matched_cells keeps): the one set all of a row's savings pool. A
+    baseline that ran beside ``ours`` in none of them gives no saving to read and restricts nothing (a row whose
+    best k has not run yet keeps its own warm starts)."""
+    view = Baselines(store)
+    kept = [{r for r, *_ in matched_cells(view, regimes, protocol, ours, b)[0]} for b in baselines]
+    return [r for r in regimes if all(r in k for k in kept if k)]
+
+
+def _rows_of(store: RunStore, base: str, regimes: Sequence[str], c: Comparison, one_set: bool) -> list[dict[str, Any]]:
+    """The rows of one comparison over ``regimes`` (a family's, or its conditioned warm starts): against its
+    baseline and, with ``one_set``, against the reference runs where it matches updates, both over the warm starts
+    every baseline of plan.row_baselines ran (the best k's included)."""
+    family, view = store.family(base), Baselines(store)
+    bases = row_baselines(c) if one_set else (c.baseline,)
+    kept = row_warm_starts(store, regimes, c.protocol, c.ours, bases) if len(bases) > 1 else list(regimes)
+    rows = []
+    for b in (x for x in bases if x != BEST_K):
+        if (row := compare(view, kept, c.protocol, c.ours, b)) is None:
+            continue
+        ci = pooled_costs(view, kept, c.protocol, c.ours, b, ("cum_rollouts",))["cum_rollouts"]
+        ran = [r for r in family if view.cell(r, c.protocol, c.ours) and view.cell(r, c.protocol, b)]
+        rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"],
+                     "left_out_unconditioned": [r for r in ran if r not in regimes],
+                     "left_out_other_baselines": [r for r in ran if r in regimes and r not in kept],
+                     "family_warm_starts": list(regimes),
+                     **({"reference_of": c.baseline} if b == REFERENCE else {})})
+    return rows
+
+
 def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, *,
             conditioned: bool = False) -> list[dict[str, Any]]:
     """Each COMPARISONS row over each base's family, with the pooled saving's 95% bootstrap interval (runs resampled
-    within each warm start); ``conditioned``: over the family's conditioned warm starts only (the headline rows),
-    naming the others that ran both cells in ``left_out_unconditioned``."""
+    within each warm start); ``conditioned``: the headline rows, over the family's conditioned warm starts only
+    (naming the others that ran both cells in ``left_out_unconditioned``), each row's savings over one set of warm
+    starts (``_rows_of``), a matched-updates row followed by its reading against the reference runs."""
     store = as_store(out)
     rows = []
     for base in bases:
         family = store.family(base)
         regimes = [r for r in family if is_conditioned(store, r)] if conditioned else family
         for c in COMPARISONS:
-            if (row := compare(store, regimes, c.protocol, c.ours, c.baseline)) is not None:
-                ci = pooled_costs(store, regimes, c.protocol, c.ours, c.baseline, ("cum_rollouts",))["cum_rollouts"]
-                gone = [r for r in family if r not in regimes and store.cell(r, c.protocol, c.ours)
-                        and store.cell(r, c.protocol, c.baseline)]
-                rows.append({"family": base, **row, "pooled_lo": ci["lo"], "pooled_hi": ci["hi"],
-                             "left_out_unconditioned": gone})
+            rows += _rows_of(store, base, regimes, c, one_set=conditioned)
     headline = [r for r in rows if _headline(r)]  # the family Holm's correction runs over: every readme row
     adjusted = holm_with_se([r["p_value_stratified"] for r in headline], [r["p_value_stratified_se"] for r in headline])
     for r, (p, se) in zip(headline, adjusted):
@@ -108,8 +177,9 @@ def measure(out: Path | RunStore, bases: Sequence[str] = COMPARISON_FAMILIES, *,
 
 
 def _headline(r: Mapping[str, Any]) -> bool:
-    return any((c.protocol, c.ours, c.baseline) == (r["protocol"], r["ours"], r["baseline"]) and c.readme
-               for c in COMPARISONS)
+    """A row of the table of savings: a readme comparison's, or its reading against the reference runs."""
+    key = (r["protocol"], r["ours"], r.get("reference_of", r["baseline"]))
+    return any((c.protocol, c.ours, c.baseline) == key and c.readme for c in COMPARISONS)
 
 
 def holds(r: Mapping[str, Any]) -> str:
@@ -154,8 +224,10 @@ def budget_md(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _left_out(r: Mapping[str, Any]) -> str:
     gone, flat = r.get("left_out_other_settings") or [], r.get("left_out_unconditioned") or []
+    other = r.get("left_out_other_baselines") or []
     return ("" if not gone else f"; {', '.join(gone)} left out: other allocator settings") + \
-        ("" if not flat else f"; {', '.join(flat)} left out: not conditioned")
+        ("" if not flat else f"; {', '.join(flat)} left out: not conditioned") + \
+        ("" if not other else f"; {', '.join(other)} left out: not every baseline of the row ran there")
 
 
 def _ci(r: Mapping[str, Any]) -> str:
@@ -180,8 +252,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
     """docs/results.md's table: per family and headline comparison (plan.Comparison.readme), the runs, the pooled
     saving [95% CI], the stratified p and the warm starts that hold (per warm start: training_warmstarts.md)."""
-    headline = {(c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.readme}
-    shown = [r for r in rows if (r["protocol"], r["ours"], r["baseline"]) in headline]
+    shown = [r for r in rows if _headline(r)]
     if not shown:
         return ""
     out = ["Fitted rollouts to each warm start's own target (80% of its uniform GRPO runs' gain), pooled over the "
@@ -191,7 +262,10 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
            f"stratified by warm start, misses ranked last, {rank_test_words(shown)}; p (Holm): that p adjusted "
            "by Holm's step-down rule over "
            f"the {shown[0].get('holm_family', len(shown))} rows of this table; holds in: warm starts with a saving "
-           "above zero, each warm start's own one-sided p beside. Per warm start: "
+           "above zero, each warm start's own one-sided p beside. A row the README reads against the best uniform k "
+           "too pools only the warm starts where that k also ran; a matched-updates row is followed by the same "
+           f"cells against the reference runs (`{REFERENCE}`: uniform GRPO at the regime's own batch), over the "
+           "same warm starts. Per warm start: "
            "[training_warmstarts.md](benchmarks/results/warmstarts/training_warmstarts.md); rollouts and "
            "accuracy of the headline cells: [training_headline.md](benchmarks/results/readme/training_headline.md); "
            "every cell: [training_study.md](benchmarks/results/study/training_study.md).", "",

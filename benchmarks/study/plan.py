@@ -345,6 +345,19 @@ BEST_K_COMPARISONS: tuple[Comparison, ...] = (
     Comparison("equal-rollouts", "valor", BEST_K, front=True),
     Comparison("equal-rollouts", "valor[reuse]", BEST_K),
 )
+# the reference runs (uniform GRPO at the regime's own batch, k = 8) named as a baseline: every matched-updates row
+# against grpo is also read against them, beside its matched grpo, over the same warm starts (issue 54)
+REFERENCE = "grpo[reference]"
+
+
+def row_baselines(c: Comparison) -> tuple[str, ...]:
+    """The baselines one row of ``c`` is read against, all over one set of warm starts: its own, the reference runs
+    where its protocol matches updates, and BEST_K where the README shows the row beside the best uniform k
+    (Comparison.front or .value against grpo, with a BEST_K_COMPARISONS row of the same protocol and allocator)."""
+    if c.baseline != "grpo":
+        return (c.baseline,)
+    best = (c.front or c.value) and any((b.protocol, b.ours) == (c.protocol, c.ours) for b in BEST_K_COMPARISONS)
+    return ("grpo", *((REFERENCE,) if c.protocol == "matched-updates" else ()), *((BEST_K,) if best else ()))
 
 
 AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "seconds": "seconds"}

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from benchmarks.study import data as D
+from benchmarks.study import tuning as T
 from benchmarks.study.plan import (
     PARAMS_FILE,
     PROTOCOLS,
@@ -40,6 +41,7 @@ from benchmarks.study.plan import (
     select,
     sizing,
     step_grid,
+    tune_label,
 )
 from benchmarks.study.stats import conditioning, median_or_none, reach
 from benchmarks.study.store import RunStore
@@ -512,6 +514,40 @@ class _Driver:
                     self.go("group-size", lab, s, None, "test")
 
 
+    def grpo_tuning(self) -> None:
+        """The tuned uniform GRPO of one warm start (benchmarks/study/tuning.py): the one-pass grid's validation
+        runs (the reference configuration's first, so that the validation target is frozen early), the (k, lr)
+        choice, the second pass's validation runs, the final choice, then the test runs: the chosen configuration's,
+        every one-pass configuration's, and two passes at the test-best one-pass (k, lr). Each step waits for
+        nothing: a run another study process holds is left to it, and a choice whose runs are missing is made by a
+        later invocation."""
+        first = [T.REFERENCE_CONFIG, *(c for c in T.one_pass() if c != T.REFERENCE_CONFIG)]
+        todo = [(c, s) for c in first for s in T.missing_validation(self.store, self.regime, c)]
+        self.total += len(todo)
+        for c, s in todo:
+            self.go(T.PROTOCOL, tune_label(*c), s, None, "validation")
+        kl = T.choose_k_lr(self.store, self.regime)
+        if kl is None:
+            self.log(f"[{self.regime}/{T.PROTOCOL}] no (k, lr) choice yet: validation runs missing")
+            return
+        self.log(f"[{self.regime}/{T.PROTOCOL}] chose {kl['best']} (k = {kl['k']}, lr {kl['lr']:g}) on the "
+                 "validation split")
+        second = T.two_pass((kl["k"], kl["lr"], 1))
+        for s in T.missing_validation(self.store, self.regime, second):
+            self.go(T.PROTOCOL, tune_label(*second), s, None, "validation")
+        choice = T.choose(self.store, self.regime)
+        if choice is None:
+            self.log(f"[{self.regime}/{T.PROTOCOL}] no final choice yet: two-pass validation runs missing")
+            return
+        self.log(f"[{self.regime}/{T.PROTOCOL}] chose {choice['best']} ({choice['epochs']} pass(es) per batch)")
+        for c in T.cells_to_test(choice):
+            for s in self.seeds:
+                self.go(T.test_protocol(c), tune_label(*c), s, None, "test")
+        if (extra := T.oracle_two_pass(self.store, self.regime, self.seeds)) is not None:
+            for s in self.seeds:
+                self.go(T.PROTOCOL, tune_label(*extra), s, None, "test")
+
+
 def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: Path, work: Path, quick: bool,
                  params_file: Path = PARAMS_FILE, log: Log = print, variants: Sequence[str] | None = None) -> None:
     """Reference runs, the frozen target, then the protocol's runs (each skipped when its file exists).
@@ -520,11 +556,18 @@ def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: 
     allocator at a time: its grid on the validation split, its choice, then its test runs, so that a partial
     study already reports finished allocators.
     """
+    if protocol == T.PROTOCOL:
+        T.check_regime(regime_name)
     store = RunStore(out)
     drv = _Driver(store, regime_name, seeds, work=work, quick=quick, params_file=params_file, log=log)
     labels = select(protocol, regime_name, quick, variants)
     refs = [("reference", "grpo", s, None, "test") for s in seeds]
-    if protocol == "group-size":
+    if protocol == T.PROTOCOL:
+        drv.total = len(refs)
+        for item in refs:
+            drv.go(*item)
+        drv.grpo_tuning()
+    elif protocol == "group-size":
         drv.total = len(refs) + len(labels) * len(grid_seeds(quick)) + (len(labels) - ("grpo" in labels)) * len(seeds)
         for item in refs:
             drv.go(*item)

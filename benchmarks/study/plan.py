@@ -68,6 +68,41 @@ class Variant:
 # B = 32: the reference runs), declared before its runs; the best k of a warm start is chosen on the validation split
 K_GRID = (2, 4, 8, 16)
 ROLLOUTS_PER_UPDATE = 256
+# the tuned uniform GRPO (issue 54, item 3), declared before its runs: uniform GRPO over k x lr at
+# ROLLOUTS_PER_UPDATE rollouts per update, then a second optimizer pass per batch (train.epochs, TRL's
+# num_iterations) at the (k, lr) chosen; chosen per warm start on the validation split by the headline's own
+# statistic, the fitted reach (stats.reach, fit=True), median over TUNE_SEEDS, against a validation target set by
+# the target rule (rlvr_core.stats.gain_target, TARGET_FRACTION) from the validation runs of k = 8, lr 1e-4, one
+# pass (the reference configuration); fewer median rollouts wins, ties (unreached ones included) go to the higher
+# mean validation accuracy; the second pass is kept only when its median reach is strictly lower. The test cells of
+# every configuration (seeds 0-4) give the oracle bound (the test-best configuration) beside the choice.
+TUNE_K = (2, 4, 8)
+TUNE_LR = (5e-5, 1e-4, 2e-4)
+TUNE_LR_DEFAULT = 1e-4  # params.yaml's train.lr: the reference configuration's
+TUNE_EPOCHS = (1, 2)
+TUNE_SEEDS = (100, 101, 102)  # validation seeds of every configuration (100, 101: the group-size grid's own runs)
+TUNE_WARM_STARTS = ("hard-ws2", "hard-ws3", "hard-ws4", "pool-ws2", "pool-ws3", "pool-ws4")  # the conditioned ones
+TUNE_FAMILIES = ("hard", "pool")
+TUNE_CONFIGS = tuple((k, lr, e) for e in TUNE_EPOCHS for k in TUNE_K for lr in TUNE_LR)
+
+
+def tune_label(k: int, lr: float, epochs: int) -> str:
+    """The variant label of one configuration of the tuned uniform GRPO: ``grpo`` for k = 8, lr 1e-4, one pass
+    (the reference runs), ``grpo[k2]`` and ``grpo[k4]`` at lr 1e-4, one pass (the group-size grid's cells), else
+    ``grpo[k2_lr5e-5_e2]`` naming what differs from the reference configuration (lr in short scientific form)."""
+    short = f"{lr:.0e}".replace("e-0", "e-").replace("e+0", "e")
+    parts = ([f"k{k}"] if k != 8 else []) + ([f"lr{short}"] if lr != TUNE_LR_DEFAULT else []) + \
+        ([f"e{epochs}"] if epochs != 1 else [])
+    return f"grpo[{'_'.join(parts)}]" if parts else "grpo"
+
+
+def tune_train(k: int, lr: float, epochs: int) -> dict[str, Any]:
+    """The train settings of one configuration: B = ROLLOUTS_PER_UPDATE // k, and lr and epochs where they differ
+    from params.yaml's."""
+    t: dict[str, Any] = {"k": k, "batch_size": ROLLOUTS_PER_UPDATE // k} if k != 8 else {}
+    return {**t, **({"lr": lr} if lr != TUNE_LR_DEFAULT else {}), **({"epochs": epochs} if epochs != 1 else {})}
+
+
 _PROBES = {"probe_schedule": (0.25, 0.5, 1.0), "max_rounds": 8}
 _EB_ALL = {"equal-batch": ALL, "matched-updates-small": ALL}
 
@@ -194,6 +229,12 @@ VARIANTS: dict[str, Variant] = {v.label: v for v in (
     Variant("sara[tokens]", "sara", {"price": "tokens", **_PROBES},
             "sara priced in tokens: tau_low x (prefix tokens per rollout / step's), probes k/4, k/2, k",
             runs={"equal-batch": ("steps",)}, ours=True),
+    # the tuned uniform GRPO (docs/training-study.md, "The tuned uniform GRPO"): the k x lr grid and the second pass
+    # per batch beside the group-size grid's cells (k at lr 1e-4, one pass), which its protocol shares
+    *(Variant(tune_label(k, lr, e), "grpo", {}, f"uniform GRPO at k = {k}, B = {ROLLOUTS_PER_UPDATE // k}, lr {lr:g}, "
+              f"{e} pass{'es' if e > 1 else ''} per batch", tune_train(k, lr, e), runs={"grpo-tuning": TUNE_FAMILIES},
+              small_groups=k < 8)
+      for k, lr, e in TUNE_CONFIGS if (lr, e) != (TUNE_LR_DEFAULT, 1)),
 )}
 
 
@@ -228,6 +269,10 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("group-size", "grpo", f"uniform GRPO at k in {K_GRID}, B x k = {ROLLOUTS_PER_UPDATE} rollouts per "
              "update; the best k chosen on the validation split (its grpo runs are the reference runs)",
              order=tuple(f"grpo[k{k}]" if k != 8 else "grpo" for k in K_GRID), shares=(("reference", ("grpo",)),)),
+    Protocol("grpo-tuning", "grpo", f"uniform GRPO tuned as users tune it: k in {TUNE_K} x lr in {TUNE_LR} at "
+             f"{ROLLOUTS_PER_UPDATE} rollouts per update, then passes per batch in {TUNE_EPOCHS}, chosen on the "
+             "validation split by the fitted reach (its lr 1e-4, one-pass cells are the group-size grid's)",
+             shares=(("reference", ("grpo",)), ("group-size", ("grpo[k2]", "grpo[k4]")))),
     Protocol("null-aa", "grpo", "uniform GRPO against itself on disjoint seeds (5-9 against the reference runs' "
              "0-4): a null control", shares=(("reference", ("grpo",)),), first_seed=5),
     # the DAPO control replicated on fresh seeds (docs/training-study.md, "Null controls"), declared before its runs:

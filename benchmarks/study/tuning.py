@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -80,7 +81,8 @@ def missing_validation(store: RunStore, regime: str, config: Config) -> list[int
     return [s for s in TUNE_SEEDS if s not in have]
 
 
-def frozen_path(store: RunStore, regime: str, name: str) -> Any:
+def frozen_path(store: RunStore, regime: str, name: str) -> Path:
+    """A frozen file of the protocol: study/<regime>/grpo-tuning/<name>."""
     return store.root / regime / PROTOCOL / name
 
 

@@ -56,6 +56,7 @@ WRITERS: tuple[Writer, ...] = (
     Writer("warmstarts/*", "python -m benchmarks.warmstarts", "warmstarts", SUMMARY),
     Writer("floor/*", "python -m benchmarks.floor", "floor", SUMMARY),
     Writer("group_size/*", "python -m benchmarks.group_size", "group_size", SUMMARY),
+    Writer("grpo_tuning/*", "python -m benchmarks.grpo_tuning", "grpo_tuning", SUMMARY),
     Writer("null_controls/*", "python -m benchmarks.null_controls", "null_controls", SUMMARY),
     Writer("large_set/*", "python -m benchmarks.large_set", "large_set", SUMMARY),
     Writer("readme/*", "python -m benchmarks.readme", "readme",

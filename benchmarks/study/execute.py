@@ -533,6 +533,7 @@ class _Driver:
         self.log(f"[{self.regime}/{T.PROTOCOL}] chose {kl['best']} (k = {kl['k']}, lr {kl['lr']:g}) on the "
                  "validation split")
         second = T.two_pass((kl["k"], kl["lr"], 1))
+        self.total += len(T.missing_validation(self.store, self.regime, second))
         for s in T.missing_validation(self.store, self.regime, second):
             self.go(T.PROTOCOL, tune_label(*second), s, None, "validation")
         choice = T.choose(self.store, self.regime)
@@ -540,10 +541,12 @@ class _Driver:
             self.log(f"[{self.regime}/{T.PROTOCOL}] no final choice yet: two-pass validation runs missing")
             return
         self.log(f"[{self.regime}/{T.PROTOCOL}] chose {choice['best']} ({choice['epochs']} pass(es) per batch)")
+        self.total += len(T.cells_to_test(choice)) * len(self.seeds)
         for c in T.cells_to_test(choice):
             for s in self.seeds:
                 self.go(T.test_protocol(c), tune_label(*c), s, None, "test")
         if (extra := T.oracle_two_pass(self.store, self.regime, self.seeds)) is not None:
+            self.total += len(self.seeds)
             for s in self.seeds:
                 self.go(T.PROTOCOL, tune_label(*extra), s, None, "test")
 

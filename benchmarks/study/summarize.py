@@ -1,9 +1,10 @@
 """The study's summary: every row computed in memory from one RunStore, then each file written once.
 
 Order: the cells (training_protocols.json and training_<regime>_<protocol>.*), the screening floor (floor/), the
-targets (study_targets/), the warm starts (warmstarts/), the group-size grid (group_size/), the null controls
-(null_controls/), the headline rows on the large held-out set (large_set/), training_study.md, and for the
-committed results root the results index and the tables of README.md, docs/results.md and docs/training-study.md.
+targets (study_targets/), the warm starts (warmstarts/), the group-size grid (group_size/), the tuned uniform GRPO
+(grpo_tuning/), the null controls (null_controls/), the headline rows on the large held-out set (large_set/),
+training_study.md, and for the committed results root the results index and the tables of README.md,
+docs/results.md and docs/training-study.md.
 No writer reads another's output: the floor's rows go to the targets, the targets' tables to training_study.md,
 the warm starts' rows to the README's, in memory.
 """
@@ -16,7 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import floor, group_size, large_set, null_controls, readme, results_index, study_targets, warmstarts
+from benchmarks import (
+    floor,
+    group_size,
+    grpo_tuning,
+    large_set,
+    null_controls,
+    readme,
+    results_index,
+    study_targets,
+    warmstarts,
+)
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study import tables
 from benchmarks.study.plan import PROTOCOLS, VARIANTS, baseline_of, budget_of, shared_sources
@@ -108,6 +119,7 @@ def aggregate(out: Path, results: Path, *, redraw: bool = False) -> list[dict[st
                      warmstarts.measure_budget(store), headline=comparisons)
     best_k = group_size.measure(store)
     group_size.write(best_k, results)
+    grpo_tuning.write(grpo_tuning.measure(store), results)
     null_controls.write(null_controls.measure(store), results)
     large_set.write(large_set.measure(store), results)
     (summary / "training_study.md").write_text(tables.study_doc(store, records, *study_targets.tables(targets)))

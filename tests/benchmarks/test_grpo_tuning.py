@@ -27,7 +27,8 @@ def _write(store: RunStore, protocol: str, label: str, seed: int, accs: list[flo
     path = store.run_file(WS, protocol, label, seed, None, split)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"regime": WS, "protocol": protocol, "variant": label, "seed": seed, "split": split,
-                                "curve": _curve(accs), "ledger": {"rollouts": 1000 * len(accs)}, "grid": None}))
+                                "curve": _curve(accs), "ledger": {"rollouts": 1000 * len(accs)}, "grid": None,
+                                "eval_size": 1000 if split == "validation" else 2000}))
 
 
 def _validation(store: RunStore, config: T.Config, accs: list[float], seeds=plan.TUNE_SEEDS) -> None:
@@ -157,3 +158,39 @@ def test_the_oracle_s_two_pass_cell_is_at_the_test_best_one_pass_configuration(t
     assert T.oracle_two_pass(store, WS, range(5)) is None  # one cell lacks a seed
     _write(store, T.PROTOCOL, "grpo[k2_lr2e-4]", 4, REF, "test")
     assert T.oracle_two_pass(store, WS, range(5)) == (4, 5e-5, 2)
+
+
+def test_the_summary_reads_each_pick_against_the_reference_runs_and_checks_the_choice(tmp_path: Path) -> None:
+    from benchmarks import grpo_tuning as G
+
+    store = _store(tmp_path)
+    store.freeze(store.target_path(WS), {"regime": WS, "target": 0.46})
+    _chosen_k_lr(store)  # validation: k = 8, lr 1e-4, one pass; then two passes strictly faster
+    _validation(store, (8, 1e-4, 2), [0.3, 0.5, 0.5, 0.5, 0.5])
+    assert T.choose(store, WS)["best"] == "grpo[e2]"
+    fast = [0.3, 0.5, 0.5, 0.5, 0.5]
+    for s in range(5):
+        _write(store, "reference", "grpo", s, REF, "test")
+        _write(store, T.PROTOCOL, "grpo[e2]", s, fast, "test")
+    res = G.measure(store)
+    (g,) = res["warm_starts"]
+    assert g["picks"]["grpo[tuned]"] == "grpo[e2]" and g["picks"]["grpo[oracle]"] is None  # one-pass cells missing
+    assert res["validation_picked_test_best"] == {"yes": 0, "of": 0}
+    knobs = {r["pick"]: r for r in res["knobs"]}
+    assert set(knobs) == {"grpo[tuned k]", "grpo[tuned lr]", "grpo[tuned k, lr]", "grpo[tuned]"}
+    assert knobs["grpo[tuned k, lr]"]["pooled_saving"] == pytest.approx(0.0)  # it is the reference configuration
+    # 800 rollouts against 1,600: a 50% saving, every run ahead
+    assert knobs["grpo[tuned]"]["pooled_saving"] == pytest.approx(0.5) and knobs["grpo[tuned]"]["holds_in"] == 1
+    assert knobs["grpo[tuned]"]["configurations"] == {WS: "grpo[e2]"}
+    for c in T.one_pass():  # every one-pass test cell: the oracle is now defined, the two-pass cell the test-best
+        if c != T.REFERENCE_CONFIG:
+            for s in range(5):
+                _write(store, T.test_protocol(c), plan.tune_label(*c), s, REF, "test")
+    res = G.measure(store)
+    assert res["warm_starts"][0]["picks"]["grpo[oracle]"] == "grpo[e2]"
+    assert res["validation_picked_test_best"] == {"yes": 1, "of": 1}
+    G.write(res, tmp_path)
+    md = (tmp_path / "grpo_tuning" / "grpo_tuning.md").read_text()
+    assert "| pool-ws2 | 30 | grpo | grpo[e2] | 10 |" in md and "in 1 of 1 warm starts" in md
+    assert "--warm-start 4 --protocol grpo-tuning" in md  # a warm start with nothing yet names its command
+    assert (tmp_path / "grpo_tuning" / "grpo_tuning.png").stat().st_size > 0

@@ -13,11 +13,10 @@ plan.K_GRID with B x k = 256 rollouts per update, its k = 8 cell the reference r
 
 Then each comparison of ``plan.BEST_K_COMPARISONS`` twice, with warmstarts' pooled saving, interval and stratified
 rank test, over the same warm starts (those with a chosen k whose target is conditioned, as the headline rows'; the
-others are named; and where the reference runs, the chosen k and every baseline of the README row shown beside it
-ran: ``set_baselines``, so that a README row's two savings pool one set): against uniform GRPO at k = 8 (the
-reference runs)
-and against ``plan.BEST_K``, the test cell of each warm start's chosen k. Rows with a protocol other than
-group-size keep their own cell of ours and replace only the baseline.
+others are named; and where the reference runs, the chosen k and every baseline of the README row shown beside it,
+the tuned uniform GRPO's included, ran: ``set_baselines``, so that these read the README row's warm starts):
+against uniform GRPO at k = 8 (the reference runs) and against ``plan.BEST_K``, the test cell of each warm start's
+chosen k. Rows with a protocol other than group-size keep their own cell of ours and replace only the baseline.
 
 Writes benchmarks/results/group_size/: group_size.json, group_size.md (every table), group_size_headline.md
 (docs/training-study.md's AR3PO decomposition) and group_size.png (fitted reach against k, per warm start).
@@ -39,6 +38,7 @@ from benchmarks.study.plan import (
     COMPARISON_FAMILIES,
     COMPARISONS,
     REFERENCE,
+    TUNED,
     VARIANTS,
     Comparison,
     budget_of,
@@ -112,7 +112,7 @@ def set_baselines(c: Comparison) -> tuple[str, ...]:
     """The baselines whose runs a BEST_K_COMPARISONS row's warm starts need: the reference runs and the best k, and
     every baseline of the README row shown beside it (plan.row_baselines), so that both savings of that row pool
     one set of warm starts."""
-    shown = [h for h in COMPARISONS if (h.protocol, h.ours) == (c.protocol, c.ours) and BEST_K in row_baselines(h)]
+    shown = [h for h in COMPARISONS if (h.protocol, h.ours) == (c.protocol, c.ours) and TUNED in row_baselines(h)]
     return tuple(dict.fromkeys((*(b for h in shown for b in row_baselines(h)), REFERENCE, BEST_K)))
 
 

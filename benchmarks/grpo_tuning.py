@@ -30,19 +30,27 @@ from typing import Any, Mapping, Sequence
 from benchmarks.common import RESULTS, output_dir, save_figure
 from benchmarks.study import tuning as T
 from benchmarks.study.formats import interval, p_value, pct
-from benchmarks.study.plan import TUNE_CONFIGS, TUNE_FAMILIES, TUNE_LR_DEFAULT, TUNE_WARM_STARTS, tune_label
+from benchmarks.study.plan import (
+    ORACLE,
+    TUNE_CONFIGS,
+    TUNE_FAMILIES,
+    TUNE_LR_DEFAULT,
+    TUNE_WARM_STARTS,
+    TUNED,
+    tune_label,
+)
 from benchmarks.study.stats import cell_rows, compare, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 
-TEST_SEEDS = tuple(range(5))
+TEST_SEEDS = T.TEST_SEEDS
 REFERENCE = "grpo"
 # the picks, each a configuration per warm start (or none yet), in the order the knobs are added
-PICKS = ("grpo[tuned k]", "grpo[tuned lr]", "grpo[tuned k, lr]", "grpo[tuned]", "grpo[oracle]")
+PICKS = ("grpo[tuned k]", "grpo[tuned lr]", "grpo[tuned k, lr]", TUNED, ORACLE)
 PICK_WORDS = {"grpo[tuned k]": "k chosen on validation, lr 1e-4, one pass",
               "grpo[tuned lr]": "lr chosen on validation, k = 8, one pass",
               "grpo[tuned k, lr]": "(k, lr) chosen on validation, one pass",
-              "grpo[tuned]": "the full validation choice (k, lr, passes): the best uniform GRPO",
-              "grpo[oracle]": "the test-best configuration: an oracle bound, not a baseline"}
+              TUNED: "the full validation choice (k, lr, passes): the best uniform GRPO",
+              ORACLE: "the test-best configuration: an oracle bound, not a baseline"}
 
 
 def _best(cands: Mapping[str, Mapping[str, Any]], keep: Any) -> str | None:
@@ -55,13 +63,11 @@ def picks(store: RunStore, regime: str, cells: Mapping[str, Mapping[str, Any]]) 
     configurations with every test seed, once every one-pass configuration has them."""
     kl, ch = T.read_frozen(store, regime, "choice-k-lr.json"), T.read_frozen(store, regime, "choice.json")
     cands = kl["candidates"] if kl else {}
-    full = {lab: c for lab, c in cells.items() if c["test"] is not None and c["test"]["seeds"] == len(TEST_SEEDS)}
-    one_pass_done = all(tune_label(*c) in full for c in T.one_pass())
-    oracle = min(full.values(), key=lambda c: T.rank_key(c["test_score"]))["label"] if one_pass_done else None
+    oracle = T.oracle_config(store, regime, TEST_SEEDS)
     return {"grpo[tuned k]": _best(cands, lambda c: c["lr"] == TUNE_LR_DEFAULT),
             "grpo[tuned lr]": _best(cands, lambda c: c["k"] == 8),
-            "grpo[tuned k, lr]": kl["best"] if kl else None, "grpo[tuned]": ch["best"] if ch else None,
-            "grpo[oracle]": oracle}
+            "grpo[tuned k, lr]": kl["best"] if kl else None, TUNED: ch["best"] if ch else None,
+            ORACLE: tune_label(*oracle) if oracle else None}
 
 
 def warm_start(store: RunStore, regime: str) -> dict[str, Any] | None:
@@ -87,8 +93,8 @@ def warm_start(store: RunStore, regime: str) -> dict[str, Any] | None:
     chosen = picks(store, regime, cells)
     return {"regime": regime, "validation_target": vt["target"] if vt else None, "target": t["target"],
             "cells": list(cells.values()), "picks": chosen,
-            "validation_picked_test_best": None if not (chosen["grpo[tuned]"] and chosen["grpo[oracle]"])
-            else chosen["grpo[tuned]"] == chosen["grpo[oracle]"]}
+            "validation_picked_test_best": None if not (chosen[TUNED] and chosen[ORACLE])
+            else chosen[TUNED] == chosen[ORACLE]}
 
 
 class Picks:
@@ -151,7 +157,7 @@ def grid_table(grids: Sequence[Mapping[str, Any]]) -> list[str]:
     for g in grids:
         for c in g["cells"]:
             v, t = c["validation"], c["test"]
-            marks = [p for p in ("grpo[tuned]", "grpo[oracle]") if g["picks"][p] == c["label"]]
+            marks = [p for p in (TUNED, ORACLE) if g["picks"][p] == c["label"]]
             reached = f"{t['reached_fit']}/{t['seeds']}" if t else "-"
             out.append(f"| {g['regime']} | {c['label']} | {c['k']} | {c['lr']:g} | {c['epochs']} | "
                        f"{v['runs'] if v else 0} | {_num(v['median_fit_rollouts_to_target']) if v else '-'} | "
@@ -185,7 +191,7 @@ def progress(grids: Sequence[Mapping[str, Any]]) -> list[str]:
         val = sum(c["validation"]["runs"] for c in g["cells"] if c["validation"]) if g else 0
         done = sum(1 for c in g["cells"] if c["test"] and c["test"]["seeds"] == len(TEST_SEEDS)) if g else 0
         out.append(f"| {ws} | {val} | {(g or {}).get('picks', {}).get('grpo[tuned k, lr]') or '-'} | "
-                   f"{(g or {}).get('picks', {}).get('grpo[tuned]') or '-'} | {done} | `python -m benchmarks.study "
+                   f"{(g or {}).get('picks', {}).get(TUNED) or '-'} | {done} | `python -m benchmarks.study "
                    f"--regime {fam} --warm-start {j} --protocol grpo-tuning --seeds 5` |")
     return out
 

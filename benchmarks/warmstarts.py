@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir
+from benchmarks.study import tuning
 from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci, rank_test_words
 from benchmarks.study.plan import (
     BEST_K,
@@ -52,7 +53,9 @@ from benchmarks.study.plan import (
     COST_AXES,
     COST_COMPARISONS,
     COST_FAMILY,
+    ORACLE,
     REFERENCE,
+    TUNED,
     Comparison,
     row_baselines,
 )
@@ -103,16 +106,25 @@ def is_conditioned(store: RunStore, regime: str) -> bool:
 
 class Baselines:
     """A view of a RunStore in which a row reads its baselines: ``plan.BEST_K`` is the group-size cell of the k its
-    warm start chose on the validation split (empty before the choice), ``plan.REFERENCE`` the reference runs, any
-    other label its own cell under the protocol asked."""
+    warm start chose on the validation split (empty before the choice), ``plan.TUNED`` the test cell of the uniform
+    GRPO configuration it chose there (benchmarks/study/tuning.py; empty before the choice or while that cell lacks a
+    seed of tuning.TEST_SEEDS), ``plan.ORACLE`` the test-best configuration's (a bound; empty until every one-pass
+    configuration has its test cell), ``plan.REFERENCE`` the reference runs, any other label its own cell under the
+    protocol asked."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
+        self.picked: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (regime, TUNED or ORACLE): its cell
 
     def cell(self, regime: str, protocol: str, label: str) -> list[dict[str, Any]]:
         if label == BEST_K:
             best = self.store.choice(regime, "group-size").get("best")
             return self.store.cell(regime, "group-size", best) if best else []
+        if label in (TUNED, ORACLE):
+            if (regime, label) not in self.picked:
+                pick = tuning.chosen_config if label == TUNED else tuning.oracle_config
+                self.picked[regime, label] = tuning.baseline_runs(self.store, regime, pick(self.store, regime))
+            return self.picked[regime, label]
         if label == REFERENCE:
             return self.store.cell(regime, "reference", "grpo")
         return self.store.cell(regime, protocol, label)
@@ -143,7 +155,7 @@ def _rows_of(store: RunStore, base: str, regimes: Sequence[str], c: Comparison, 
     bases = row_baselines(c) if one_set else (c.baseline,)
     kept = row_warm_starts(store, regimes, c.protocol, c.ours, bases) if len(bases) > 1 else list(regimes)
     rows = []
-    for b in (x for x in bases if x != BEST_K):
+    for b in bases:
         if (row := compare(view, kept, c.protocol, c.ours, b)) is None:
             continue
         ci = pooled_costs(view, kept, c.protocol, c.ours, b, ("cum_rollouts",))["cum_rollouts"]
@@ -152,7 +164,8 @@ def _rows_of(store: RunStore, base: str, regimes: Sequence[str], c: Comparison, 
                      "left_out_unconditioned": [r for r in ran if r not in regimes],
                      "left_out_other_baselines": [r for r in ran if r in regimes and r not in kept],
                      "family_warm_starts": list(regimes),
-                     **({"reference_of": c.baseline} if b == REFERENCE else {})})
+                     **({"reference_of": c.baseline} if b == REFERENCE else {}),
+                     **({"best_of": c.baseline} if b in (TUNED, ORACLE) else {})})
     return rows
 
 

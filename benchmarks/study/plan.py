@@ -393,16 +393,23 @@ BEST_K_COMPARISONS: tuple[Comparison, ...] = (
 # the reference runs (uniform GRPO at the regime's own batch, k = 8) named as a baseline: every matched-updates row
 # against grpo is also read against them, beside its matched grpo, over the same warm starts (issue 54)
 REFERENCE = "grpo[reference]"
+# the best uniform GRPO (issue 54, item 3): the test cell of the configuration (k, lr, passes per batch) each warm
+# start chose on its validation split (benchmarks/study/tuning.py, protocol grpo-tuning); and beside it the test-best
+# configuration of that grid, a bound (chosen on the split it is read on), never a baseline. A row the README shows
+# beside the best uniform GRPO is read against both, over the same warm starts as its own saving.
+TUNED = "grpo[tuned]"
+ORACLE = "grpo[oracle]"
 
 
 def row_baselines(c: Comparison) -> tuple[str, ...]:
     """The baselines one row of ``c`` is read against, all over one set of warm starts: its own, the reference runs
-    where its protocol matches updates, and BEST_K where the README shows the row beside the best uniform k
-    (Comparison.front or .value against grpo, with a BEST_K_COMPARISONS row of the same protocol and allocator)."""
+    where its protocol matches updates, and TUNED with ORACLE beside it where the README shows the row beside the
+    best uniform GRPO (Comparison.front or .value against grpo, with a BEST_K_COMPARISONS row of the same protocol
+    and allocator)."""
     if c.baseline != "grpo":
         return (c.baseline,)
     best = (c.front or c.value) and any((b.protocol, b.ours) == (c.protocol, c.ours) for b in BEST_K_COMPARISONS)
-    return ("grpo", *((REFERENCE,) if c.protocol == "matched-updates" else ()), *((BEST_K,) if best else ()))
+    return ("grpo", *((REFERENCE,) if c.protocol == "matched-updates" else ()), *((TUNED, ORACLE) if best else ()))
 
 
 AXIS_WORDS = {"cum_rollouts": "rollouts", "cum_tokens": "generated tokens", "seconds": "seconds"}

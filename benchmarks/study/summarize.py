@@ -117,15 +117,13 @@ def aggregate(out: Path, results: Path, *, redraw: bool = False) -> list[dict[st
     comparisons = warmstarts.measure(store, conditioned=True)  # the headline rows: conditioned warm starts only
     warmstarts.write(warmstarts.measure(store), results, warmstarts.measure_costs(store),
                      warmstarts.measure_budget(store), headline=comparisons)
-    best_k = group_size.measure(store)
-    group_size.write(best_k, results)
+    group_size.write(group_size.measure(store), results)
     grpo_tuning.write(grpo_tuning.measure(store), results)
     null_controls.write(null_controls.measure(store), results)
     large_set.write(large_set.measure(store), results)
     (summary / "training_study.md").write_text(tables.study_doc(store, records, *study_targets.tables(targets)))
     if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
         results_index.write(results)
-        readme.write_headlines(results, protocols=records, comparisons=list(comparisons),
-                               best_k=best_k["comparisons"])
+        readme.write_headlines(results, protocols=records, comparisons=list(comparisons))
         readme.sync_all(results=results)
     return records

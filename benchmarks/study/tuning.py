@@ -42,6 +42,7 @@ from rlvr_core.stats import TARGET_FRACTION, gain_target
 PROTOCOL = "grpo-tuning"
 SHARED_VALIDATION = "group-size"  # the protocol whose validation runs of k at lr 1e-4, one pass, count here
 REFERENCE_CONFIG = (8, TUNE_LR_DEFAULT, 1)
+TEST_SEEDS = tuple(range(5))  # the seeds every configuration's test cell holds: the oracle reads these
 Config = tuple[int, float, int]
 
 
@@ -208,3 +209,31 @@ def oracle_two_pass(store: RunStore, regime: str, seeds: Sequence[int]) -> Confi
         return None
     best = min(cells, key=lambda c: rank_key(score(cells[c], t["target"])))
     return two_pass(best)
+
+
+def chosen_config(store: RunStore, regime: str) -> Config | None:
+    """The configuration a warm start chose on its validation split (choice.json; None before the choice)."""
+    ch = read_frozen(store, regime, "choice.json")
+    return config_of(ch["best"]) if ch else None
+
+
+def oracle_config(store: RunStore, regime: str, seeds: Sequence[int] = TEST_SEEDS) -> Config | None:
+    """The test-best configuration, by the headline's statistic against the regime's test target, among those
+    whose test runs hold every one of ``seeds``, once every one-pass configuration's do (None until then): a bound,
+    chosen on the split it is read on. Ties go as ``rank_key`` says, then to the earlier of TUNE_CONFIGS."""
+    t = store.target(regime)
+    if t is None:
+        return None
+    full = {c: runs for c in TUNE_CONFIGS if len(runs := test_runs(store, regime, c, seeds)) == len(seeds)}
+    if any(c not in full for c in one_pass()):
+        return None
+    return min(full, key=lambda c: rank_key(score(full[c], t["target"])))
+
+
+def baseline_runs(store: RunStore, regime: str, config: Config | None,
+                  seeds: Sequence[int] = TEST_SEEDS) -> list[dict[str, Any]]:
+    """A configuration's test cell read as a baseline: every test run of it (the seeds beyond ``seeds`` too), once
+    it holds each of ``seeds`` (else none: a partial cell is not read)."""
+    if config is None or len(test_runs(store, regime, config, seeds)) < len(seeds):
+        return []
+    return store.cell(regime, test_protocol(config), tune_label(*config))

@@ -155,8 +155,6 @@ def test_an_allocator_is_read_against_k8_and_against_the_chosen_k(tmp_path: Path
     group_size.write(res, tmp_path)
     md = (tmp_path / "group_size" / "group_size.md").read_text()
     assert "| pool | ar3po | equal-rollouts | pool |" in md and (tmp_path / "group_size" / "group_size.png").exists()
+    # the README reads the tuned uniform GRPO (benchmarks/grpo_tuning.py), not the best k, beside a row
     row = {"family": "pool", "protocol": "equal-rollouts", "ours": "ar3po", "baseline": "grpo", **ar3po["vs_k8"]}
-    table = readme.evidence_headline([row], res["comparisons"])
-    line = next(ln for ln in table.splitlines() if ln.startswith("| pool | ar3po |"))
-    assert line.endswith(f"| {readme._vs_best(ar3po)} |") and "(1 warm start)" in line and "-" in line.split("|")[-2]
-    assert readme.evidence_headline([row], []).splitlines()[2].endswith("| not run yet |")
+    assert readme.evidence_headline([row]).splitlines()[2].endswith("| not run yet | not run yet |")

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from benchmarks import group_size, readme, warmstarts
-from benchmarks.study.plan import REFERENCE
+from benchmarks.study import tuning
+from benchmarks.study.plan import ORACLE, REFERENCE, TUNE_CONFIGS, TUNED, tune_label
 from benchmarks.study.store import RunStore
 
 REGIMES = ("pool", "pool-ws1")
@@ -30,7 +31,8 @@ def _cell(store: RunStore, regime: str, protocol: str, label: str, accs: list[fl
 
 def _study(tmp_path: Path) -> RunStore:
     """Two conditioned warm starts that both ran ar3po, sara+dps[context], the reference and the matched grpo;
-    only pool-ws1 ran the group-size grid (its chosen k, k = 4)."""
+    only pool-ws1 ran the group-size grid (its chosen k, k = 4) and chose its tuned uniform GRPO (k = 4 at lr 1e-4,
+    one pass: the group-size cell), whose grid's other test cells have not run."""
     store = RunStore(tmp_path)
     for regime in REGIMES:
         store.freeze(store.target_path(regime), {"regime": regime, "target": 0.5})
@@ -42,7 +44,9 @@ def _study(tmp_path: Path) -> RunStore:
               [0.3, 0.35, 0.45, 0.55])
         _cell(store, regime, "equal-batch", "sara+dps[context]", [0.3, 0.4, 0.5, 0.6])
     store.freeze(store.choice_path("pool-ws1", "group-size"), {"best": "grpo[k4]", "k": 4})
-    _cell(store, "pool-ws1", "group-size", "grpo[k4]", [0.3, 0.4, 0.52, 0.6])
+    store.freeze(tuning.frozen_path(store, "pool-ws1", "choice.json"), {"best": "grpo[k4]", "k": 4, "lr": 1e-4,
+                                                                        "epochs": 1})
+    _cell(store, "pool-ws1", "group-size", "grpo[k4]", [0.3, 0.4, 0.52, 0.6], seeds=len(tuning.TEST_SEEDS))
     return RunStore(tmp_path)
 
 
@@ -60,8 +64,12 @@ def test_both_savings_of_a_row_pool_the_warm_starts_every_baseline_ran_and_the_t
     b = next(r for r in best if (r["protocol"], r["ours"]) == ("equal-rollouts", "ar3po"))
     assert [p["regime"] for p in b["vs_best"]["per_warm_start"]] == ["pool-ws1"]
     assert b["vs_k8"]["pooled_saving"] == ar3po["pooled_saving"]  # the same runs, the same saving
-    line = next(ln for ln in readme.evidence_headline(rows, best).splitlines() if ln.startswith("| pool | ar3po |"))
-    assert "| 1 of 1 warm starts, ws1 (p " in line and line.endswith(f"| {readme._vs_best(b)} |")
+    tuned = _row(rows, "equal-rollouts", "ar3po", TUNED)
+    assert [p["regime"] for p in tuned["per_warm_start"]] == ["pool-ws1"] and tuned["best_of"] == "grpo"
+    assert tuned["base_runs"] == len(tuning.TEST_SEEDS) and not any(r["baseline"] == ORACLE for r in rows)
+    line = next(ln for ln in readme.evidence_headline(rows).splitlines() if ln.startswith("| pool | ar3po |"))
+    assert "| 1 of 1 warm starts, ws1 (p " in line
+    assert line.endswith(f"| {readme._vs_best(tuned)} | not run yet |")  # the oracle's grid has not run
     assert "left out: not every baseline of the row ran there" in warmstarts.summary_md(rows)
     # the per-warm-start rows (not the headline) keep both warm starts
     every = warmstarts.measure(store, bases=("pool",))
@@ -95,12 +103,44 @@ def test_warm_starts_are_named_as_a_run_or_one_by_one() -> None:
     assert readme.warm_start_names(["pool-ws1"]) == "ws1"
 
 
-def test_a_row_whose_best_k_has_not_run_anywhere_keeps_its_own_warm_starts(tmp_path) -> None:
+def test_a_row_whose_tuned_grpo_has_not_run_anywhere_keeps_its_own_warm_starts(tmp_path) -> None:
     store = _study(tmp_path)
-    store.choice_path("pool-ws1", "group-size").unlink()
+    tuning.frozen_path(store, "pool-ws1", "choice.json").unlink()
     rows = warmstarts.measure(RunStore(tmp_path), bases=("pool",), conditioned=True)
     ar3po = _row(rows, "equal-rollouts", "ar3po", "grpo")
     assert [p["regime"] for p in ar3po["per_warm_start"]] == list(REGIMES)
-    line = next(ln for ln in readme.evidence_headline(rows, []).splitlines() if ln.startswith("| pool | ar3po |"))
-    assert "| 1 of 2 warm starts (p " in line and line.endswith("| not run yet |")
+    line = next(ln for ln in readme.evidence_headline(rows).splitlines() if ln.startswith("| pool | ar3po |"))
+    assert "| 1 of 2 warm starts (p " in line and line.endswith("| not run yet | not run yet |")
+
+
+def test_the_best_uniform_grpo_columns_read_the_validation_choice_and_the_test_best_configuration(tmp_path) -> None:
+    store = _study(tmp_path)
+    # every other configuration's test cell: k = 2 at lr 2e-4, two passes is the test-best; the oracle is read
+    # only once every one-pass configuration has every test seed
+    _cell(store, "pool-ws1", "reference", "grpo", [0.3, 0.35, 0.45, 0.55], seeds=len(tuning.TEST_SEEDS))
+    assert tuning.oracle_config(store, "pool-ws1") is None
+    for config in TUNE_CONFIGS:
+        if config in ((8, 1e-4, 1), (4, 1e-4, 1)):
+            continue
+        fast = config == (2, 2e-4, 2)
+        _cell(store, "pool-ws1", tuning.test_protocol(config), tune_label(*config),
+              [0.3, 0.55, 0.6, 0.6] if fast else [0.3, 0.33, 0.4, 0.5], seeds=len(tuning.TEST_SEEDS))
+    assert tuning.oracle_config(store, "pool-ws1") == (2, 2e-4, 2)
+    assert tuning.chosen_config(store, "pool-ws1") == (4, 1e-4, 1)
+    rows = warmstarts.measure(RunStore(tmp_path), bases=("pool",), conditioned=True)
+    tuned, oracle = (_row(rows, "equal-rollouts", "ar3po", b) for b in (TUNED, ORACLE))
+    assert oracle["pooled_saving"] < tuned["pooled_saving"]  # the bound is the harder baseline
+    assert [p["regime"] for p in oracle["per_warm_start"]] == ["pool-ws1"]
+    # neither is a row of the table of savings (nor of Holm's family): they are read beside one
+    assert "p_holm" not in tuned and "p_holm" not in oracle
+    assert TUNED not in warmstarts.summary_md(rows)
+    line = next(ln for ln in readme.evidence_headline(rows).splitlines() if ln.startswith("| pool | ar3po |"))
+    assert line.endswith(f"| {readme._vs_best(tuned)} | {readme._vs_best(oracle)} |")
+    # a chosen configuration whose test cell lacks a seed is not read: the row keeps both warm starts
+    store.run_file("pool-ws1", "group-size", "grpo[k4]", 4).unlink()
+    store.run_file("pool-ws1", "group-size", "grpo[k4]", 3).unlink()
+    assert tuning.baseline_runs(RunStore(tmp_path), "pool-ws1", (4, 1e-4, 1)) == []
+    rows = warmstarts.measure(RunStore(tmp_path), bases=("pool",), conditioned=True)
+    assert not any(r["baseline"] in (TUNED, ORACLE) for r in rows)  # k = 4 is a one-pass cell of the oracle's too
+    assert [p["regime"] for p in _row(rows, "equal-rollouts", "ar3po", "grpo")["per_warm_start"]] == list(REGIMES)
 

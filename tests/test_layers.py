@@ -190,7 +190,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
      "benchmarks.study_targets", "benchmarks.record_policies", "benchmarks.advisor_validation"),
     ("benchmarks.warmstarts", "benchmarks.group_size", "benchmarks.grpo_tuning", "benchmarks.null_controls",
      "benchmarks.large_set",
-     "benchmarks.study.round_price",
+     "benchmarks.study.round_price", "benchmarks.study.replication",
      "benchmarks.study.backfill",
      "benchmarks.regimes", "benchmarks.group_value"),
     ("benchmarks.study.summarize", "benchmarks.study.heldout"),

@@ -10,6 +10,7 @@ from pathlib import Path
 from benchmarks import study
 from benchmarks.common import RESULTS
 from benchmarks.common import default_out as _default_out
+from benchmarks.study import replication
 from benchmarks.study.backfill import backfill_beliefs, backfill_logs
 from benchmarks.study.execute import run_protocol, verify_policy
 from benchmarks.study.heldout import CONTROL_CELLS, heldout_large
@@ -63,6 +64,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=None, metavar="N",
                     help="--backfill-logs, --backfill-beliefs, --heldout-large: at most N runs in this command (resume "
                     "with the same command)")
+    ap.add_argument("--replication", action="store_true",
+                    help="the confirmatory replication of --regime (hard or pool): admit its fresh warm starts, then "
+                    "run the tuned uniform GRPO and the claims' cells of benchmarks/study/hypotheses.json there at "
+                    "its seeds (benchmarks/study/replication.py; resumable)")
     ap.add_argument("--round-price", action="store_true", help="measure the price of synchronous rounds")
     ap.add_argument("--round-steps", type=int, default=6)
     return ap
@@ -78,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit is not None and (args.limit < 1 or not reruns):
         parser().error("--limit takes a number of runs >= 1, with --backfill-logs, --backfill-beliefs or "
                        "--heldout-large")
+    if args.replication and (args.warm_start is not None or reruns or args.summarize_only or args.round_price):
+        parser().error("--replication chooses its own warm starts and runs its own cells: give it --regime only")
     if args.warm_start is not None:
         args.regime = f"{args.regime}{WS_SEP}{args.warm_start}"
     args.out = default_out(args.out, args.quick)
@@ -103,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.verify_policy:
         verify_policy(RunStore(args.out), args.regime, work=args.work, log=stamped)
         return 0
-    if not args.summarize_only:
+    if args.replication:
+        t0 = time.perf_counter()
+        replication.run(args.regime, out=args.out, work=args.work, quick=args.quick, log=stamped)
+        print(f"{args.regime}/replication: done in {time.perf_counter() - t0:.0f} s", flush=True)
+    elif not args.summarize_only:
         t0 = time.perf_counter()
         run_protocol(args.regime, args.protocol, seeds, out=args.out, work=args.work, quick=args.quick,
                      variants=args.variants, log=stamped)

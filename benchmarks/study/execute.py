@@ -514,13 +514,13 @@ class _Driver:
                     self.go("group-size", lab, s, None, "test")
 
 
-    def grpo_tuning(self) -> None:
+    def grpo_tuning(self, oracle: bool = True) -> None:
         """The tuned uniform GRPO of one warm start (benchmarks/study/tuning.py): the one-pass grid's validation
         runs (the reference configuration's first, so that the validation target is frozen early), the (k, lr)
-        choice, the second pass's validation runs, the final choice, then the test runs: the chosen configuration's,
-        every one-pass configuration's, and two passes at the test-best one-pass (k, lr). Each step waits for
-        nothing: a run another study process holds is left to it, and a choice whose runs are missing is made by a
-        later invocation."""
+        choice, the second pass's validation runs, the final choice, then the test runs: the chosen configuration's
+        and, with ``oracle``, every one-pass configuration's and two passes at the test-best one-pass (k, lr).
+        Each step waits for nothing: a run another study process holds is left to it, and a choice whose runs are
+        missing is made by a later invocation."""
         first = [T.REFERENCE_CONFIG, *(c for c in T.one_pass() if c != T.REFERENCE_CONFIG)]
         todo = [(c, s) for c in first for s in T.missing_validation(self.store, self.regime, c)]
         self.total += len(todo)
@@ -541,14 +541,32 @@ class _Driver:
             self.log(f"[{self.regime}/{T.PROTOCOL}] no final choice yet: two-pass validation runs missing")
             return
         self.log(f"[{self.regime}/{T.PROTOCOL}] chose {choice['best']} ({choice['epochs']} pass(es) per batch)")
-        self.total += len(T.cells_to_test(choice)) * len(self.seeds)
-        for c in T.cells_to_test(choice):
+        cells = T.cells_to_test(choice) if oracle else [T.config_of(choice["best"])]
+        self.total += len(cells) * len(self.seeds)
+        for c in cells:
             for s in self.seeds:
                 self.go(T.test_protocol(c), tune_label(*c), s, None, "test")
-        if (extra := T.oracle_two_pass(self.store, self.regime, self.seeds)) is not None:
+        if oracle and (extra := T.oracle_two_pass(self.store, self.regime, self.seeds)) is not None:
             self.total += len(self.seeds)
             for s in self.seeds:
                 self.go(T.PROTOCOL, tune_label(*extra), s, None, "test")
+
+
+def run_replication_cells(store: RunStore, regime_name: str, seeds: Sequence[int],
+                          cells: Sequence[tuple[str, str]], *, work: Path, quick: bool, params_file: Path = PARAMS_FILE,
+                          log: Log = print) -> None:
+    """One admitted warm start of the confirmatory replication (benchmarks/study/replication.py): the reference
+    runs at ``seeds``, the tuned uniform GRPO's choice and chosen test cell at ``seeds`` (no oracle cells), then each
+    (protocol, label) of ``cells`` at ``seeds`` (from the protocol's first seed), each skipped when its file
+    exists."""
+    drv = _Driver(store, regime_name, seeds, work=work, quick=quick, params_file=params_file, log=log)
+    drv.total = len(seeds) * (1 + len(cells))
+    for s in seeds:
+        drv.go("reference", "grpo", s, None, "test")
+    drv.grpo_tuning(oracle=False)
+    for protocol, label in cells:
+        for s in seeds:
+            drv.go(protocol, label, PROTOCOLS[protocol].first_seed + s, None, "test")
 
 
 def run_protocol(regime_name: str, protocol: str, seeds: Sequence[int], *, out: Path, work: Path, quick: bool,

@@ -18,6 +18,8 @@ Adding a variant to the study is one ``Variant`` record here with its ``runs``; 
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -26,6 +28,21 @@ from rlvr_core.config import Params, load_params
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS_FILE = ROOT / "params.yaml"
+# the confirmatory replication's declaration (benchmarks/study/replication.py reads and checks all of it)
+HYPOTHESES_FILE = Path(__file__).with_name("hypotheses.json")
+
+
+@functools.cache
+def replication_candidates() -> frozenset[int]:
+    """The warm-start seeds the replication may admit (its declaration's admission.candidates): they stay out of the
+    exploratory families (RunStore.family), whether admitted or not."""
+    try:
+        got = json.loads(HYPOTHESES_FILE.read_text())["admission"]["candidates"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{HYPOTHESES_FILE.name}: admission.candidates unreadable ({e!r})") from None
+    if not isinstance(got, list) or not all(isinstance(j, int) and not isinstance(j, bool) for j in got):
+        raise ValueError(f"{HYPOTHESES_FILE.name}: admission.candidates must be a list of integers, got {got!r}")
+    return frozenset(got)
 RECORDED = ROOT / "artifacts" / "warmstart"  # the recorded policies (rlvr_core.models.recorded)
 
 Overrides = dict[str, dict[str, Any]]

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from benchmarks.study.plan import WS_SEP, base_regime, grid_tag, shared_sources, step_grid
+from benchmarks.study.plan import WS_SEP, base_regime, grid_tag, replication_candidates, shared_sources, step_grid
 from rlvr_core.registry import slug
 from rlvr_core.safefs import folder_fd, open_in, write_text_atomic
 
@@ -244,8 +244,12 @@ class RunStore:
         return sorted((n for n in names if n[len(base) + len(WS_SEP):].isdigit()), key=lambda n: base_regime(n)[1])
 
     def family(self, base: str) -> list[str]:
-        """``base`` and its warm-start variants that have a frozen target, base first, then by warm-start seed."""
-        return [r for r in (base, *self.warm_starts(base)) if self.target(r) is not None]
+        """``base`` and its warm-start variants that have a frozen target, base first, then by warm-start seed; the
+        confirmatory replication's candidates (plan.replication_candidates) are not of it: they are read by
+        benchmarks/study/replication.py alone."""
+        fresh = replication_candidates()
+        return [r for r in (base, *self.warm_starts(base))
+                if self.target(r) is not None and base_regime(r)[1] not in fresh]
 
     # ----- claims ---------------------------------------------------------------------------------------
     @staticmethod

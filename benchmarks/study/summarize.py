@@ -29,7 +29,7 @@ from benchmarks import (
     warmstarts,
 )
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study import tables
+from benchmarks.study import replication, tables
 from benchmarks.study.plan import PROTOCOLS, VARIANTS, baseline_of, budget_of, shared_sources
 from benchmarks.study.stats import against_baseline, cell_rows
 from benchmarks.study.store import RunStore
@@ -119,6 +119,7 @@ def aggregate(out: Path, results: Path, *, redraw: bool = False) -> list[dict[st
                      warmstarts.measure_budget(store), headline=comparisons)
     group_size.write(group_size.measure(store), results)
     grpo_tuning.write(grpo_tuning.measure(store), results)
+    replication.write(replication.measure(store), results)
     null_controls.write(null_controls.measure(store), results)
     large_set.write(large_set.measure(store), results)
     (summary / "training_study.md").write_text(tables.study_doc(store, records, *study_targets.tables(targets)))

@@ -1,0 +1,289 @@
+"""The confirmatory replication (issue 54, item 6; docs/training-study.md "The confirmatory replication").
+
+    python -m benchmarks.study --regime pool --replication      # resumable: admission, tuning, claims' cells
+    python -m benchmarks.study --regime hard --replication
+
+Reads its declaration, benchmarks/study/hypotheses.json, committed before any of its runs (``load`` refuses a
+file that does not say what the reading needs, naming the field). Per regime:
+
+1. **Admission**: the candidate warm starts in order run their uniform GRPO reference runs (the declared
+   reference seeds) and freeze their target and pre-registration, the conditioning figures included; a candidate
+   is admitted when those meet the conditioning criteria, until the declared number per regime is admitted. A
+   candidate that misses runs nothing more.
+2. On each admitted warm start: the reference runs at every declared seed, the tuned uniform GRPO's validation grid
+   and choice (benchmarks/study/tuning.py) and its chosen configuration's test cell at every seed (not the
+   oracle's other cells), then each claim's cell at every seed.
+3. **The reading** (``measure``, also run by every study summary): each claim against ``grpo[tuned]`` pooled over
+   its regime's admitted warm starts, the one-sided rank test stratified by warm start, Holm's rule over the
+   claims, and the declared decision: confirmed, not confirmed, or not read yet (a cell misses a seed).
+
+Writes benchmarks/results/replication/replication.{json,md}, naming the commit that added the hypotheses file and
+its sha256. The candidate warm starts stay out of the exploratory families (RunStore.family).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from benchmarks.common import output_dir
+from benchmarks.study import tuning as T
+from benchmarks.study.execute import Log, run_protocol, run_replication_cells
+from benchmarks.study.formats import p_value, pct
+from benchmarks.study.plan import (
+    COMPARISON_FAMILIES,
+    HYPOTHESES_FILE,
+    PARAMS_FILE,
+    PROTOCOLS,
+    TUNED,
+    WS_SEP,
+    labels,
+)
+from benchmarks.study.stats import compare, holm_with_se, pooled_costs
+from benchmarks.study.store import RunStore, as_store
+from benchmarks.warmstarts import Baselines
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    regime: str
+    protocol: str
+    ours: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class Hypotheses:
+    candidates: tuple[int, ...]
+    per_regime: int
+    reference_seeds: tuple[int, ...]
+    seeds: tuple[int, ...]
+    level: float
+    claims: tuple[Claim, ...]
+    sha256: str
+
+
+def _field(d: Any, key: str, where: str) -> Any:
+    if not isinstance(d, dict) or key not in d:
+        raise ValueError(f"{HYPOTHESES_FILE.name}: {where}{key} is missing")
+    return d[key]
+
+
+def _seeds(v: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(v, list) or not v or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                   for s in v) or len(set(v)) != len(v):
+        raise ValueError(f"{HYPOTHESES_FILE.name}: {where} must be a non-empty list of distinct integers >= 0, "
+                         f"got {v!r}")
+    return tuple(v)
+
+
+def load(path: Path = HYPOTHESES_FILE) -> Hypotheses:
+    """The declaration, checked: every field the reading needs, of the right kind (ValueError names the field)."""
+    raw = path.read_bytes()
+    try:
+        d = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{path.name}: not JSON ({e})") from None
+    if _field(d, "format", "") != FORMAT:
+        raise ValueError(f"{path.name}: format must be {FORMAT}, got {d['format']!r}")
+    adm = _field(d, "admission", "")
+    candidates = _seeds(_field(adm, "candidates", "admission."), "admission.candidates")
+    per = _field(adm, "per_regime", "admission.")
+    if not isinstance(per, int) or isinstance(per, bool) or not 1 <= per <= len(candidates):
+        raise ValueError(f"{path.name}: admission.per_regime must be an integer in [1, {len(candidates)}], got {per!r}")
+    refs = _seeds(_field(adm, "reference_seeds", "admission."), "admission.reference_seeds")
+    seeds = _seeds(_field(d, "seeds", ""), "seeds")
+    if not set(refs) <= set(seeds):
+        raise ValueError(f"{path.name}: admission.reference_seeds {list(refs)} must be among seeds {list(seeds)}")
+    if (label := _field(_field(d, "comparator", ""), "label", "comparator.")) != TUNED:
+        raise ValueError(f"{path.name}: comparator.label must be {TUNED!r} (the tuned uniform GRPO), got {label!r}")
+    level = _field(_field(d, "decision", ""), "level", "decision.")
+    if not isinstance(level, float) or not 0 < level < 1:
+        raise ValueError(f"{path.name}: decision.level must be a number in (0, 1), got {level!r}")
+    claims, ids = [], set()
+    for i, c in enumerate(_field(d, "claims", "") or []):
+        where = f"claims[{i}]."
+        cl = Claim(*(_field(c, k, where) for k in ("id", "regime", "protocol", "ours", "direction")))
+        if not isinstance(cl.id, str) or not cl.id or cl.id in ids:
+            raise ValueError(f"{path.name}: {where}id must be a unique non-empty string, got {cl.id!r}")
+        if cl.regime not in COMPARISON_FAMILIES:
+            raise ValueError(f"{path.name}: {where}regime must be one of {list(COMPARISON_FAMILIES)}, "
+                             f"got {cl.regime!r}")
+        if cl.protocol not in PROTOCOLS:
+            raise ValueError(f"{path.name}: {where}protocol {cl.protocol!r} is not a protocol ({list(PROTOCOLS)})")
+        if cl.ours not in labels(cl.protocol, f"{cl.regime}{WS_SEP}{candidates[0]}"):
+            raise ValueError(f"{path.name}: {where}ours {cl.ours!r} does not run under {cl.protocol!r} on a warm "
+                             f"start of {cl.regime!r}")
+        ids.add(cl.id)
+        claims.append(cl)
+    if not claims:
+        raise ValueError(f"{path.name}: claims must name at least one claim")
+    return Hypotheses(candidates, per, refs, seeds, level, tuple(claims), hashlib.sha256(raw).hexdigest())
+
+
+def declared_in(path: Path = HYPOTHESES_FILE) -> str | None:
+    """The commit that added the hypotheses file (None where git or the history is not at hand)."""
+    try:
+        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", path.name], cwd=path.parent,
+                             capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[-1] if out else None
+
+
+def candidates(hyp: Hypotheses, base: str) -> list[str]:
+    return [f"{base}{WS_SEP}{j}" for j in hyp.candidates]
+
+
+def admission(store: RunStore, base: str, hyp: Hypotheses) -> dict[str, Any]:
+    """Where the admission of ``base``'s warm starts stands, read off their frozen pre-registrations: the admitted,
+    the missed (with their conditioning figures) and the next candidate to run (None: the admission is over)."""
+    admitted: list[str] = []
+    missed: list[dict[str, Any]] = []
+    for regime in candidates(hyp, base):
+        if len(admitted) == hyp.per_regime:
+            return {"admitted": admitted, "missed": missed, "next": None}
+        cond = (store.preregistration(regime) or {}).get("conditioning")
+        if cond is None:
+            return {"admitted": admitted, "missed": missed, "next": regime}
+        if cond["conditioned"]:
+            admitted.append(regime)
+        else:
+            missed.append({"regime": regime, **{k: cond.get(k) for k in ("slope_points_per_1k", "headroom_points",
+                                                                           "evals_before_target", "meets")}})
+    return {"admitted": admitted, "missed": missed, "next": None}
+
+
+def run(base: str, *, out: Path, work: Path, quick: bool = False, params_file: Path = PARAMS_FILE,
+        log: Log = print, hyp: Hypotheses | None = None) -> dict[str, Any]:
+    """The replication's runs of regime ``base`` (each skipped when its file exists): the admission, then per
+    admitted warm start the reference runs, the tuned uniform GRPO and the claims' cells at every seed."""
+    hyp = hyp or load()
+    if base not in COMPARISON_FAMILIES:
+        raise SystemExit(f"the replication runs on {list(COMPARISON_FAMILIES)}, not {base!r}")
+    store = RunStore(out)
+    while (nxt := admission(store, base, hyp)["next"]) is not None:
+        log(f"[{nxt}] replication candidate: reference seeds {list(hyp.reference_seeds)}, then its conditioning")
+        run_protocol(nxt, "reference", hyp.reference_seeds, out=out, work=work, quick=quick, params_file=params_file,
+                     log=log)
+        if (store.preregistration(nxt) or {}).get("conditioning") is None:
+            raise RuntimeError(f"regime {nxt}: its reference runs froze no conditioning record")
+    st = admission(store, base, hyp)
+    log(f"[{base}] replication warm starts: {st['admitted'] or 'none'}; missed: "
+        f"{[m['regime'] for m in st['missed']] or 'none'}")
+    cells = [(c.protocol, c.ours) for c in hyp.claims if c.regime == base]
+    for regime in st["admitted"]:
+        run_replication_cells(store, regime, hyp.seeds, cells, work=work, quick=quick, params_file=params_file,
+                              log=log)
+    return st
+
+
+def _complete(runs: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> bool:
+    return {int(r["seed"]) for r in runs} >= set(seeds)
+
+
+def measure(out: Path | RunStore, hyp: Hypotheses | None = None) -> dict[str, Any]:
+    """Each claim read against grpo[tuned] over its regime's admitted warm starts, with the declared decision."""
+    store, hyp = as_store(out), hyp or load()
+    view = Baselines(store)
+    adm = {base: admission(store, base, hyp) for base in sorted({c.regime for c in hyp.claims})}
+    rows = []
+    for c in hyp.claims:
+        regimes = adm[c.regime]["admitted"]
+        first = PROTOCOLS[c.protocol].first_seed
+        gaps = []
+        for r in regimes:
+            if not T.chosen_config(store, r):
+                gaps.append(f"{r}: no tuned choice yet")
+                continue
+            ours = view.cell(r, c.protocol, c.ours)
+            base = view.cell(r, c.protocol, TUNED)
+            if not _complete(ours, [first + s for s in hyp.seeds]):
+                gaps.append(f"{r}: {c.ours} has {len(ours)} of {len(hyp.seeds)} seeds")
+            if not _complete(base, hyp.seeds):
+                gaps.append(f"{r}: {TUNED} has {len(base)} of {len(hyp.seeds)} seeds")
+        if len(regimes) < hyp.per_regime and adm[c.regime]["next"] is not None:
+            gaps.insert(0, f"admission not over ({len(regimes)} of {hyp.per_regime} warm starts admitted)")
+        row: dict[str, Any] = {"id": c.id, "regime": c.regime, "protocol": c.protocol, "ours": c.ours,
+                               "baseline": TUNED, "direction": c.direction, "warm_starts": regimes, "missing": gaps}
+        if not gaps and regimes:
+            got = compare(view, regimes, c.protocol, c.ours, TUNED)
+            if got is not None:
+                ci = pooled_costs(view, regimes, c.protocol, c.ours, TUNED, ("cum_rollouts",))["cum_rollouts"]
+                row.update({k: got[k] for k in ("pooled_saving", "p_value_stratified", "p_value_stratified_se",
+                                                "p_method", "holds_in", "ours_runs", "base_runs", "per_warm_start")},
+                           pooled_lo=ci["lo"], pooled_hi=ci["hi"])
+        rows.append(row)
+    read = [r for r in rows if "p_value_stratified" in r]
+    # Holm over every claim of the file: a claim not read yet holds the family open, so none is decided early
+    if len(read) == len(rows):
+        for r, (p, se) in zip(read, holm_with_se([r["p_value_stratified"] for r in read],
+                                                 [r["p_value_stratified_se"] for r in read])):
+            r.update(p_holm=p, p_holm_se=se)
+    for r in rows:
+        r["verdict"] = verdict(r, hyp.level)
+    return {"hypotheses": {"file": str(HYPOTHESES_FILE.relative_to(HYPOTHESES_FILE.parents[2])),
+                           "sha256": hyp.sha256, "declared_in": declared_in()},
+            "admission": adm, "seeds": list(hyp.seeds), "level": hyp.level, "claims": rows}
+
+
+def verdict(r: Mapping[str, Any], level: float) -> str:
+    """The declared decision on one read claim: ``confirmed`` when its Holm-adjusted p (plus 2 Monte Carlo SEs
+    where not exact) is below ``level`` and its pooled saving's interval lies above zero; ``not read yet`` while a
+    claim of the family is not read."""
+    if "p_holm" not in r:
+        return "not read yet"
+    p, se = r["p_holm"], r.get("p_holm_se") or 0.0
+    lo = r.get("pooled_lo")
+    ok = p is not None and p + 2 * se < level and lo is not None and math.isfinite(lo) and lo > 0
+    return "confirmed" if ok else "not confirmed"
+
+
+def markdown(res: Mapping[str, Any]) -> str:
+    h = res["hypotheses"]
+    out = ["# The confirmatory replication", "",
+           f"Hypotheses: [{h['file']}](../../../{h['file']}), added in commit "
+           f"{h['declared_in'] or 'unknown (no git history here)'}, sha256 {h['sha256'][:16]}. Seeds "
+           f"{res['seeds'][0]}-{res['seeds'][-1]} on the test split; each claim against `{TUNED}` (each warm "
+           "start's tuned uniform GRPO, chosen on its validation split); p: one-sided rank test stratified by warm "
+           f"start, Holm-adjusted over the {len(res['claims'])} claims; confirmed when that p is below "
+           f"{res['level']:g} and the pooled saving's 95% interval lies above zero.", "",
+           "## Admission", "", "| regime | admitted | missed the conditioning | next candidate |", "|---|---|---|---|"]
+    for base, a in res["admission"].items():
+        missed = ", ".join(f"{m['regime']} (slope {m['slope_points_per_1k']:.2f}, headroom "
+                           f"{m['headroom_points']:.1f}, {m['evals_before_target']:.0f} evaluations)"
+                           for m in a["missed"]) or "none"
+        out.append(f"| {base} | {', '.join(a['admitted']) or 'none yet'} | {missed} | {a['next'] or '-'} |")
+    out += ["", "## Claims", "",
+            "| claim | regime | allocator vs baseline | warm starts | fewer rollouts to target [95% CI] | p | "
+            "p (Holm) | holds in | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["claims"]:
+        ws = ", ".join(r["warm_starts"]) or "none yet"
+        if "pooled_saving" in r:
+            s = "never reaches" if r["pooled_saving"] is None else \
+                f"{pct(r['pooled_saving'])} [{pct(r['pooled_lo'])}, {pct(r['pooled_hi'])}]"
+            p = p_value(r["p_value_stratified"], r.get("p_value_stratified_se"))
+            ph = p_value(r["p_holm"], r.get("p_holm_se")) if "p_holm" in r else "-"
+            holds = f"{r['holds_in']} of {len(r['per_warm_start'])}"
+        else:
+            s, p, ph, holds = "; ".join(r["missing"]) or "-", "-", "-", "-"
+        out.append(f"| {r['id']} | {r['regime']} | {r['ours']} vs {r['baseline']} ({r['protocol']}) | {ws} | {s} | "
+                   f"{p} | {ph} | {holds} | **{r['verdict']}** |")
+    out += ["", "Resume: `python -m benchmarks.study --regime pool --replication` and `python -m benchmarks.study "
+            "--regime hard --replication` (each run is skipped when its file exists)."]
+    return "\n".join(out) + "\n"
+
+
+def write(res: Mapping[str, Any], results: Path) -> None:
+    """replication.json and replication.md in ``results``/replication/."""
+    dest = output_dir(results, "replication")
+    (dest / "replication.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    (dest / "replication.md").write_text(markdown(res))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import interval, p_value, pct, rank_test_words
+from benchmarks.study.noise import aa_bands, band_words, reads_as
 from benchmarks.study.plan import COMPARISONS, ORACLE, PROTOCOLS, REFERENCE, REGIMES, TUNED, VARIANTS, base_regime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,17 +131,28 @@ def _named(r: dict) -> str:
     return f", {warm_start_names(per)}" if per and len(per) < len(full) else ""
 
 
-def _saving_rows(shown: list[dict], rows: list[dict] | tuple = ()) -> list[str]:
+def _band(r: dict, bands: dict) -> str:
+    """``[-20%, 17%]; **saving**``: the family's A/A band and what the row's saving may be called by it."""
+    b = bands.get(r["family"])
+    if b is None:
+        return "not run yet; no A/A band"
+    word = reads_as(r, b)
+    return f"{band_words(b)}; {'**saving**' if word == 'saving' else word}"
+
+
+def _saving_rows(shown: list[dict], rows: list[dict] | tuple = (), bands: dict | None = None) -> list[str]:
     """The header and one line per row of the README's saving tables; a matched-updates row carries its reading
-    against the reference runs (the row of ``rows`` whose baseline is plan.REFERENCE) beside its own, and a row read
-    against the best uniform GRPO its readings against plan.TUNED and plan.ORACLE in the last two columns."""
+    against the reference runs (the row of ``rows`` whose baseline is plan.REFERENCE) beside its own, a row read
+    against the best uniform GRPO its readings against plan.TUNED and plan.ORACLE, and every row its family's A/A
+    band (``bands``, benchmarks.null_controls.aa_bands) with what its saving may be called by it."""
     def by(baseline: str) -> dict[tuple[str, str, str], dict]:
         return {(r["family"], r["protocol"], r["ours"]): r for r in rows if r["baseline"] == baseline}
 
     refs, tuned, oracle = by(REFERENCE), by(TUNED), by(ORACLE)
+    bands = bands or {}
     out = ["| regime | allocator | baseline | protocol | fewer rollouts to target [95% CI] | p | holds in | "
-           "vs tuned uniform GRPO [95% CI] | vs test-best uniform GRPO (a bound) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "A/A band; reads as | vs tuned uniform GRPO [95% CI] | vs test-best uniform GRPO (a bound) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in shown:
         key = (r["family"], r["protocol"], r["ours"])
         saving, p = _figure(r), _p_holm(r)
@@ -148,7 +160,7 @@ def _saving_rows(shown: list[dict], rows: list[dict] | tuple = ()) -> list[str]:
             saving += f"; vs the reference grpo: {_figure(ref)}"
             p += f"; {_p_holm(ref)}"
         out.append(f"| {r['family']} | {r['ours']} | {r['baseline']} | {r['protocol']} | {saving} | {p} | "
-                   f"{r['holds_in']} of {r['warm_starts']} warm starts{_named(r)}{_own_ps(r)} | "
+                   f"{r['holds_in']} of {r['warm_starts']} warm starts{_named(r)}{_own_ps(r)} | {_band(r, bands)} | "
                    f"{_vs_best(tuned.get(key))} | {_vs_best(oracle.get(key))} |")
     return out
 
@@ -157,18 +169,18 @@ def _saving_rows(shown: list[dict], rows: list[dict] | tuple = ()) -> list[str]:
 VALUE = tuple((c.protocol, c.ours, c.baseline) for c in COMPARISONS if c.value)
 
 
-def value_headline(rows: list[dict]) -> str:
+def value_headline(rows: list[dict], bands: dict | None = None) -> str:
     """The README's table of the value-priced allocators (readme/value_headline.md): the value-based baselines and
     ours against uniform GRPO at equal rollouts, in the opening table's columns and legend."""
     shown = _shown(rows, VALUE)
     if not shown:
         return ""
-    return "\n".join([*_saving_rows(shown, rows), "",
+    return "\n".join([*_saving_rows(shown, rows, bands), "",
                       "Columns as in the opening table. Published: knapsack-rl, vip, mopps, cures (run where prompts "
                       "recur, `pool`); ours: valor, valor[reuse] (docs/allocators/)."]) + "\n"
 
 
-def evidence_headline(rows: list[dict]) -> str:
+def evidence_headline(rows: list[dict], bands: dict | None = None) -> str:
     """The README's opening table (readme/evidence_headline.md): per headline regime and front comparison that has
     run, the pooled saving in fitted rollouts to target [95% CI] across warm starts, the stratified p and the warm
     starts where it holds (the rows of warmstarts/training_warmstarts.json), then a bulleted legend."""
@@ -178,7 +190,7 @@ def evidence_headline(rows: list[dict]) -> str:
     shown = _shown(rows, FRONT)
     if not shown:
         return ""
-    out = _saving_rows(shown, rows)
+    out = _saving_rows(shown, rows, bands)
     protocols = sorted({r["protocol"] for r in shown}, key=list(PROTOCOLS).index)
     out += ["",
             "- **regime**: the task, read over its warm starts (each its own starting policy, uniform GRPO reference "
@@ -194,6 +206,11 @@ def evidence_headline(rows: list[dict]) -> str:
             "- **holds in**: the warm starts whose own saving is above zero, each warm start's own one-sided p "
             "beside; a row over fewer warm starts than its regime's conditioned ones names them (ws0: the regime's "
             "own warm start).",
+            "- **A/A band; reads as**: the central 95% of the pooled savings of uniform GRPO against itself, its "
+            "runs re-split at random into two sides as many as the row's per warm start "
+            "([null_controls.md](benchmarks/results/null_controls/null_controls.md)): the spread of a saving when "
+            "nothing differs. A row reads as a **saving** only when its interval lies above zero and its estimate "
+            "above the band, a loss when both lie below, else not separated from that noise.",
             "- **vs tuned uniform GRPO**: the same saving against uniform GRPO at the configuration its warm start "
             "chose on the validation split by the same statistic (k in 2, 4, 8 x lr in 5e-5, 1e-4, 2e-4 at 256 "
             "rollouts per update, then one or two passes per batch), with its one-sided stratified p (not "
@@ -239,11 +256,16 @@ def allocation_headline(targets: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_headlines(results: Path, protocols: list[dict] | None = None, comparisons: list[dict] | None = None) -> None:
+def write_headlines(results: Path, protocols: list[dict] | None = None, comparisons: list[dict] | None = None,
+                    bands: dict | None = None) -> None:
     """Derive the headline tables from the benchmarks' JSON files under the results root ``results`` (when they
     exist) into its readme/; ``protocols``: the study's cell records in memory (else its training_protocols.json);
     ``comparisons``: the warm-start comparison rows in memory (else warmstarts/training_warmstarts.json's), which
-    hold the readings against the tuned and the test-best uniform GRPO."""
+    hold the readings against the tuned and the test-best uniform GRPO; ``bands``: each family's A/A band (else
+    null_controls/null_controls.json's)."""
+    nulls = results / "null_controls" / "null_controls.json"
+    if bands is None and nulls.is_file():
+        bands = aa_bands(json.loads(nulls.read_text()))
     cells = results / "study" / "training_protocols.json"
     targets = results / "allocation" / "allocation_targets.json"
     warm = results / "warmstarts" / "training_warmstarts.json"
@@ -254,8 +276,8 @@ def write_headlines(results: Path, protocols: list[dict] | None = None, comparis
     if comparisons is None and warm.is_file():
         comparisons = json.loads(warm.read_text())["headline"]
     if comparisons is not None:
-        (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons))
-        (output_dir(results, "readme") / "value_headline.md").write_text(value_headline(comparisons))
+        (output_dir(results, "readme") / "evidence_headline.md").write_text(evidence_headline(comparisons, bands))
+        (output_dir(results, "readme") / "value_headline.md").write_text(value_headline(comparisons, bands))
     if targets.is_file() and not _quick_run(targets):
         (output_dir(results, "readme") / "allocation_headline.md").write_text(
             allocation_headline(json.loads(targets.read_text())))

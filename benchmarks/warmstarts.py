@@ -46,6 +46,7 @@ from typing import Any, Mapping, Sequence
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study import tuning
 from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci, rank_test_words
+from benchmarks.study.noise import aa_bands, band_words, reads_as
 from benchmarks.study.plan import (
     BEST_K,
     COMPARISON_FAMILIES,
@@ -262,9 +263,11 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
+def summary_md(rows: Sequence[Mapping[str, Any]], bands: Mapping[str, Any] | None = None) -> str:
     """docs/results.md's table: per family and headline comparison (plan.Comparison.readme), the runs, the pooled
-    saving [95% CI], the stratified p and the warm starts that hold (per warm start: training_warmstarts.md)."""
+    saving [95% CI], the stratified p, the warm starts that hold (per warm start: training_warmstarts.md) and the
+    family's A/A band (``bands``, benchmarks.study.noise.aa_bands) with what the saving may be called by it."""
+    bands = bands or {}
     shown = [r for r in rows if _headline(r)]
     if not shown:
         return ""
@@ -283,8 +286,8 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
            "accuracy of the headline cells: [training_headline.md](benchmarks/results/readme/training_headline.md); "
            "every cell: [training_study.md](benchmarks/results/study/training_study.md).", "",
            "| regime | protocol | allocator vs baseline | runs (warm starts) | reached | saving [95% CI] | p | "
-           "p (Holm) | holds in (p per warm start) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "p (Holm) | holds in (p per warm start) | A/A band; reads as |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in shown:
         per = r["per_warm_start"]
         reached = f"{sum(p['ours_reached'] for p in per)}/{r['ours_runs']} vs " \
@@ -294,7 +297,8 @@ def summary_md(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"| {r['family']} | {r['protocol']} | {r['ours']} vs {r['baseline']} | {r['ours_runs']} vs "
                    f"{r['base_runs']} ({r['warm_starts']}{_left_out(r)}) | {reached} | {ci} | "
                    f"{p_value(r['p_value_stratified'], r.get('p_value_stratified_se'))} | "
-                   f"{p_value(r.get('p_holm'), r.get('p_holm_se'))} | {holds(r)} |")
+                   f"{p_value(r.get('p_holm'), r.get('p_holm_se'))} | {holds(r)} | "
+                   f"{band_words(bands.get(r['family']))}; {reads_as(r, bands.get(r['family']))} |")
     return "\n".join(out) + "\n"
 
 
@@ -347,11 +351,12 @@ def costs_md(rows: Sequence[Mapping[str, Any]], base: str = "steps") -> str:
 
 
 def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapping[str, Any]] = (),
-          budget: Sequence[Mapping[str, Any]] = (), headline: Sequence[Mapping[str, Any]] | None = None) -> None:
+          budget: Sequence[Mapping[str, Any]] = (), headline: Sequence[Mapping[str, Any]] | None = None,
+          bands: Mapping[str, Any] | None = None) -> None:
     """training_warmstarts.{json,md} in the results root ``results``'s warmstarts/ (every warm start's rows; the
     worked-answer family's cost rows under "costs", the fixed-budget rows under "budget", the rows over conditioned
-    warm starts under "headline"), training_summary.md (from ``headline``, default ``rows``), training_costs.md and
-    training_fixed_budget.md, docs/results.md's tables of them."""
+    warm starts under "headline"), training_summary.md (from ``headline``, default ``rows``, beside each family's
+    A/A band of ``bands``), training_costs.md and training_fixed_budget.md, docs/results.md's tables of them."""
     headline = rows if headline is None else headline
     dest = output_dir(results, "warmstarts")
     (dest / "training_warmstarts.json").write_text(json.dumps({"rollouts": list(rows), "headline": list(headline),
@@ -376,13 +381,15 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
             body += ["", line]
     (dest / "training_warmstarts.md").write_text("\n".join(body) + "\n")
     (dest / "training_costs.md").write_text(costs_md(costs))
-    (dest / "training_summary.md").write_text(summary_md(headline))
+    (dest / "training_summary.md").write_text(summary_md(headline, bands))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     store = RunStore(RESULTS)
     rows, costs = measure(store), measure_costs(store)
-    write(rows, RESULTS, costs, measure_budget(store), measure(store, conditioned=True))
+    nulls = RESULTS / "null_controls" / "null_controls.json"  # the bands the last study summary measured
+    bands = aa_bands(json.loads(nulls.read_text())) if nulls.is_file() else None
+    write(rows, RESULTS, costs, measure_budget(store), measure(store, conditioned=True), bands)
     print("\n".join(table(rows)))
     print(costs_md(costs))
     return 0

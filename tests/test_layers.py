@@ -180,7 +180,8 @@ def test_rlvr_core_has_no_import_circle() -> None:
 # the tables the summary calls (floor, study_targets, warmstarts) below the summary, the command line on top.
 BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks", "benchmarks.common", "benchmarks.study", "benchmarks.math_verifier", "benchmarks.record_trl_trace"),
-    ("benchmarks.study.plan", "benchmarks.study.formats", "benchmarks.ablation", "benchmarks.advisor_speed",
+    ("benchmarks.study.plan", "benchmarks.study.formats", "benchmarks.study.noise", "benchmarks.ablation",
+     "benchmarks.advisor_speed",
      "benchmarks.leaderboard", "benchmarks.orchestration", "benchmarks.readme", "benchmarks.cpu_kernels",
      "benchmarks.gpu_check", "benchmarks.results_index", "benchmarks.sandbox", "benchmarks.trl_overhead",
      "benchmarks.summary_speed"),
@@ -189,6 +190,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.study.tables", "benchmarks.study.tuning", "benchmarks.study.execute", "benchmarks.floor",
      "benchmarks.study_targets", "benchmarks.record_policies", "benchmarks.advisor_validation"),
     ("benchmarks.warmstarts", "benchmarks.group_size", "benchmarks.grpo_tuning", "benchmarks.null_controls",
+     "benchmarks.replication",
      "benchmarks.large_set",
      "benchmarks.study.round_price", "benchmarks.study.replication",
      "benchmarks.study.backfill",

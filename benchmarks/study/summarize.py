@@ -24,12 +24,14 @@ from benchmarks import (
     large_set,
     null_controls,
     readme,
+    replication,
     results_index,
     study_targets,
     warmstarts,
 )
 from benchmarks.common import RESULTS, output_dir
-from benchmarks.study import replication, tables
+from benchmarks.study import tables
+from benchmarks.study.noise import aa_bands
 from benchmarks.study.plan import PROTOCOLS, VARIANTS, baseline_of, budget_of, shared_sources
 from benchmarks.study.stats import against_baseline, cell_rows
 from benchmarks.study.store import RunStore
@@ -115,16 +117,18 @@ def aggregate(out: Path, results: Path, *, redraw: bool = False) -> list[dict[st
     targets = study_targets.measure(store, results, floor=fl)
     study_targets.write(targets, results)
     comparisons = warmstarts.measure(store, conditioned=True)  # the headline rows: conditioned warm starts only
+    nulls = null_controls.measure(store)
+    bands = aa_bands(nulls)  # every headline row is printed beside its family's A/A band
     warmstarts.write(warmstarts.measure(store), results, warmstarts.measure_costs(store),
-                     warmstarts.measure_budget(store), headline=comparisons)
+                     warmstarts.measure_budget(store), headline=comparisons, bands=bands)
     group_size.write(group_size.measure(store), results)
     grpo_tuning.write(grpo_tuning.measure(store), results)
     replication.write(replication.measure(store), results)
-    null_controls.write(null_controls.measure(store), results)
+    null_controls.write(nulls, results)
     large_set.write(large_set.measure(store), results)
     (summary / "training_study.md").write_text(tables.study_doc(store, records, *study_targets.tables(targets)))
     if results.resolve() == RESULTS.resolve():  # the committed folder: its index lists the files just written
         results_index.write(results)
-        readme.write_headlines(results, protocols=records, comparisons=list(comparisons))
+        readme.write_headlines(results, protocols=records, comparisons=list(comparisons), bands=bands)
         readme.sync_all(results=results)
     return records

@@ -47,6 +47,9 @@ def test_an_a_a_from_the_same_runs_passes_and_its_false_positives_are_counted(tm
     assert set(gaps) == {"updates", "cum_rollouts"} and all(set(g) == {"1", "auc"} for g in gaps.values())
     for share in (fp["p_below_level"], fp["interval_above_zero"], *(v for g in gaps.values() for v in g.values())):
         assert round(share * 20) == share * 20 and share < 0.5  # shares of the 20 splits, far below half
+    # the A/A band: the central 95% of the 20 splits' pooled savings, around zero for runs of one speed
+    b = fp["band"]
+    assert b["splits"] == 20 and b["lo"] <= 0 <= b["hi"] and b["hi"] - b["lo"] < 0.5
     # DAPO's cells equal matched GRPO's (the same speeds, other seeds): about zero in updates and rollouts
     assert abs(row["dapo_updates"]["pooled_saving"]) < 0.05 and row["dapo_updates"]["axis"] == "updates"
     md = null_controls.markdown([row])

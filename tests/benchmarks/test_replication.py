@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import replication as reading
 from benchmarks.study import replication as R
 from benchmarks.study import tuning
 from benchmarks.study.plan import HYPOTHESES_FILE, TUNED
@@ -129,18 +130,18 @@ def _replicated(store: RunStore, ours: list[float]) -> None:
 def test_a_claim_is_confirmed_when_its_holm_p_and_its_interval_say_so(tmp_path: Path) -> None:
     h, store = _one_claim(tmp_path), RunStore(tmp_path / "out")
     _replicated(store, [0.3, 0.5, 0.55, 0.6, 0.6])
-    (row,) = R.measure(store, h)["claims"]
+    (row,) = reading.measure(store, h)["claims"]
     assert row["warm_starts"] == ["pool-ws5", "pool-ws6"] and row["baseline"] == TUNED
     assert row["ours_runs"] == row["base_runs"] == 20 and row["pooled_lo"] > 0
     assert row["p_holm"] < 0.05 and row["verdict"] == "confirmed"
-    md = R.markdown(R.measure(store, h))
+    md = reading.markdown(reading.measure(store, h))
     assert "| H1 | pool | ar3po vs grpo[tuned] (equal-rollouts) | pool-ws5, pool-ws6 |" in md and "**confirmed**" in md
 
 
 def test_a_claim_no_faster_than_the_tuned_grpo_is_not_confirmed(tmp_path: Path) -> None:
     h, store = _one_claim(tmp_path), RunStore(tmp_path / "out")
     _replicated(store, [0.3, 0.35, 0.45, 0.55, 0.6])
-    (row,) = R.measure(store, h)["claims"]
+    (row,) = reading.measure(store, h)["claims"]
     assert row["verdict"] == "not confirmed" and row["pooled_saving"] == pytest.approx(0.0)
 
 
@@ -148,11 +149,11 @@ def test_a_claim_whose_cells_miss_a_seed_or_whose_family_is_open_is_not_read(tmp
     h, store = _one_claim(tmp_path), RunStore(tmp_path / "out")
     _replicated(store, [0.3, 0.5, 0.55, 0.6, 0.6])
     store.run_file("pool-ws6", "equal-rollouts", "ar3po", 9).unlink()
-    (row,) = R.measure(store, h)["claims"]
+    (row,) = reading.measure(store, h)["claims"]
     assert row["verdict"] == "not read yet" and row["missing"] == ["pool-ws6: ar3po has 9 of 10 seeds"]
     # with every claim of the file, the pool claim waits for hard's admission and the other claims' cells
     _cell(store, "pool-ws6", "equal-rollouts", "ar3po", [0.3, 0.5, 0.55, 0.6, 0.6], [9])
-    rows = R.measure(RunStore(tmp_path / "out"))["claims"]
+    rows = reading.measure(RunStore(tmp_path / "out"))["claims"]
     assert {r["verdict"] for r in rows} == {"not read yet"} and "p_holm" not in rows[0]
     assert not rows[0]["missing"] and rows[1]["missing"] == [f"{r}: valor[reuse] has 0 of 10 seeds"
                                                               for r in ("pool-ws5", "pool-ws6")]

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study import tuning as T
-from benchmarks.study.formats import p_value, pct
+from benchmarks.study.formats import number, p_value, pct
 from benchmarks.study.plan import HYPOTHESES_FILE, PROTOCOLS, TUNED
 from benchmarks.study.replication import Hypotheses, admission, declared_in, load
 from benchmarks.study.stats import compare, holm_with_se, pooled_costs
@@ -103,8 +103,8 @@ def markdown(res: Mapping[str, Any]) -> str:
            f"{res['level']:g} and the pooled saving's 95% interval lies above zero.", "",
            "## Admission", "", "| regime | admitted | missed the conditioning | next candidate |", "|---|---|---|---|"]
     for base, a in res["admission"].items():
-        missed = ", ".join(f"{m['regime']} (slope {m['slope_points_per_1k']:.2f}, headroom "
-                           f"{m['headroom_points']:.1f}, {m['evals_before_target']:.0f} evaluations)"
+        missed = ", ".join(f"{m['regime']} (slope {number(m['slope_points_per_1k'], '.2f')}, headroom "
+                           f"{number(m['headroom_points'], '.1f')}, {number(m['evals_before_target'])} evaluations)"
                            for m in a["missed"]) or "none"
         out.append(f"| {base} | {', '.join(a['admitted']) or 'none yet'} | {missed} | {a['next'] or '-'} |")
     out += ["", "## Claims", "",

@@ -104,6 +104,8 @@ def test_candidates_are_admitted_in_order_by_their_conditioning_until_two_are_in
     assert st["admitted"] == ["pool-ws5", "pool-ws7"] and st["next"] is None
     # hard's admission is its own
     assert R.admission(store, "hard", h)["next"] == "hard-ws5"
+    md = reading.markdown(reading.measure(store, h))
+    assert "| pool | pool-ws5, pool-ws7 | pool-ws6 (slope 0.02, headroom 2.0, 12 evaluations) | - |" in md
 
 
 def test_the_candidates_stay_out_of_the_exploratory_families(tmp_path: Path) -> None:

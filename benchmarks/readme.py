@@ -207,17 +207,15 @@ def evidence_headline(rows: list[dict], bands: dict | None = None) -> str:
             "beside; a row over fewer warm starts than its regime's conditioned ones names them (ws0: the regime's "
             "own warm start).",
             "- **A/A band; reads as**: the central 95% of the pooled savings of uniform GRPO against itself, its "
-            "runs re-split at random into two sides as many as the row's per warm start "
-            "([null_controls.md](benchmarks/results/null_controls/null_controls.md)): the spread of a saving when "
-            "nothing differs. A row reads as a **saving** only when its interval lies above zero and its estimate "
-            "above the band, a loss when both lie below, else not separated from that noise.",
-            "- **vs tuned uniform GRPO**: the same saving against uniform GRPO at the configuration its warm start "
-            "chose on the validation split by the same statistic (k in 2, 4, 8 x lr in 5e-5, 1e-4, 2e-4 at 256 "
-            "rollouts per update, then one or two passes per batch), with its one-sided stratified p (not "
-            "Holm-adjusted) ([grpo_tuning.md](benchmarks/results/grpo_tuning/grpo_tuning.md)). **vs test-best**: "
-            "against the configuration of that grid that is best on the test split itself, a bound no user can "
-            "choose, not a baseline. All savings of a row pool the same warm starts: those where the allocator and "
-            "every one of its baselines ran.",
+            "runs re-split at random ([null_controls.md](benchmarks/results/null_controls/null_controls.md)). A row "
+            "is a **saving** only when its interval lies above zero and its estimate above the band, a loss when "
+            "both lie below, else not separated.",
+            "- **vs tuned uniform GRPO**: the same saving against the configuration (k, lr, passes per batch at "
+            "256 rollouts per update) its warm start chose on the validation split by the same statistic, with "
+            "its one-sided stratified p, not Holm-adjusted ([grpo_tuning.md](benchmarks/results/grpo_tuning/"
+            "grpo_tuning.md)).",
+            "- **vs test-best**: against the configuration of that grid best on the test split itself, a bound no "
+            "user can choose, not a baseline. All savings of a row pool the warm starts where every baseline ran.",
             "- **vs the reference grpo**: a matched-updates row read against the reference runs too (uniform GRPO at "
             "the regime's own batch, the baseline of the equal-rollouts rows), over the same warm starts, with its "
             "own Holm-adjusted p after the matched one's.",

@@ -58,9 +58,9 @@ def _best(cands: Mapping[str, Mapping[str, Any]], keep: Any) -> str | None:
     return min(kept, key=T.rank_key)["label"] if kept else None
 
 
-def picks(store: RunStore, regime: str, cells: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+def picks(store: RunStore, regime: str) -> dict[str, str | None]:
     """Each pick's configuration label on one warm start (None: not made yet). The oracle is the test-best of the
-    configurations with every test seed, once every one-pass configuration has them."""
+    configurations with every test seed, once every one-pass configuration has them (tuning.oracle_config)."""
     kl, ch = T.read_frozen(store, regime, "choice-k-lr.json"), T.read_frozen(store, regime, "choice.json")
     cands = kl["candidates"] if kl else {}
     oracle = T.oracle_config(store, regime, TEST_SEEDS)
@@ -90,7 +90,7 @@ def warm_start(store: RunStore, regime: str) -> dict[str, Any] | None:
                                                       "final_accuracy")}
             rec["test_score"] = T.score(test, t["target"])
         cells[rec["label"]] = rec
-    chosen = picks(store, regime, cells)
+    chosen = picks(store, regime)
     return {"regime": regime, "validation_target": vt["target"] if vt else None, "target": t["target"],
             "cells": list(cells.values()), "picks": chosen,
             "validation_picked_test_best": None if not (chosen[TUNED] and chosen[ORACLE])

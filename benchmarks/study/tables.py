@@ -29,6 +29,7 @@ from benchmarks.study.plan import (
     base_regime,
     baseline_of,
     expected_runs,
+    replication_candidates,
     reported_protocols,
 )
 from rlvr_core.stats import accuracy_se
@@ -76,7 +77,8 @@ def study_doc(store: Any, records: Sequence[Mapping[str, Any]], targets_md: str,
 
 def remaining(store: Any) -> list[str]:
     """training_study.md's plan: per regime and protocol of its plan the run files (the reference runs count in
-    every protocol's), the runs of the full plan and the command that resumes it."""
+    every protocol's), the runs of the full plan and the command that resumes it; a replication candidate's runs in
+    one line, resumed by --replication only (no other protocol runs there)."""
     lines = ["", "## What has run and what remains", "",
              "| regime | protocol | run files | of the full plan (5 seeds) | resume with |", "|---|---|---|---|---|"]
     count: dict[tuple[str, str], int] = {}
@@ -84,6 +86,11 @@ def remaining(store: Any) -> list[str]:
         count[(r["regime"], r["protocol"])] = count.get((r["regime"], r["protocol"]), 0) + 1
     for regime in store.regimes():
         base, ws = base_regime(regime)
+        if ws in replication_candidates():  # its runs are the replication's alone: one command resumes them all
+            have = sum(n for (reg, _), n in count.items() if reg == regime)
+            lines.append(f"| {regime} | replication | {have} | benchmarks/study/hypotheses.json | "
+                         f"`python -m benchmarks.study --regime {base} --replication` |")
+            continue
         for proto in reported_protocols(regime):
             have = count.get((regime, proto), 0) + (count.get((regime, "reference"), 0) if proto != "reference" else 0)
             flag = f" --warm-start {ws}" if ws is not None else ""

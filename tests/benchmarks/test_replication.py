@@ -161,3 +161,17 @@ def test_a_claim_whose_cells_miss_a_seed_or_whose_family_is_open_is_not_read(tmp
                                                               for r in ("pool-ws5", "pool-ws6")]
     assert rows[0]["p_value_stratified"] < 0.05  # read, but not decided while the family is open
     assert rows[3]["missing"] == ["admission not over (0 of 2 warm starts admitted)"]
+
+
+def test_the_study_s_plan_resumes_a_candidate_by_the_replication_alone(tmp_path: Path) -> None:
+    from benchmarks.study.tables import remaining
+
+    store = RunStore(tmp_path)
+    for regime in ("pool-ws2", "pool-ws5"):
+        _candidate(store, regime, True)
+        _cell(store, regime, "reference", "grpo", [0.3, 0.4], range(2))
+    lines = [ln for ln in remaining(RunStore(tmp_path)) if ln.startswith("| pool-ws")]
+    mine = [ln for ln in lines if ln.startswith("| pool-ws5 ")]
+    assert mine == ["| pool-ws5 | replication | 2 | benchmarks/study/hypotheses.json | "
+                    "`python -m benchmarks.study --regime pool --replication` |"]
+    assert any("--warm-start 2 --protocol equal-rollouts" in ln for ln in lines)  # the others keep their protocols

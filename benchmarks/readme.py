@@ -28,7 +28,7 @@ from benchmarks.study.plan import COMPARISONS, ORACLE, PROTOCOLS, REFERENCE, REG
 
 ROOT = Path(__file__).resolve().parent.parent
 # the documents whose marked sections sync() fills, paths relative to ROOT
-DOCS = ("README.md", "docs/results.md", "docs/training-study.md")
+DOCS = ("README.md", "docs/results.md", "docs/training-study.md", "docs/design.md")
 # the documents that quote no measured figure outside their generated sections (docs/training-study.md declares
 # the study's plan in figures: grids, budgets, seeds)
 MEASURED_DOCS = ("README.md", "docs/results.md")

@@ -59,6 +59,7 @@ WRITERS: tuple[Writer, ...] = (
     Writer("grpo_tuning/*", "python -m benchmarks.grpo_tuning", "grpo_tuning", SUMMARY),
     Writer("null_controls/*", "python -m benchmarks.null_controls", "null_controls", SUMMARY),
     Writer("replication/*", "python -m benchmarks.replication", "replication", SUMMARY),
+    Writer("ar3po_anatomy/*", "python -m benchmarks.ar3po_anatomy", "ar3po_anatomy", SUMMARY),
     Writer("large_set/*", "python -m benchmarks.large_set", "large_set", SUMMARY),
     Writer("readme/*", "python -m benchmarks.readme", "readme",
            "from warmstarts/training_warmstarts.json, study/training_protocols.json and "

@@ -190,7 +190,7 @@ BENCHMARK_LAYERS: tuple[tuple[str, ...], ...] = (
     ("benchmarks.study.tables", "benchmarks.study.tuning", "benchmarks.study.execute", "benchmarks.floor",
      "benchmarks.study_targets", "benchmarks.record_policies", "benchmarks.advisor_validation"),
     ("benchmarks.warmstarts", "benchmarks.group_size", "benchmarks.grpo_tuning", "benchmarks.null_controls",
-     "benchmarks.replication",
+     "benchmarks.replication", "benchmarks.ar3po_anatomy",
      "benchmarks.large_set",
      "benchmarks.study.round_price", "benchmarks.study.replication",
      "benchmarks.study.backfill",

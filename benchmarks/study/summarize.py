@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import (
+    ar3po_anatomy,
     floor,
     group_size,
     grpo_tuning,
@@ -124,6 +125,7 @@ def aggregate(out: Path, results: Path, *, redraw: bool = False) -> list[dict[st
     group_size.write(group_size.measure(store), results)
     grpo_tuning.write(grpo_tuning.measure(store), results)
     replication.write(replication.measure(store), results)
+    ar3po_anatomy.write(ar3po_anatomy.measure(store), results)
     null_controls.write(nulls, results)
     large_set.write(large_set.measure(store), results)
     (summary / "training_study.md").write_text(tables.study_doc(store, records, *study_targets.tables(targets)))

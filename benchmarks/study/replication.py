@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.study.execute import Log, run_protocol, run_replication_cells
+from benchmarks.study.formats import number
 from benchmarks.study.plan import (
     COMPARISON_FAMILIES,
     HYPOTHESES_FILE,
@@ -165,8 +166,12 @@ def run(base: str, *, out: Path, work: Path, quick: bool = False, params_file: P
         log(f"[{nxt}] replication candidate: reference seeds {list(hyp.reference_seeds)}, then its conditioning")
         run_protocol(nxt, "reference", hyp.reference_seeds, out=out, work=work, quick=quick, params_file=params_file,
                      log=log)
-        if (store.preregistration(nxt) or {}).get("conditioning") is None:
+        if (cond := (store.preregistration(nxt) or {}).get("conditioning")) is None:
             raise RuntimeError(f"regime {nxt}: its reference runs froze no conditioning record")
+        log(f"[{nxt}] conditioning: slope {number(cond['slope_points_per_1k'], '.2f')} points per 1,000 rollouts, "
+            f"headroom {number(cond['headroom_points'], '.1f')} points, {number(cond['evals_before_target'])} "
+            "evaluations before the reach: "
+            f"{'admitted' if cond['conditioned'] else 'missed'} ({cond['meets']})")
     st = admission(store, base, hyp)
     log(f"[{base}] replication warm starts: {st['admitted'] or 'none'}; missed: "
         f"{[m['regime'] for m in st['missed']] or 'none'}")

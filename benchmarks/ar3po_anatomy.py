@@ -14,7 +14,8 @@ row per prompt and step: rollouts, passes, tokens, trained and reused rows), ove
 
 Per measure: the mean over each cell's runs, and AR3PO minus valor[reuse] over the seed pairs both ran, with a 95%
 interval (benchmarks.study.stats.stratified_t_interval, warm starts as strata). Beside them, for context, the same
-means of ar3po[no-reuse], valor and the reference GRPO. Warm starts: `pool`'s conditioned ones where both cells
+means of the two ablations of AR3PO (ar3po[no-stop]: full groups, no first-pass stop; ar3po[no-reuse]), valor and
+the reference GRPO. Warm starts: `pool`'s conditioned ones where both cells
 ran with every decision log. Nothing here is a test of a claim; the explanation it suggests is tested by ablation
 runs (issue 55).
 
@@ -40,7 +41,8 @@ from benchmarks.warmstarts import is_conditioned
 FAMILY = "pool"
 PROTOCOL = "equal-rollouts"
 OURS, THEIRS = "ar3po", "valor[reuse]"  # the difference read: OURS - THEIRS
-CONTEXT = (("equal-rollouts", "ar3po[no-reuse]"), ("equal-rollouts", "valor"), ("reference", "grpo"))
+CONTEXT = (("equal-rollouts", "ar3po[no-stop]"), ("equal-rollouts", "ar3po[no-reuse]"), ("equal-rollouts", "valor"),
+           ("reference", "grpo"))
 SIZE_BINS = ((0, 2, "<= 2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 10 ** 9, "> 8"))
 # (key, words, format) of each measure, in the table's order
 MEASURES: tuple[tuple[str, str, str], ...] = (

@@ -25,7 +25,7 @@ from benchmarks.common import RESULTS, output_dir
 from benchmarks.study import tuning as T
 from benchmarks.study.formats import number, p_value, pct
 from benchmarks.study.plan import HYPOTHESES_FILE, PROTOCOLS, TUNED
-from benchmarks.study.replication import Hypotheses, admission, declared_in, load
+from benchmarks.study.replication import Hypotheses, admission, declaration, declared_in, load
 from benchmarks.study.stats import compare, holm_with_se, pooled_costs
 from benchmarks.study.store import RunStore, as_store
 from benchmarks.warmstarts import Baselines
@@ -73,10 +73,15 @@ def measure(out: Path | RunStore, hyp: Hypotheses | None = None) -> dict[str, An
         for r, (p, se) in zip(read, holm_with_se([r["p_value_stratified"] for r in read],
                                                  [r["p_value_stratified_se"] for r in read])):
             r.update(p_holm=p, p_holm_se=se)
-    for r in rows:
-        r["verdict"] = verdict(r, hyp.level)
+    frozen = declaration(store)  # the runs' declaration, frozen at the first of them (else the one in git now)
+    declared = {"declared_in": frozen["declared_in"] if frozen else declared_in(),
+                "frozen": frozen is not None,
+                "changed_since": bool(frozen) and frozen["hypotheses_sha256"] != hyp.sha256}
+    for r in rows:  # claims read against a declaration other than the one their runs followed decide nothing
+        r["verdict"] = "not read: the declaration changed after its runs began" if declared["changed_since"] \
+            else verdict(r, hyp.level)
     return {"hypotheses": {"file": str(HYPOTHESES_FILE.relative_to(HYPOTHESES_FILE.parents[2])),
-                           "sha256": hyp.sha256, "declared_in": declared_in()},
+                           "sha256": hyp.sha256, **declared},
             "admission": adm, "seeds": list(hyp.seeds), "level": hyp.level, "claims": rows}
 
 
@@ -96,7 +101,10 @@ def markdown(res: Mapping[str, Any]) -> str:
     h = res["hypotheses"]
     out = ["# The confirmatory replication", "",
            f"Hypotheses: [{h['file']}](../../../{h['file']}), added in commit "
-           f"{h['declared_in'] or 'unknown (no git history here)'}, sha256 {h['sha256'][:16]}. Seeds "
+           f"{h['declared_in'] or 'unknown (no git history here)'}, sha256 {h['sha256'][:16]}"
+           f"{' (frozen with the first run)' if h['frozen'] else ''}"
+           f"{'; **the file changed after the runs began: the claims are not read**' if h['changed_since'] else ''}"
+           ". Seeds "
            f"{res['seeds'][0]}-{res['seeds'][-1]} on the test split; each claim against `{TUNED}` (each warm "
            "start's tuned uniform GRPO, chosen on its validation split); p: one-sided rank test stratified by warm "
            f"start, Holm-adjusted over the {len(res['claims'])} claims; confirmed when that p is below "

@@ -131,6 +131,39 @@ def declared_in(path: Path = HYPOTHESES_FILE) -> str | None:
     return out[-1] if out else None
 
 
+def declaration_path(store: RunStore) -> Path:
+    """study/replication_declaration.json: the hypotheses file's sha256 and commit, frozen at the first run."""
+    return store.root / "replication_declaration.json"
+
+
+def declaration(store: RunStore) -> dict[str, Any] | None:
+    p = declaration_path(store)
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def freeze_declaration(store: RunStore, hyp: Hypotheses, path: Path = HYPOTHESES_FILE) -> dict[str, Any]:
+    """The declaration the replication's runs follow, frozen before the first of them: the hypotheses file's sha256
+    and the commit that added it. Refuses a hypotheses file edited after that (its sha256 differs from the frozen
+    one), and, before the first run, one that git does not hold as committed (no history, or local edits)."""
+    if (d := declaration(store)) is not None:
+        if d["hypotheses_sha256"] != hyp.sha256:
+            raise SystemExit(f"{path.name} changed after the replication's runs began (frozen sha256 "
+                             f"{d['hypotheses_sha256'][:16]}, now {hyp.sha256[:16]}): a declaration is not edited "
+                             "after its runs; declare a new replication instead")
+        return d
+    commit = declared_in(path)
+    try:
+        edited = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path.name], cwd=path.parent,
+                                capture_output=True, timeout=60).returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        edited = True
+    if commit is None or edited:
+        raise SystemExit(f"{path.name} is not committed as it stands (no git history here, or local edits): the "
+                         "replication's runs must follow a declaration that git shows predates them")
+    return store.freeze(declaration_path(store), {"hypotheses_sha256": hyp.sha256, "declared_in": commit,
+                                                  "file": path.name})
+
+
 def candidates(hyp: Hypotheses, base: str) -> list[str]:
     return [f"{base}{WS_SEP}{j}" for j in hyp.candidates]
 
@@ -162,6 +195,9 @@ def run(base: str, *, out: Path, work: Path, quick: bool = False, params_file: P
     if base not in COMPARISON_FAMILIES:
         raise SystemExit(f"the replication runs on {list(COMPARISON_FAMILIES)}, not {base!r}")
     store = RunStore(out)
+    frozen = freeze_declaration(store, hyp)
+    log(f"[{base}] replication of {HYPOTHESES_FILE.name} (sha256 {hyp.sha256[:16]}, committed in "
+        f"{frozen['declared_in'][:12]})")
     while (nxt := admission(store, base, hyp)["next"]) is not None:
         log(f"[{nxt}] replication candidate: reference seeds {list(hyp.reference_seeds)}, then its conditioning")
         run_protocol(nxt, "reference", hyp.reference_seeds, out=out, work=work, quick=quick, params_file=params_file,

@@ -175,3 +175,24 @@ def test_the_study_s_plan_resumes_a_candidate_by_the_replication_alone(tmp_path:
     assert mine == ["| pool-ws5 | replication | 2 | benchmarks/study/hypotheses.json | "
                     "`python -m benchmarks.study --regime pool --replication` |"]
     assert any("--warm-start 2 --protocol equal-rollouts" in ln for ln in lines)  # the others keep their protocols
+
+
+def test_the_declaration_is_frozen_with_the_first_run_and_may_not_change_after(tmp_path: Path) -> None:
+    store, h = RunStore(tmp_path / "out"), R.load()
+    d = R.freeze_declaration(store, h)  # the committed file: its commit is the one that added it
+    assert d["hypotheses_sha256"] == h.sha256 and d == R.freeze_declaration(RunStore(tmp_path / "out"), h)
+    assert len(d["declared_in"]) == 40
+    edited = _one_claim(tmp_path)  # another declaration read against runs that followed the first
+    with pytest.raises(SystemExit, match="changed after the replication's runs began"):
+        R.freeze_declaration(RunStore(tmp_path / "out"), edited)
+    _replicated(store, [0.3, 0.5, 0.55, 0.6, 0.6])
+    res = reading.measure(RunStore(tmp_path / "out"), edited)
+    assert res["hypotheses"]["changed_since"] and res["claims"][0]["verdict"].startswith("not read: the declaration")
+    assert "the file changed after the runs began" in reading.markdown(res)
+
+
+def test_a_declaration_git_does_not_hold_is_refused_before_any_run(tmp_path: Path) -> None:
+    p = _changed(tmp_path, lambda d: None)  # a copy outside the repository: no commit added it
+    with pytest.raises(SystemExit, match="not committed as it stands"):
+        R.freeze_declaration(RunStore(tmp_path / "out"), R.load(p), p)
+    assert not R.declaration_path(RunStore(tmp_path / "out")).exists()

@@ -200,15 +200,24 @@ def test_runs(store: RunStore, regime: str, config: Config, seeds: Sequence[int]
     return [json.loads(p.read_text()) for p in files if p.exists()]
 
 
-def oracle_two_pass(store: RunStore, regime: str, seeds: Sequence[int]) -> Config | None:
-    """Two passes at the test-best one-pass (k, lr), by the headline's statistic against the regime's test target
-    (None until every one-pass configuration has its test runs at ``seeds``)."""
+def test_best(store: RunStore, regime: str, configs: Sequence[Config], seeds: Sequence[int]) -> Config | None:
+    """The test-best of ``configs`` by the headline's statistic against the regime's test target, among those whose
+    test runs hold every one of ``seeds``, once every one-pass configuration's do (None until then). Ties go as
+    ``rank_key`` says, then to the earlier of ``configs``."""
     t = store.target(regime)
-    cells = {c: test_runs(store, regime, c, seeds) for c in one_pass()}
-    if t is None or any(len(runs) < len(seeds) for runs in cells.values()):
+    if t is None:
         return None
-    best = min(cells, key=lambda c: rank_key(score(cells[c], t["target"])))
-    return two_pass(best)
+    full = {c: runs for c in configs if len(runs := test_runs(store, regime, c, seeds)) == len(seeds)}
+    if any(c not in full for c in one_pass()):
+        return None
+    return min(full, key=lambda c: rank_key(score(full[c], t["target"])))
+
+
+def oracle_two_pass(store: RunStore, regime: str, seeds: Sequence[int]) -> Config | None:
+    """Two passes at the test-best one-pass (k, lr) (None until every one-pass configuration has its test runs at
+    ``seeds``)."""
+    best = test_best(store, regime, one_pass(), seeds)
+    return None if best is None else two_pass(best)
 
 
 def chosen_config(store: RunStore, regime: str) -> Config | None:
@@ -218,16 +227,9 @@ def chosen_config(store: RunStore, regime: str) -> Config | None:
 
 
 def oracle_config(store: RunStore, regime: str, seeds: Sequence[int] = TEST_SEEDS) -> Config | None:
-    """The test-best configuration, by the headline's statistic against the regime's test target, among those
-    whose test runs hold every one of ``seeds``, once every one-pass configuration's do (None until then): a bound,
-    chosen on the split it is read on. Ties go as ``rank_key`` says, then to the earlier of TUNE_CONFIGS."""
-    t = store.target(regime)
-    if t is None:
-        return None
-    full = {c: runs for c in TUNE_CONFIGS if len(runs := test_runs(store, regime, c, seeds)) == len(seeds)}
-    if any(c not in full for c in one_pass()):
-        return None
-    return min(full, key=lambda c: rank_key(score(full[c], t["target"])))
+    """The test-best configuration of the whole grid (``test_best`` over TUNE_CONFIGS): a bound, chosen on the split
+    it is read on."""
+    return test_best(store, regime, TUNE_CONFIGS, seeds)
 
 
 def baseline_runs(store: RunStore, regime: str, config: Config | None,

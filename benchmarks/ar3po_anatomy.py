@@ -84,14 +84,6 @@ def log_measures(log: Path) -> dict[str, float]:
     return out
 
 
-def _logs(store: RunStore, regime: str, protocol: str, label: str) -> dict[int, Path] | None:
-    """seed -> decision log of one cell (None unless every run of it has one)."""
-    runs = store.cell(regime, protocol, label)
-    logs = {int(r["seed"]): store.cell_dir(regime, protocol, label) / r["decision_log"]["file"]
-            for r in runs if "decision_log" in r}
-    return logs if runs and len(logs) == len(runs) else None
-
-
 def _means(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k, _, _ in MEASURES}
 
@@ -105,7 +97,7 @@ def measure(out: Path | RunStore, read: Callable[[Path], dict[str, float]] = log
     context: dict[str, list[dict[str, float]]] = {label: [] for _, label in CONTEXT}
     pairs, strata, used = [], [], []
     for reg in regimes:
-        ours, theirs = _logs(store, reg, PROTOCOL, OURS), _logs(store, reg, PROTOCOL, THEIRS)
+        ours, theirs = store.decision_logs(reg, PROTOCOL, OURS), store.decision_logs(reg, PROTOCOL, THEIRS)
         if not ours or not theirs:
             continue
         a = {s: read(p) for s, p in ours.items()}
@@ -117,7 +109,7 @@ def measure(out: Path | RunStore, read: Callable[[Path], dict[str, float]] = log
             strata.append(reg)
         used.append(reg)
         for protocol, label in CONTEXT:
-            if (logs := _logs(store, reg, protocol, label)) is not None:
+            if (logs := store.decision_logs(reg, protocol, label)) is not None:
                 context[label] += [read(p) for p in logs.values()]
     if not pairs:
         return {"warm_starts": [], "pairs": 0, "sides": {}, "context": {}, "difference": {}}

@@ -248,9 +248,8 @@ def trained_recurrence(store: RunStore, regimes: Sequence[str]) -> dict | None:
     per: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
     pairs, strata, used = [], [], []
     for reg in regimes:
-        logs = {k: {r["seed"]: store.cell_dir(reg, *cell) / r["decision_log"]["file"]
-                    for r in store.cell(reg, *cell) if "decision_log" in r} for k, cell in sides.items()}
-        if any(len(logs[k]) != len(store.cell(reg, *sides[k])) or not logs[k] for k in sides):
+        logs = {k: store.decision_logs(reg, *cell) for k, cell in sides.items()}
+        if any(v is None for v in logs.values()):
             continue
         stats = {k: {s: _log_stats(p) for s, p in v.items()} for k, v in logs.items()}
         u = min(n for v in stats.values() for n, _ in v.values())

@@ -206,6 +206,14 @@ class RunStore:
         runs = self.runs()
         return [runs[i] for i in sorted(idx)]
 
+    def decision_logs(self, regime: str, protocol: str, label: str) -> dict[int, Path] | None:
+        """seed -> decision log of one cell's runs, in its folder (None unless the cell has runs and every one of
+        them has a log)."""
+        runs = self.cell(regime, protocol, label)
+        logs = {int(r["seed"]): self.cell_dir(regime, protocol, label) / r["decision_log"]["file"]
+                for r in runs if "decision_log" in r}
+        return logs if runs and len(logs) == len(runs) else None
+
     def folders(self, regime: str, protocol_dir: str) -> list[list[Run]]:
         """The run files of each variant folder under study/<regime>/<protocol_dir>/, in folder-name order, read
         now."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study.formats import interval, p_value, pct, rank_test_words
-from benchmarks.study.noise import aa_bands, band_words, reads_as
+from benchmarks.study.noise import band_words, reads_as, written_bands
 from benchmarks.study.plan import COMPARISONS, ORACLE, PROTOCOLS, REFERENCE, REGIMES, TUNED, VARIANTS, base_regime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,9 +261,8 @@ def write_headlines(results: Path, protocols: list[dict] | None = None, comparis
     ``comparisons``: the warm-start comparison rows in memory (else warmstarts/training_warmstarts.json's), which
     hold the readings against the tuned and the test-best uniform GRPO; ``bands``: each family's A/A band (else
     null_controls/null_controls.json's)."""
-    nulls = results / "null_controls" / "null_controls.json"
-    if bands is None and nulls.is_file():
-        bands = aa_bands(json.loads(nulls.read_text()))
+    if bands is None:
+        bands = written_bands(results)
     cells = results / "study" / "training_protocols.json"
     targets = results / "allocation" / "allocation_targets.json"
     warm = results / "warmstarts" / "training_warmstarts.json"

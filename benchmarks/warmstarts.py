@@ -46,7 +46,7 @@ from typing import Any, Mapping, Sequence
 from benchmarks.common import RESULTS, output_dir
 from benchmarks.study import tuning
 from benchmarks.study.formats import p_eq, p_value, pct, points, points_ci, rank_test_words
-from benchmarks.study.noise import aa_bands, band_words, reads_as
+from benchmarks.study.noise import band_words, reads_as, written_bands
 from benchmarks.study.plan import (
     BEST_K,
     COMPARISON_FAMILIES,
@@ -390,9 +390,7 @@ def write(rows: Sequence[Mapping[str, Any]], results: Path, costs: Sequence[Mapp
 def main(argv: Sequence[str] | None = None) -> int:
     store = RunStore(RESULTS)
     rows, costs = measure(store), measure_costs(store)
-    nulls = RESULTS / "null_controls" / "null_controls.json"  # the bands the last study summary measured
-    bands = aa_bands(json.loads(nulls.read_text())) if nulls.is_file() else None
-    write(rows, RESULTS, costs, measure_budget(store), measure(store, conditioned=True), bands)
+    write(rows, RESULTS, costs, measure_budget(store), measure(store, conditioned=True), written_bands(RESULTS))
     print("\n".join(table(rows)))
     print(costs_md(costs))
     return 0

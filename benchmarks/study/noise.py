@@ -8,7 +8,9 @@ A headline row reads as a **saving** only when its 95% interval lies above zero 
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -45,6 +47,12 @@ def aa_bands(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any] | No
         out[r["family"]] = None if not fp or "band" not in fp else \
             {**fp["band"], "runs_per_side": fp["runs"] // 2, "warm_starts": fp["warm_starts"]}
     return out
+
+
+def written_bands(results: Path) -> dict[str, dict[str, Any] | None] | None:
+    """The bands of the null controls a summary last wrote under the results root ``results`` (None: none yet)."""
+    nulls = results / "null_controls" / "null_controls.json"
+    return aa_bands(json.loads(nulls.read_text())) if nulls.is_file() else None
 
 
 def reads_as(row: Mapping[str, Any], band_: Mapping[str, Any] | None) -> str:
